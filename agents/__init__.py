@@ -1,0 +1,1 @@
+"""LLM providers, tools, the agentic loop, sufficiency check, citation verification, traces."""

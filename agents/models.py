@@ -1,0 +1,1 @@
+"""Run traces: filled in by the agent loop."""

@@ -1,0 +1,1 @@
+"""REST API: views, serializers, authentication, throttling, OpenAPI. Nothing imports api."""

@@ -1,0 +1,36 @@
+"""One error format for every endpoint: {"error": {"code", "message", "fields"}}."""
+
+from __future__ import annotations
+
+from rest_framework.views import exception_handler as drf_exception_handler
+
+
+def _flatten(detail, prefix: str = "") -> dict[str, list[str]]:
+    if isinstance(detail, dict):
+        out: dict[str, list[str]] = {}
+        for key, value in detail.items():
+            out.update(_flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+        return out
+    if isinstance(detail, list) and detail and not all(isinstance(d, str) for d in detail):
+        out = {}
+        for i, value in enumerate(detail):
+            out.update(_flatten(value, f"{prefix}[{i}]"))
+        return out
+    items = detail if isinstance(detail, list) else [detail]
+    return {prefix or "non_field_errors": [str(d) for d in items]}
+
+
+def exception_handler(exc, context):
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        return None
+    detail = response.data
+    code = getattr(exc, "default_code", "error")
+    if isinstance(detail, dict) and set(detail) == {"detail"}:
+        body = {"code": code, "message": str(detail["detail"]), "fields": {}}
+    else:
+        fields = _flatten(detail)
+        first = next(iter(fields.items()), ("", [""]))
+        body = {"code": code, "message": f"{first[0]}: {first[1][0]}", "fields": fields}
+    response.data = {"error": body}
+    return response

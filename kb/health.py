@@ -1,0 +1,33 @@
+"""GET /healthz: database, pgvector version, broker. 200 when all are up, 503 otherwise."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import connections
+from django.http import HttpRequest, JsonResponse
+
+
+def healthz(request: HttpRequest) -> JsonResponse:
+    report: dict = {"database": "down", "pgvector": None, "broker": "eager" if settings.CELERY_TASK_ALWAYS_EAGER else "down"}
+    ok = True
+    try:
+        with connections["default"].cursor() as cur:
+            cur.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
+            row = cur.fetchone()
+        report["database"] = "ok"
+        report["pgvector"] = row[0] if row else None
+        ok = ok and row is not None
+    except Exception as exc:  # report, don't raise: this is the health endpoint
+        report["database_error"] = exc.__class__.__name__
+        ok = False
+    if not settings.CELERY_TASK_ALWAYS_EAGER:
+        try:
+            import redis
+
+            redis.Redis.from_url(settings.CELERY_BROKER_URL, socket_timeout=2).ping()
+            report["broker"] = "ok"
+        except Exception as exc:
+            report["broker_error"] = exc.__class__.__name__
+            ok = False
+    report["status"] = "ok" if ok else "degraded"
+    return JsonResponse(report, status=200 if ok else 503)

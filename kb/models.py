@@ -1,0 +1,186 @@
+"""Corpora, documents and chunks. Every row carries its tenant; chunks also carry department,
+corpus and document so a search filters on one table.
+
+Vectors of different models are never compared: `Chunk.embedding` is an untyped pgvector column
+tagged with `embedding_model`, and each model gets its own partial expression HNSW index
+(`embedding::vector(dim)` WHERE embedding_model = key), created by kb.vector_index.
+"""
+
+from __future__ import annotations
+
+from django.contrib.postgres.indexes import GinIndex
+from django.contrib.postgres.search import SearchVectorField
+from django.db import models
+from pgvector.django import VectorField
+
+from tenants.models import Department, Tenant
+from tenants.scope import TenantScopedManager
+
+DEFAULT_EMBEDDING_MODEL = "minilm-l6-v2"
+DEFAULT_EMBEDDING_DIM = 384
+
+
+class Corpus(models.Model):
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    department = models.ForeignKey(Department, null=True, blank=True, on_delete=models.PROTECT, related_name="+",
+                                   help_text="Empty: visible to the whole tenant.")
+    name = models.CharField(max_length=200)
+    description = models.TextField(blank=True)
+    embedding_model = models.CharField(max_length=100, default=DEFAULT_EMBEDDING_MODEL)
+    embedding_dim = models.PositiveIntegerField(default=DEFAULT_EMBEDDING_DIM)
+    # Set while a background re-embed into another model runs; searches keep using the old one.
+    next_embedding_model = models.CharField(max_length=100, blank=True)
+    next_embedding_dim = models.PositiveIntegerField(null=True, blank=True)
+    chunk_target_tokens = models.PositiveIntegerField(default=200)
+    chunk_overlap_tokens = models.PositiveIntegerField(default=30)
+    chunk_count = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = TenantScopedManager()
+
+    class Meta:
+        verbose_name_plural = "corpora"
+        constraints = [models.UniqueConstraint(fields=["tenant", "name"], name="uniq_corpus_name")]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def model_key(self) -> str:
+        return f"{self.embedding_model}:{self.embedding_dim}"
+
+
+class DocumentStatus(models.TextChoices):
+    PENDING = "pending"
+    PROCESSING = "processing"
+    READY = "ready"
+    FAILED = "failed"
+
+
+class Document(models.Model):
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    department = models.ForeignKey(Department, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    corpus = models.ForeignKey(Corpus, on_delete=models.CASCADE, related_name="documents")
+    title = models.CharField(max_length=500)
+    source_name = models.CharField(max_length=500, help_text="File name or origin the document came from.")
+    mime_type = models.CharField(max_length=100)
+    sha256 = models.CharField(max_length=64)
+    size_bytes = models.PositiveBigIntegerField(default=0)
+    status = models.CharField(max_length=16, choices=DocumentStatus.choices, default=DocumentStatus.PENDING)
+    error = models.TextField(blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+    version = models.PositiveIntegerField(default=1)
+    chunk_count = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = TenantScopedManager()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["corpus", "source_name"], name="uniq_document_source"),
+        ]
+        indexes = [models.Index(fields=["tenant", "corpus", "status"])]
+
+    def __str__(self) -> str:
+        return self.title
+
+
+class DocumentContent(models.Model):
+    """The uploaded bytes, kept so a document can be re-ingested and a crashed job resumed."""
+
+    document = models.OneToOneField(Document, on_delete=models.CASCADE, primary_key=True, related_name="content")
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    data = models.BinaryField()
+
+    objects = TenantScopedManager()
+
+
+class Chunk(models.Model):
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    department = models.ForeignKey(Department, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    corpus = models.ForeignKey(Corpus, on_delete=models.CASCADE, related_name="+")
+    document = models.ForeignKey(Document, on_delete=models.CASCADE, related_name="chunks")
+    ordinal = models.PositiveIntegerField()
+    text = models.TextField()
+    locator = models.CharField(max_length=1000, blank=True, help_text="Heading path or page, e.g. 'Travel > Hotels'.")
+    page = models.PositiveIntegerField(null=True, blank=True)
+    char_start = models.PositiveIntegerField()
+    char_end = models.PositiveIntegerField()
+    token_count = models.PositiveIntegerField(default=0)
+    content_hash = models.CharField(max_length=64)
+    embedding = VectorField(null=True, blank=True)
+    embedding_model = models.CharField(max_length=120, blank=True)
+    search_vector = SearchVectorField(null=True, editable=False)
+    # Ingest-time findings, e.g. ["instructions_to_model"] from the injection detector.
+    flags = models.JSONField(default=list, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = TenantScopedManager()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["document", "ordinal"], name="uniq_chunk_ordinal")]
+        indexes = [
+            models.Index(fields=["tenant", "department", "embedding_model"], name="chunk_scope_idx"),
+            models.Index(fields=["corpus", "embedding_model"], name="chunk_corpus_idx"),
+            GinIndex(fields=["search_vector"], name="chunk_fts_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.document_id}#{self.ordinal}"
+
+
+class EmbeddingCache(models.Model):
+    """Vectors by (model, dimension, sha256 of text), so unchanged text is never embedded twice.
+
+    Per tenant, so one tenant's ingest timing reveals nothing about another's texts.
+    """
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    model_key = models.CharField(max_length=120)
+    text_sha256 = models.CharField(max_length=64)
+    embedding = VectorField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = TenantScopedManager()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "model_key", "text_sha256"], name="uniq_embedding_cache")]
+
+
+class JobStatus(models.TextChoices):
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+
+
+class IngestJob(models.Model):
+    """One unit of background work with its progress, readable by API and admin."""
+
+    class Kind(models.TextChoices):
+        INGEST = "ingest"
+        REEMBED = "reembed"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    corpus = models.ForeignKey(Corpus, on_delete=models.CASCADE, related_name="jobs")
+    document = models.ForeignKey(Document, null=True, blank=True, on_delete=models.CASCADE, related_name="jobs")
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.INGEST)
+    status = models.CharField(max_length=16, choices=JobStatus.choices, default=JobStatus.QUEUED)
+    stage = models.CharField(max_length=32, blank=True)
+    chunks_total = models.PositiveIntegerField(default=0)
+    chunks_done = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    objects = TenantScopedManager()
+
+    class Meta:
+        indexes = [models.Index(fields=["status", "heartbeat_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.kind} job {self.pk} ({self.status})"

@@ -1,0 +1,236 @@
+"""One env-driven settings module. Production differences come only from environment variables.
+
+Bad configuration fails at start with one line naming the setting (ImproperlyConfigured).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    if raw.lower() in {"1", "true", "yes", "on"}:
+        return True
+    if raw.lower() in {"0", "false", "no", "off"}:
+        return False
+    raise ImproperlyConfigured(f"{name} must be a boolean (1/0, true/false), got {raw!r}")
+
+
+def env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be an integer, got {raw!r}") from None
+
+
+def parse_database_url(url: str) -> dict:
+    """postgres://user:password@host:port/name?sslmode=... -> Django DATABASES entry."""
+    parts = urlsplit(url)
+    if parts.scheme not in {"postgres", "postgresql", "pgsql"} or not parts.path.strip("/"):
+        raise ImproperlyConfigured(
+            "DATABASE_URL is malformed: expected postgres://user:password@host:port/dbname"
+        )
+    try:
+        port = parts.port
+    except ValueError:
+        raise ImproperlyConfigured("DATABASE_URL is malformed: the port is not a number") from None
+    query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+    host = parts.hostname or query.pop("host", "")
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": unquote(parts.path.lstrip("/")),
+        "USER": unquote(parts.username or ""),
+        "PASSWORD": unquote(parts.password or ""),
+        "HOST": host,
+        "PORT": str(port or ""),
+        "OPTIONS": query,
+        "CONN_MAX_AGE": env_int("DB_CONN_MAX_AGE", 60),
+        "CONN_HEALTH_CHECKS": True,
+    }
+
+
+# --- Core --------------------------------------------------------------------------------------
+# With no DATABASE_URL the product runs as a single-machine embedded install, where DEBUG
+# defaults on; with a real database it defaults off and SECRET_KEY is required.
+DEBUG = env_bool("DEBUG", not os.environ.get("DATABASE_URL"))
+SECRET_KEY = os.environ.get("SECRET_KEY", "")
+if not SECRET_KEY:
+    if not DEBUG:
+        raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG=0")
+    SECRET_KEY = "insecure-dev-key-only-for-local-embedded-mode-" + "x" * 20
+ALLOWED_HOSTS = [h.strip() for h in os.environ.get("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver").split(",") if h.strip()]
+CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "tenants",
+    "kb",
+    "agents",
+    "api",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "kb.urls"
+WSGI_APPLICATION = "kb.wsgi.application"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    }
+]
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"
+                    if not DEBUG else "django.contrib.staticfiles.storage.StaticFilesStorage"},
+}
+WHITENOISE_USE_FINDERS = True
+WHITENOISE_MANIFEST_STRICT = False
+
+# --- Database ----------------------------------------------------------------------------------
+# Two aliases on one database. "owner" owns the tables and runs migrations and named maintenance
+# code; "default" is the application role: not superuser, not owner, no BYPASSRLS, so PostgreSQL
+# row-level security applies to every query it makes.
+DATABASE_APP_USER = os.environ.get("DATABASE_APP_USER", "grounded_app")
+DATABASE_APP_PASSWORD = os.environ.get("DATABASE_APP_PASSWORD", "")
+_database_url = os.environ.get("DATABASE_URL", "").strip()
+if _database_url:
+    _owner = parse_database_url(_database_url)
+    EMBEDDED_DATABASE = False
+else:
+    _owner = {
+        "ENGINE": "kb.db_embedded",
+        "NAME": os.environ.get("GROUNDED_DB_NAME", "grounded"),
+        "USER": "postgres",
+        "PASSWORD": "",
+        "HOST": "",
+        "PORT": "",
+        "OPTIONS": {},
+        "CONN_MAX_AGE": 0,
+    }
+    EMBEDDED_DATABASE = True
+_test_name = os.environ.get("GROUNDED_TEST_DB", "test_grounded")
+_owner["TEST"] = {"NAME": _test_name}
+_app = {**_owner, "USER": DATABASE_APP_USER, "PASSWORD": DATABASE_APP_PASSWORD, "TEST": {"NAME": _test_name}}
+# "owner" is listed first so the test runner creates and migrates the test database as owner.
+DATABASES = {"owner": _owner, "default": _app}
+
+# --- Cache / broker / Celery -------------------------------------------------------------------
+REDIS_URL = os.environ.get("REDIS_URL", "").strip()
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "").strip() or REDIS_URL
+for _name, _url in (("REDIS_URL", REDIS_URL), ("CELERY_BROKER_URL", CELERY_BROKER_URL)):
+    if _url and urlsplit(_url).scheme not in {"redis", "rediss", "amqp", "pyamqp", "memory"}:
+        raise ImproperlyConfigured(f"{_name} is malformed: expected redis://host:port/db")
+# No broker configured: tasks run eagerly in-process (the embedded single-machine default).
+CELERY_TASK_ALWAYS_EAGER = not CELERY_BROKER_URL
+CELERY_TASK_EAGER_PROPAGATES = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_SERIALIZER = "json"
+CELERY_RESULT_BACKEND = None
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT", 3600)}
+CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_QUEUE", "grounded")
+
+if REDIS_URL:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
+# --- Models and embeddings ---------------------------------------------------------------------
+GEMINI_API_KEY = os.environ.get("GEMINI_API_KEY", "")
+GEMINI_BASE_URL = os.environ.get("GEMINI_BASE_URL", "")  # for a self-hosted proxy or the test fake
+GEMINI_MODEL = os.environ.get("GEMINI_MODEL", "gemini-2.5-flash")
+OPENAI_COMPAT_BASE_URL = os.environ.get("OPENAI_COMPAT_BASE_URL", "")
+OPENAI_COMPAT_MODEL = os.environ.get("OPENAI_COMPAT_MODEL", "")
+OPENAI_COMPAT_API_KEY = os.environ.get("OPENAI_COMPAT_API_KEY", "")
+# "local" (MiniLM shipped in a PyPI package), "hash" (tests only), or "gemini:<model>".
+DEFAULT_EMBEDDER = os.environ.get("GROUNDED_EMBEDDER", "local")
+DEFAULT_ANSWER_PROVIDER = os.environ.get(
+    "GROUNDED_PROVIDER",
+    "gemini" if GEMINI_API_KEY else ("openai" if OPENAI_COMPAT_BASE_URL else "offline"),
+)
+
+# --- Uploads -----------------------------------------------------------------------------------
+MAX_UPLOAD_BYTES = env_int("MAX_UPLOAD_BYTES", 20 * 1024 * 1024)
+MAX_FILES_PER_UPLOAD = env_int("MAX_FILES_PER_UPLOAD", 20)
+DATA_UPLOAD_MAX_MEMORY_SIZE = MAX_UPLOAD_BYTES + 1024 * 1024
+FILE_UPLOAD_MAX_MEMORY_SIZE = MAX_UPLOAD_BYTES + 1024 * 1024
+
+# --- REST framework ----------------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "api.auth.ApiKeyAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "api.errors.exception_handler",
+    "UNAUTHENTICATED_USER": None,
+}
+SPECTACULAR_SETTINGS = {"TITLE": "grounded API", "VERSION": "1.0.0", "SERVE_INCLUDE_SCHEMA": False}
+
+# --- Security (production) ---------------------------------------------------------------------
+SECURE_CONTENT_TYPE_NOSNIFF = True
+X_FRAME_OPTIONS = "DENY"
+SECURE_REFERRER_POLICY = "same-origin"
+if not DEBUG:
+    SESSION_COOKIE_SECURE = env_bool("SECURE_COOKIES", True)
+    CSRF_COOKIE_SECURE = env_bool("SECURE_COOKIES", True)
+    SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", False)
+    SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31536000)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = True
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+# SECURE_SSL_REDIRECT is left to the TLS-terminating proxy in front of gunicorn.
+SILENCED_SYSTEM_CHECKS = ["security.W008"]
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "WARNING")},
+}

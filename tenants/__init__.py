@@ -1,0 +1,1 @@
+"""Tenants, departments, memberships, API keys, and the scope every query runs under."""

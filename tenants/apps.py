@@ -1,0 +1,12 @@
+from django.apps import AppConfig
+
+
+class TenantsConfig(AppConfig):
+    name = "tenants"
+
+    def ready(self) -> None:
+        from django.db.models.signals import post_migrate
+
+        from tenants.rls import grant_app_role
+
+        post_migrate.connect(grant_app_role, dispatch_uid="tenants.grant_app_role")

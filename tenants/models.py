@@ -1,0 +1,145 @@
+"""Tenants and who may act for them: memberships (people) and API keys (programs)."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from tenants.scope import Scope
+
+
+class Role(models.TextChoices):
+    ADMIN = "admin", "Admin"
+    EDITOR = "editor", "Editor"
+    READER = "reader", "Reader"
+    AUDITOR = "auditor", "Auditor"
+
+
+def default_budgets() -> dict:
+    return {}
+
+
+class Tenant(models.Model):
+    name = models.CharField(max_length=200, unique=True)
+    slug = models.SlugField(max_length=100, unique=True)
+    # Per-tenant agent settings: budgets (max_tool_calls, max_iterations, ...), strict citations,
+    # daily run limit. Missing keys fall back to the defaults in agents.budgets.
+    settings = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Department(models.Model):
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="departments")
+    name = models.CharField(max_length=200)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "name"], name="uniq_department_name")]
+
+    def __str__(self) -> str:
+        return f"{self.tenant.slug}/{self.name}"
+
+
+class Membership(models.Model):
+    """A user's role in a tenant. `all_departments` or an explicit department list."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.READER)
+    all_departments = models.BooleanField(default=False)
+    departments = models.ManyToManyField(Department, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["user", "tenant"], name="uniq_membership")]
+
+    def __str__(self) -> str:
+        return f"{self.user} @ {self.tenant.slug} ({self.role})"
+
+    def scope(self) -> Scope:
+        return Scope(
+            tenant_id=self.tenant_id,
+            department_ids=frozenset(self.departments.values_list("id", flat=True)),
+            all_departments=self.all_departments,
+            role=self.role,
+            principal=f"user:{self.user_id}",
+        )
+
+
+KEY_PREFIX = "gk_"
+
+
+def hash_secret(secret: str) -> str:
+    """Keys are 256-bit random secrets, so one SHA-256 is enough (no password stretching)."""
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+class ApiKey(models.Model):
+    """A program's credential. Only the hash of the secret is stored; the raw key is shown once.
+
+    Raw form: gk_<public id>_<secret>. The public id finds the row; the secret is compared
+    in constant time against its hash.
+    """
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="api_keys")
+    name = models.CharField(max_length=200)
+    public_id = models.CharField(max_length=16, unique=True, editable=False)
+    secret_hash = models.CharField(max_length=64, editable=False)
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.READER)
+    all_departments = models.BooleanField(default=False)
+    departments = models.ManyToManyField(Department, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.name} ({KEY_PREFIX}{self.public_id}_…)"
+
+    @classmethod
+    def issue(cls, *, tenant: Tenant, name: str, role: str = Role.READER, all_departments: bool = False,
+              departments: list[Department] | None = None) -> tuple[ApiKey, str]:
+        """Create a key and return it with its raw value, which is never retrievable again."""
+        public_id = secrets.token_hex(8)
+        secret = secrets.token_urlsafe(32)
+        key = cls.objects.create(tenant=tenant, name=name, public_id=public_id, secret_hash=hash_secret(secret),
+                                 role=role, all_departments=all_departments)
+        if departments:
+            key.departments.set(departments)
+        return key, f"{KEY_PREFIX}{public_id}_{secret}"
+
+    @classmethod
+    def authenticate(cls, raw: str) -> ApiKey | None:
+        if not raw.startswith(KEY_PREFIX) or raw.count("_") < 2:
+            return None
+        public_id, _, secret = raw[len(KEY_PREFIX):].partition("_")
+        key = cls.objects.select_related("tenant").filter(public_id=public_id, revoked_at__isnull=True).first()
+        if key is None or not hmac.compare_digest(key.secret_hash, hash_secret(secret)):
+            return None
+        now = timezone.now()
+        if key.last_used_at is None or (now - key.last_used_at).total_seconds() > 60:
+            cls.objects.filter(pk=key.pk).update(last_used_at=now)
+            key.last_used_at = now
+        return key
+
+    def revoke(self) -> None:
+        self.revoked_at = timezone.now()
+        self.save(update_fields=["revoked_at"])
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None
+
+    def scope(self) -> Scope:
+        return Scope(
+            tenant_id=self.tenant_id,
+            department_ids=frozenset(self.departments.values_list("id", flat=True)),
+            all_departments=self.all_departments,
+            role=self.role,
+            principal=f"key:{self.public_id}",
+        )

@@ -1,0 +1,147 @@
+"""The scope: which tenant and departments a request may see. Built only from the authenticated
+caller (api.auth, the admin, a task's stored ids), never from a request body, a tool argument or
+model output. Everything that reads tenant data takes one.
+
+Two walls enforce it: `TenantScopedManager` refuses to query without a scope, and PostgreSQL
+row-level security (tenants.rls) hides other tenants' rows from the application role even if
+the ORM is bypassed. `activate(scope)` sets the tenant for RLS with SET LOCAL, so it lasts only
+for the surrounding transaction and is safe under connection pooling.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from django.db import connections, models, transaction
+
+
+class ScopeRequired(RuntimeError):
+    """A tenant-owned model was queried without a scope."""
+
+
+ROLES = ("admin", "editor", "reader", "auditor")
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Tenant + visible departments + role + who is asking. Immutable once built."""
+
+    tenant_id: int
+    department_ids: frozenset[int] = field(default_factory=frozenset)
+    all_departments: bool = False
+    role: str = "reader"
+    principal: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.tenant_id, int) or self.tenant_id <= 0:
+            raise ValueError("scope needs a positive integer tenant id")
+        if self.role not in ROLES and self.role != "system":
+            raise ValueError(f"unknown role {self.role!r}")
+        object.__setattr__(self, "department_ids", frozenset(int(d) for d in self.department_ids))
+
+    @classmethod
+    def system(cls, tenant_id: int, principal: str = "system") -> Scope:
+        """Whole-tenant scope for workers acting on a tenant's own stored job (ingestion)."""
+        return cls(tenant_id=tenant_id, all_departments=True, role="system", principal=principal)
+
+    def sees_department(self, department_id: int | None) -> bool:
+        return department_id is None or self.all_departments or department_id in self.department_ids
+
+    def narrowed(self, department_ids: Iterable[int] | None) -> Scope:
+        """A scope that sees at most `department_ids`: narrowing never widens."""
+        if department_ids is None:
+            return self
+        wanted = frozenset(int(d) for d in department_ids)
+        visible = wanted if self.all_departments else wanted & self.department_ids
+        return Scope(self.tenant_id, visible, False, self.role, self.principal)
+
+    def as_dict(self) -> dict:
+        return {
+            "tenant_id": self.tenant_id,
+            "department_ids": sorted(self.department_ids),
+            "all_departments": self.all_departments,
+            "role": self.role,
+            "principal": self.principal,
+        }
+
+
+def _current_tenant(alias: str) -> str:
+    with connections[alias].cursor() as cur:
+        cur.execute("SELECT current_setting('app.tenant_id', true)")
+        return cur.fetchone()[0] or ""
+
+
+def _set_tenant(alias: str, value: str) -> None:
+    with connections[alias].cursor() as cur:
+        cur.execute("SELECT set_config('app.tenant_id', %s, true)", [value])
+
+
+@contextlib.contextmanager
+def activate(scope: Scope, using: str = "default") -> Iterator[Scope]:
+    """Run the block in a transaction whose RLS tenant is `scope.tenant_id`.
+
+    Nested use restores the outer tenant on exit (SET LOCAL would otherwise leak to the end of
+    the outer transaction).
+    """
+    with transaction.atomic(using=using):
+        previous = _current_tenant(using)
+        _set_tenant(using, str(scope.tenant_id))
+        try:
+            yield scope
+        finally:
+            if connections[using].needs_rollback:
+                # The savepoint rollback restores the setting by itself.
+                pass
+            else:
+                _set_tenant(using, previous)
+
+
+class TenantScopedQuerySet(models.QuerySet):
+    def for_scope(self, scope: Scope) -> TenantScopedQuerySet:
+        if not isinstance(scope, Scope):
+            raise ScopeRequired(f"{self.model.__name__} needs a Scope, got {type(scope).__name__}")
+        qs = self.filter(tenant_id=scope.tenant_id)
+        if not scope.all_departments and _has_field(self.model, "department"):
+            qs = qs.filter(models.Q(department_id__isnull=True) | models.Q(department_id__in=scope.department_ids))
+        return qs
+
+
+def _has_field(model: type[models.Model], name: str) -> bool:
+    try:
+        model._meta.get_field(name)
+    except Exception:
+        return False
+    return True
+
+
+class TenantScopedManager(models.Manager.from_queryset(TenantScopedQuerySet)):
+    """Default manager of tenant-owned models: every read must say whose data it is.
+
+    `Model.objects.for_scope(scope)` is the way in. `Model.objects.unscoped_dangerously()` is the
+    deliberately named escape hatch for admin and maintenance code; grep for it in review.
+    """
+
+    def get_queryset(self) -> TenantScopedQuerySet:
+        raise ScopeRequired(
+            f"{self.model.__name__}.objects needs a scope: use .for_scope(scope) "
+            "or .unscoped_dangerously() in maintenance code"
+        )
+
+    def _plain(self) -> TenantScopedQuerySet:
+        return TenantScopedQuerySet(self.model, using=self._db)
+
+    def for_scope(self, scope: Scope) -> TenantScopedQuerySet:
+        return self._plain().for_scope(scope)
+
+    def unscoped_dangerously(self, using: str | None = None) -> TenantScopedQuerySet:
+        qs = self._plain()
+        return qs.using(using) if using else qs
+
+    # Writes carry their tenant id explicitly, and RLS's WITH CHECK verifies it.
+    def create(self, **kwargs):
+        return self._plain().create(**kwargs)
+
+    def bulk_create(self, objs, *args, **kwargs):
+        return self._plain().bulk_create(objs, *args, **kwargs)
