@@ -109,3 +109,18 @@ def _bootstrap(server) -> None:
             conn.execute(f"CREATE ROLE {APP_ROLE} LOGIN NOSUPERUSER NOBYPASSRLS NOCREATEROLE")
         if not conn.execute("SELECT 1 FROM pg_database WHERE datname=%s", [DATABASE_NAME]).fetchone():
             conn.execute(f"CREATE DATABASE {DATABASE_NAME}")
+
+
+if __name__ == "__main__":  # python -m kb.embedded_db stop|stop-stale|status
+    import sys
+
+    action = sys.argv[1] if len(sys.argv) > 1 else "status"
+    if action == "stop":
+        print(f"embedded postgres: stopped pid {stop_server()}" if _postmaster_pid(data_dir()) else "embedded postgres: not running")
+    elif action == "stop-stale":
+        pid = stop_stale_server()
+        print(f"embedded postgres: stopped stale server pid {pid}" if pid else "embedded postgres: no stale server")
+    else:
+        pid = _postmaster_pid(data_dir())
+        running = bool(pid and psutil.pid_exists(pid))
+        print(f"embedded postgres: {'running pid ' + str(pid) if running else 'not running'}; holders {_live_holders(data_dir())}")

@@ -1,0 +1,17 @@
+FROM python:3.11-slim
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY kb kb
+COPY agents agents
+COPY api api
+COPY tenants tenants
+COPY templates templates
+COPY manage.py ./
+RUN pip install --no-cache-dir "torch==2.13.0" --index-url https://download.pytorch.org/whl/cpu \
+ && pip install --no-cache-dir ".[local-embed]" \
+ && SECRET_KEY=build DEBUG=0 DATABASE_URL=postgres://x:x@localhost/x python manage.py collectstatic --no-input
+RUN useradd --create-home grounded
+USER grounded
+EXPOSE 8000
+CMD ["gunicorn", "kb.wsgi:application", "--bind", "0.0.0.0:8000", "--workers", "3"]

@@ -1,0 +1,59 @@
+"""Configuration: bad settings fail with one clear line; compose file is valid; deploy checks pass."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+PROD_ENV = {
+    "DEBUG": "0",
+    "SECRET_KEY": "k" * 64 + "-production-like-secret-for-checks",
+    "ALLOWED_HOSTS": "kb.example.com",
+    "DATABASE_URL": "postgres://grounded:pw@db.example.com:5432/grounded",
+}
+
+
+def run_manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "DEBUG", "SECRET_KEY", "REDIS_URL"}}
+    return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env={**base, **env},
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize(("env", "needle"), [
+    ({"DATABASE_URL": "mysql://nope", "SECRET_KEY": "x" * 60}, "DATABASE_URL"),
+    ({"DATABASE_URL": "postgres://u:p@host:notaport/db", "SECRET_KEY": "x" * 60}, "DATABASE_URL"),
+    ({"DEBUG": "0"}, "SECRET_KEY"),
+    ({"DEBUG": "maybe"}, "DEBUG"),
+    ({"REDIS_URL": "http://wrong", "DEBUG": "1"}, "REDIS_URL"),
+])
+def test_bad_configuration_fails_with_one_line_naming_the_setting(env, needle):
+    result = run_manage("check", env=env)
+    assert result.returncode != 0
+    lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert needle in lines[0]
+
+
+def test_check_deploy_is_clean_with_production_settings():
+    result = run_manage("check", "--deploy", "--fail-level", "WARNING", env=PROD_ENV)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_docker_compose_is_valid_and_has_the_production_shape():
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    services = compose["services"]
+    assert {"postgres", "redis", "web", "worker"} <= set(services)
+    assert services["postgres"]["image"].startswith("pgvector/pgvector")
+    for name in ("postgres", "redis", "web", "worker"):
+        assert "healthcheck" in services[name], name
+    assert "gunicorn" in services["web"]["command"]
+    assert services["worker"]["command"][:3] == ["celery", "-A", "kb"]
+    env = services["web"]["environment"]
+    assert env["DATABASE_URL"].startswith("postgres://") and "REDIS_URL" in env and "SECRET_KEY" in env
+    assert set(compose["volumes"]) >= {"pgdata"}
