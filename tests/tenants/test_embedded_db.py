@@ -1,0 +1,67 @@
+"""The embedded server: a holder killed with SIGKILL leaves postgres running; start-up stops it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from kb import embedded_db
+
+ROOT = Path(__file__).resolve().parents[2]
+HOLDER = """
+import os, sys, time
+os.environ["GROUNDED_DATA_DIR"] = sys.argv[1]
+from kb.embedded_db import ensure_server
+ensure_server()
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.fixture
+def data_dir(tmp_path_factory):
+    # Unix socket paths are short: keep the directory near the root.
+    path = Path("/tmp") / f"gr-pg-{os.getpid()}"
+    yield path
+    embedded_db.stop_server(path)
+    subprocess.run(["rm", "-rf", str(path)], check=False)
+
+
+def test_sigkilled_holder_leaves_a_stale_server_that_startup_stops(data_dir):
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(data_dir)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    pid = embedded_db._postmaster_pid(data_dir)
+    assert pid and psutil.pid_exists(pid)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    time.sleep(0.5)
+    assert psutil.pid_exists(pid), "postgres outlives a SIGKILLed holder (the case being handled)"
+    stopped = embedded_db.stop_stale_server(data_dir)
+    assert stopped == pid
+    assert not psutil.pid_exists(pid)
+
+
+def test_server_stops_when_its_last_holder_exits_normally(data_dir):
+    code = HOLDER.replace("time.sleep(600)", "")
+    out = subprocess.run([sys.executable, "-c", code, str(data_dir)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert "ready" in out.stdout
+    pid = embedded_db._postmaster_pid(data_dir)
+    assert pid is None or not psutil.pid_exists(pid)
+
+
+def test_live_holder_is_not_treated_as_stale(data_dir):
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(data_dir)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        assert embedded_db.stop_stale_server(data_dir) is None
+        assert psutil.pid_exists(embedded_db._postmaster_pid(data_dir))
+    finally:
+        proc.terminate()
+        proc.wait()
