@@ -211,7 +211,14 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "api.errors.exception_handler",
     "UNAUTHENTICATED_USER": None,
 }
-SPECTACULAR_SETTINGS = {"TITLE": "grounded API", "VERSION": "1.0.0", "SERVE_INCLUDE_SCHEMA": False}
+SPECTACULAR_SETTINGS = {"TITLE": "grounded API", "VERSION": "1.0.0", "SERVE_INCLUDE_SCHEMA": False,
+                        "COMPONENT_SPLIT_REQUEST": True}
+# Requests per minute per API key (or signed-in user); enforced atomically in Redis when
+# RATE_LIMIT_REDIS_URL (default REDIS_URL) is set, else in the Django cache.
+RATE_LIMIT_PER_MINUTE = env_int("RATE_LIMIT_PER_MINUTE", 120)
+RATE_LIMIT_REDIS_URL = os.environ.get("RATE_LIMIT_REDIS_URL", "").strip() or REDIS_URL
+# Agent runs per tenant per UTC day when Tenant.settings has no "daily_runs"; 0 = unlimited.
+DEFAULT_DAILY_RUNS = env_int("DEFAULT_DAILY_RUNS", 0)
 
 # --- Security (production) ---------------------------------------------------------------------
 SECURE_CONTENT_TYPE_NOSNIFF = True

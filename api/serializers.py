@@ -1,0 +1,262 @@
+"""Request validation and response shapes. Validation of ids that name tenant rows goes through
+api.access (so a foreign id is "not found", reported on the field at fault)."""
+
+from __future__ import annotations
+
+import json
+
+from django.conf import settings
+from rest_framework import serializers
+from rest_framework.exceptions import NotFound
+
+from api.access import access_department
+from kb.models import Corpus, Document, IngestJob
+from tenants.models import ApiKey, Department, Membership, Role
+from tenants.scope import Scope
+
+
+def _department_in_scope(scope, department_id: int | None) -> Department | None:
+    if department_id is None:
+        return None
+    try:
+        return access_department(scope, department_id)
+    except NotFound:
+        raise serializers.ValidationError("department not found") from None
+
+
+class DepartmentSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Department
+        fields = ["id", "name"]
+
+
+class CorpusSerializer(serializers.ModelSerializer):
+    department = serializers.IntegerField(source="department_id", allow_null=True, required=False, min_value=1)
+    document_count = serializers.IntegerField(read_only=True, required=False)
+
+    class Meta:
+        model = Corpus
+        fields = ["id", "name", "description", "department", "embedding_model", "embedding_dim", "chunk_target_tokens",
+                  "chunk_overlap_tokens", "chunk_count", "document_count", "created_at"]
+        read_only_fields = ["id", "embedding_model", "embedding_dim", "chunk_count", "created_at"]
+        extra_kwargs = {"chunk_target_tokens": {"min_value": 50, "max_value": 2000},
+                        "chunk_overlap_tokens": {"min_value": 0, "max_value": 500}}
+
+    def validate_department(self, value):
+        dept = _department_in_scope(self.context["scope"], value)
+        return dept.id if dept else None
+
+    def validate_name(self, value: str) -> str:
+        value = value.strip()
+        if not value:
+            raise serializers.ValidationError("must not be blank")
+        # Names are unique per tenant (the constraint), so the check spans the tenant's departments.
+        qs = Corpus.objects.for_scope(Scope.system(self.context["scope"].tenant_id)).filter(name=value)
+        if self.instance is not None:
+            qs = qs.exclude(pk=self.instance.pk)
+        if qs.exists():
+            raise serializers.ValidationError("a corpus with this name already exists")
+        return value
+
+    def validate(self, attrs):
+        target = attrs.get("chunk_target_tokens", getattr(self.instance, "chunk_target_tokens", 200))
+        overlap = attrs.get("chunk_overlap_tokens", getattr(self.instance, "chunk_overlap_tokens", 30))
+        if overlap >= target:
+            raise serializers.ValidationError({"chunk_overlap_tokens": "must be smaller than chunk_target_tokens"})
+        return attrs
+
+
+def job_progress(job: IngestJob | None) -> dict | None:
+    if job is None:
+        return None
+    percent = 100.0 if job.status == "done" else (round(100.0 * job.chunks_done / job.chunks_total, 1) if job.chunks_total else 0.0)
+    return {"job": job.id, "status": job.status, "stage": job.stage, "chunks_done": job.chunks_done,
+            "chunks_total": job.chunks_total, "percent": percent}
+
+
+class ProgressSerializer(serializers.Serializer):
+    job = serializers.IntegerField()
+    status = serializers.CharField()
+    stage = serializers.CharField()
+    chunks_done = serializers.IntegerField()
+    chunks_total = serializers.IntegerField()
+    percent = serializers.FloatField()
+
+
+class DocumentSerializer(serializers.ModelSerializer):
+    progress = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Document
+        fields = ["id", "corpus", "department", "title", "source_name", "mime_type", "size_bytes", "sha256", "status", "error",
+                  "metadata", "version", "chunk_count", "progress", "created_at", "updated_at"]
+        read_only_fields = fields
+
+    def get_progress(self, obj: Document) -> ProgressSerializer(allow_null=True):  # type: ignore[valid-type]
+        jobs = getattr(obj, "latest_jobs", None)
+        if jobs is None:
+            jobs = list(IngestJob.objects.for_scope(self.context["scope"]).filter(document_id=obj.id).order_by("-id")[:1])
+        return job_progress(jobs[0] if jobs else None)
+
+
+class IngestJobSerializer(serializers.ModelSerializer):
+    percent = serializers.SerializerMethodField()
+
+    class Meta:
+        model = IngestJob
+        fields = ["id", "corpus", "document", "kind", "status", "stage", "chunks_done", "chunks_total", "percent", "error",
+                  "attempts", "created_at", "started_at", "heartbeat_at", "finished_at"]
+        read_only_fields = fields
+
+    def get_percent(self, obj: IngestJob) -> float:
+        return job_progress(obj)["percent"]
+
+
+class UploadSerializer(serializers.Serializer):
+    corpus = serializers.IntegerField(min_value=1)
+    files = serializers.ListField(child=serializers.FileField(allow_empty_file=False), allow_empty=False)
+    metadata = serializers.CharField(required=False, allow_blank=True, help_text="JSON object applied to every file.")
+    title = serializers.CharField(required=False, allow_blank=False, max_length=500, help_text="Only with a single file.")
+
+    def validate_files(self, files):
+        if len(files) > settings.MAX_FILES_PER_UPLOAD:
+            raise serializers.ValidationError(f"at most {settings.MAX_FILES_PER_UPLOAD} files per upload")
+        for f in files:
+            if f.size > settings.MAX_UPLOAD_BYTES:
+                raise serializers.ValidationError(f"{f.name}: larger than {settings.MAX_UPLOAD_BYTES} bytes")
+        return files
+
+    def validate_metadata(self, raw: str) -> dict:
+        if not raw:
+            return {}
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            raise serializers.ValidationError("must be a JSON object") from None
+        if not isinstance(value, dict):
+            raise serializers.ValidationError("must be a JSON object")
+        return value
+
+    def validate(self, attrs):
+        if attrs.get("title") and len(attrs["files"]) > 1:
+            raise serializers.ValidationError({"title": "only allowed with a single file"})
+        return attrs
+
+
+class UploadResultSerializer(serializers.Serializer):
+    documents = DocumentSerializer(many=True)
+    jobs = serializers.ListField(child=serializers.IntegerField(allow_null=True))
+
+
+class SearchFiltersSerializer(serializers.Serializer):
+    corpus_ids = serializers.ListField(child=serializers.IntegerField(min_value=1), required=False, max_length=100)
+    document_ids = serializers.ListField(child=serializers.IntegerField(min_value=1), required=False, max_length=1000)
+    department_ids = serializers.ListField(child=serializers.IntegerField(min_value=1), required=False, max_length=100)
+    metadata = serializers.DictField(child=serializers.JSONField(), required=False)
+    published_after = serializers.DateTimeField(required=False, input_formats=["iso-8601", "%Y-%m-%d"])
+    published_before = serializers.DateTimeField(required=False, input_formats=["iso-8601", "%Y-%m-%d"])
+
+    def validate_metadata(self, value: dict) -> dict:
+        for key, v in value.items():
+            if not isinstance(v, str | int | float | bool) or v is None:
+                raise serializers.ValidationError(f"{key}: values must be strings, numbers or booleans")
+        return value
+
+
+class SearchRequestSerializer(serializers.Serializer):
+    query = serializers.CharField(max_length=2000, trim_whitespace=True)
+    k = serializers.IntegerField(min_value=1, max_value=50, default=10)
+    mode = serializers.ChoiceField(choices=["vector", "keyword", "hybrid"], default="hybrid")
+    filters = SearchFiltersSerializer(required=False)
+
+
+class SearchHitSerializer(serializers.Serializer):
+    chunk_id = serializers.IntegerField()
+    document_id = serializers.IntegerField()
+    corpus_id = serializers.IntegerField()
+    corpus_name = serializers.CharField()
+    document_title = serializers.CharField()
+    locator = serializers.CharField()
+    page = serializers.IntegerField(allow_null=True)
+    ordinal = serializers.IntegerField()
+    text = serializers.CharField()
+    score = serializers.FloatField()
+    metadata = serializers.DictField()
+    flags = serializers.ListField(child=serializers.CharField())
+
+
+class SearchResponseSerializer(serializers.Serializer):
+    hits = SearchHitSerializer(many=True)
+    applied_filter = serializers.DictField()
+    path = serializers.CharField()
+    timings_ms = serializers.DictField()
+
+
+class AskRequestSerializer(serializers.Serializer):
+    question = serializers.CharField(max_length=4000, trim_whitespace=True)
+    strategy = serializers.ChoiceField(choices=["auto", "single", "iterative", "decompose"], default="auto")
+
+
+class ApiKeySerializer(serializers.ModelSerializer):
+    departments = serializers.ListField(child=serializers.IntegerField(min_value=1), required=False, write_only=True)
+    department_ids = serializers.SerializerMethodField()
+    prefix = serializers.SerializerMethodField()
+    active = serializers.BooleanField(source="is_active", read_only=True)
+
+    class Meta:
+        model = ApiKey
+        fields = ["id", "name", "prefix", "role", "all_departments", "departments", "department_ids", "active", "created_at",
+                  "revoked_at", "last_used_at"]
+        read_only_fields = ["id", "prefix", "active", "created_at", "revoked_at", "last_used_at"]
+
+    def get_department_ids(self, obj) -> list[int]:
+        return sorted(d.id for d in obj.departments.all())
+
+    def get_prefix(self, obj) -> str:
+        return f"gk_{obj.public_id}_"
+
+    def validate_departments(self, ids: list[int]) -> list[Department]:
+        return [_department_in_scope(self.context["scope"], i) for i in dict.fromkeys(ids)]
+
+    def validate(self, attrs):
+        scope = self.context["scope"]
+        if attrs.get("all_departments") and not scope.all_departments:
+            raise serializers.ValidationError({"all_departments": "you may not grant more departments than you see"})
+        return attrs
+
+
+class ApiKeyCreatedSerializer(ApiKeySerializer):
+    key = serializers.CharField(read_only=True, help_text="The raw key. Shown once; store it now.")
+
+    class Meta(ApiKeySerializer.Meta):
+        fields = ApiKeySerializer.Meta.fields + ["key"]
+
+
+class MembershipSerializer(serializers.ModelSerializer):
+    username = serializers.CharField(source="user.username", max_length=150)
+    email = serializers.EmailField(source="user.email", required=False, allow_blank=True)
+    departments = serializers.ListField(child=serializers.IntegerField(min_value=1), required=False, write_only=True)
+    department_ids = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Membership
+        fields = ["id", "username", "email", "role", "all_departments", "departments", "department_ids"]
+        read_only_fields = ["id"]
+
+    def get_department_ids(self, obj) -> list[int]:
+        return sorted(d.id for d in obj.departments.all())
+
+    def validate_role(self, value: str) -> str:
+        if value not in Role.values:
+            raise serializers.ValidationError("unknown role")
+        return value
+
+    def validate_departments(self, ids: list[int]) -> list[Department]:
+        return [_department_in_scope(self.context["scope"], i) for i in dict.fromkeys(ids)]
+
+    def validate(self, attrs):
+        if self.instance is not None and "user" in attrs:
+            raise serializers.ValidationError({"username": "cannot be changed; remove and add the member instead"})
+        if attrs.get("all_departments") and not self.context["scope"].all_departments:
+            raise serializers.ValidationError({"all_departments": "you may not grant more departments than you see"})
+        return attrs

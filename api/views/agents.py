@@ -1,0 +1,319 @@
+"""Ask (sync JSON and Server-Sent Events), run traces and chain verification."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import queue
+import threading
+from datetime import datetime, time
+
+from django.db import close_old_connections, connections
+from django.db.models import Count, Q, QuerySet
+from django.http import StreamingHttpResponse
+from django.utils.dateparse import parse_date, parse_datetime
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import serializers, status
+from rest_framework.exceptions import NotFound, Throttled, ValidationError
+from rest_framework.response import Response
+
+from agents.models import Citation, Outcome, Run, RunStep, Verdict
+from api import serializers as s
+from api.permissions import ASK, AUDIT
+from api.ratelimit import consume_daily_run, daily_run_limit
+from api.views.base import ScopedAPIView
+from kb.models import Chunk
+from tenants.models import Tenant
+from tenants.scope import Scope, activate
+
+# --- Selectors over the trace ----------------------------------------------------------------------
+
+
+def visible_runs(scope: Scope) -> QuerySet:
+    """Runs the caller may audit. A department-restricted auditor sees only runs whose scope was
+    within their departments (a whole-tenant run could have read any department)."""
+    qs = Run.objects.for_scope(scope)
+    if not scope.all_departments:
+        qs = qs.filter(scope__all_departments=False).extra(
+            where=["(agents_run.scope -> 'department_ids') <@ %s::jsonb"], params=[json.dumps(sorted(scope.department_ids))])
+    return qs
+
+
+def access_run(scope: Scope, run_id) -> Run:
+    try:
+        pk = int(run_id)
+    except (TypeError, ValueError):
+        raise NotFound("run not found") from None
+    run = visible_runs(scope).filter(pk=pk).first() if 0 < pk < 2**63 else None
+    if run is None:
+        raise NotFound("run not found")
+    return run
+
+
+def _bound(raw: str | None, field: str, end: bool) -> datetime | None:
+    if not raw:
+        return None
+    value = parse_datetime(raw)
+    if value is None:
+        day = parse_date(raw)
+        if day is None:
+            raise ValidationError({field: ["expected an ISO date or datetime"]})
+        from django.utils import timezone
+
+        value = timezone.make_aware(datetime.combine(day, time.max if end else time.min))
+    elif value.tzinfo is None:
+        from django.utils import timezone
+
+        value = timezone.make_aware(value)
+    return value
+
+
+def filter_runs(qs: QuerySet, params) -> QuerySet:
+    """Filters shared by the API and the admin review: since/until, principal, outcome, strategy, unverified."""
+    if since := _bound(params.get("since"), "since", end=False):
+        qs = qs.filter(created_at__gte=since)
+    if until := _bound(params.get("until"), "until", end=True):
+        qs = qs.filter(created_at__lte=until)
+    if principal := params.get("principal"):
+        qs = qs.filter(principal=principal)
+    if outcome := params.get("outcome"):
+        if outcome not in Outcome.values:
+            raise ValidationError({"outcome": [f"one of {', '.join(Outcome.values)}"]})
+        qs = qs.filter(outcome=outcome)
+    if strategy := params.get("strategy"):
+        qs = qs.filter(strategy=strategy)
+    unverified = params.get("unverified")
+    if unverified not in (None, ""):
+        if unverified.lower() not in {"true", "false", "1", "0"}:
+            raise ValidationError({"unverified": ["true or false"]})
+        has = Q(citations__verdict__in=[v for v in Verdict.values if v != Verdict.VERIFIED])
+        qs = qs.filter(has).distinct() if unverified.lower() in {"true", "1"} else qs.exclude(has)
+    return qs
+
+
+def _with_unverified_count(qs: QuerySet) -> QuerySet:
+    return qs.annotate(unverified_citations=Count("citations", filter=~Q(citations__verdict=Verdict.VERIFIED)))
+
+
+# --- Shapes ----------------------------------------------------------------------------------------
+
+
+class RunSerializer(serializers.ModelSerializer):
+    unverified_citations = serializers.IntegerField(read_only=True, default=0)
+
+    class Meta:
+        model = Run
+        fields = ["id", "seq", "principal", "scope", "question", "strategy_requested", "strategy", "provider", "model",
+                  "prompt_version", "budgets", "answer", "outcome", "grounded", "strict", "missing", "error", "input_tokens",
+                  "output_tokens", "tool_calls", "latency_ms", "created_at", "prev_hash", "hash", "unverified_citations"]
+        read_only_fields = fields
+
+
+class RunStepSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = RunStep
+        fields = ["ordinal", "kind", "name", "arguments", "effective_filter", "chunk_ids", "content_hashes", "output", "cached",
+                  "error", "latency_ms", "input_tokens", "output_tokens"]
+        read_only_fields = fields
+
+
+class CitationSerializer(serializers.ModelSerializer):
+    chunk = serializers.SerializerMethodField(help_text="The cited chunk as it is now, if it still exists and is visible.")
+
+    class Meta:
+        model = Citation
+        fields = ["ordinal", "chunk_id", "document_id", "content_hash", "quoted_text", "claim", "verdict", "reason", "chunk"]
+        read_only_fields = fields
+
+    def get_chunk(self, obj) -> dict | None:
+        chunk = self.context.get("chunks", {}).get(obj.chunk_id)
+        if chunk is None:
+            return None
+        return {"id": chunk.id, "document_id": chunk.document_id, "document_title": chunk.document.title, "locator": chunk.locator,
+                "page": chunk.page, "text": chunk.text, "unchanged": chunk.content_hash == obj.content_hash}
+
+
+class RunDetailSerializer(RunSerializer):
+    steps = serializers.SerializerMethodField()
+    citations = serializers.SerializerMethodField()
+
+    class Meta(RunSerializer.Meta):
+        fields = RunSerializer.Meta.fields + ["steps", "citations"]
+        read_only_fields = fields
+
+    def get_steps(self, obj) -> RunStepSerializer(many=True):  # type: ignore[valid-type]
+        return RunStepSerializer(self.context["steps"], many=True).data
+
+    def get_citations(self, obj) -> CitationSerializer(many=True):  # type: ignore[valid-type]
+        return CitationSerializer(self.context["citations"], many=True, context=self.context).data
+
+
+def run_detail(scope: Scope, run: Run) -> dict:
+    """The run with its steps, citations and the cited chunks still visible to `scope`. Inside activate(scope)."""
+    steps = list(RunStep.objects.for_scope(scope).filter(run_id=run.id).order_by("ordinal"))
+    citations = list(Citation.objects.for_scope(scope).filter(run_id=run.id).order_by("ordinal"))
+    chunks = {c.id: c for c in Chunk.objects.for_scope(scope).filter(id__in=[c.chunk_id for c in citations]).select_related("document")}
+    run.unverified_citations = sum(1 for c in citations if c.verdict != Verdict.VERIFIED)
+    return RunDetailSerializer(run, context={"steps": steps, "citations": citations, "chunks": chunks}).data
+
+
+# --- Ask -------------------------------------------------------------------------------------------
+
+
+def _check_daily_budget(scope: Scope) -> None:
+    tenant = Tenant.objects.only("settings").get(pk=scope.tenant_id)
+    decision = consume_daily_run(scope.tenant_id, daily_run_limit(tenant.settings or {}))
+    if not decision.allowed:
+        raise Throttled(wait=decision.retry_after, detail="the tenant's daily agent-run budget is used up")
+
+
+def _ask(**kwargs) -> Run:
+    from agents.services import ask
+
+    return ask(**kwargs)
+
+
+def step_json(step) -> dict:
+    """Whatever the loop hands `on_step` (a RunStep, a dataclass or a dict) as JSON-able data."""
+    if isinstance(step, RunStep):
+        return dict(RunStepSerializer(step).data)
+    if dataclasses.is_dataclass(step) and not isinstance(step, type):
+        return json.loads(json.dumps(dataclasses.asdict(step), default=str))
+    if isinstance(step, dict):
+        return json.loads(json.dumps(step, default=str))
+    return {"step": str(step)}
+
+
+class Ask(ScopedAPIView):
+    """Answer a question from the caller's corpora; returns the run with steps and verified citations."""
+
+    roles = ASK
+
+    @extend_schema(request=s.AskRequestSerializer, responses=RunDetailSerializer)
+    def post(self, request):
+        ser = s.AskRequestSerializer(data=request.data)
+        ser.is_valid(raise_exception=True)
+        _check_daily_budget(self.scope)
+        run = _ask(scope=self.scope, question=ser.validated_data["question"], strategy=ser.validated_data["strategy"])
+        with activate(self.scope):
+            return Response(run_detail(self.scope, access_run(Scope.system(self.scope.tenant_id), run.id)))
+
+
+def sse(event: str, data) -> bytes:
+    return f"event: {event}\ndata: {json.dumps(data, default=str)}\n\n".encode()
+
+
+_DONE = object()
+KEEPALIVE_SECONDS = 15.0
+
+
+def start_background(target) -> None:
+    """Run `target` off the request thread (tests may replace this to run inline)."""
+    threading.Thread(target=target, daemon=True, name="ask-stream").start()
+
+
+class AskStream(ScopedAPIView):
+    """Like ask, as Server-Sent Events: `step` per agent step as it happens, then `answer`, then `done`
+    (or `error`)."""
+
+    roles = ASK
+
+    @extend_schema(request=s.AskRequestSerializer,
+                   responses={(200, "text/event-stream"): OpenApiResponse(OpenApiTypes.STR, description="SSE stream")})
+    def post(self, request):
+        ser = s.AskRequestSerializer(data=request.data)
+        ser.is_valid(raise_exception=True)
+        _check_daily_budget(self.scope)
+        scope, data = self.scope, ser.validated_data
+        events: queue.Queue = queue.Queue()
+
+        def work() -> None:
+            try:
+                run = _ask(scope=scope, question=data["question"], strategy=data["strategy"],
+                           on_step=lambda step: events.put(("step", step_json(step))))
+                with activate(scope):
+                    detail = run_detail(scope, access_run(Scope.system(scope.tenant_id), run.id))
+                events.put(("answer", {k: detail[k] for k in ("answer", "outcome", "grounded", "missing", "citations")}))
+                events.put(("done", {"run_id": run.id, "latency_ms": detail["latency_ms"]}))
+            except Exception as exc:  # reported to the client as an event; the run (if any) is in the trace
+                events.put(("error", {"code": exc.__class__.__name__, "message": str(exc)[:500]}))
+            finally:
+                events.put(_DONE)
+                if threading.current_thread() is not threading.main_thread():
+                    connections.close_all()
+
+        def stream():
+            close_old_connections()
+            start_background(work)
+            while True:
+                try:
+                    item = events.get(timeout=KEEPALIVE_SECONDS)
+                except queue.Empty:
+                    yield b": keepalive\n\n"
+                    continue
+                if item is _DONE:
+                    return
+                yield sse(*item)
+
+        response = StreamingHttpResponse(stream(), content_type="text/event-stream", status=status.HTTP_200_OK)
+        response["Cache-Control"] = "no-cache"
+        response["X-Accel-Buffering"] = "no"
+        return response
+
+
+# --- Runs ------------------------------------------------------------------------------------------
+
+RUN_FILTERS = [
+    OpenApiParameter("since", str, description="ISO date or datetime (inclusive)"),
+    OpenApiParameter("until", str, description="ISO date or datetime (inclusive)"),
+    OpenApiParameter("principal", str, description="'user:<id>' or 'key:<public id>'"),
+    OpenApiParameter("outcome", str, enum=Outcome.values),
+    OpenApiParameter("strategy", str),
+    OpenApiParameter("unverified", bool, description="only runs with (true) / without (false) unverified citations"),
+]
+
+
+class RunList(ScopedAPIView):
+    """Agent runs, newest first (auditors and admins)."""
+
+    roles = AUDIT
+
+    @extend_schema(parameters=RUN_FILTERS, responses=RunSerializer(many=True))
+    def get(self, request):
+        with activate(self.scope):
+            qs = _with_unverified_count(filter_runs(visible_runs(self.scope), request.query_params))
+            return self.paginated(qs, RunSerializer)
+
+
+class RunDetail(ScopedAPIView):
+    """One run with its step timeline and citations (each with its verdict and the chunk it cites)."""
+
+    roles = AUDIT
+
+    @extend_schema(responses=RunDetailSerializer)
+    def get(self, request, run_id: int):
+        with activate(self.scope):
+            return Response(run_detail(self.scope, access_run(self.scope, run_id)))
+
+
+class ChainStatusSerializer(serializers.Serializer):
+    ok = serializers.BooleanField()
+    runs_checked = serializers.IntegerField()
+    first_break = serializers.DictField(allow_null=True)
+
+
+class ChainVerify(ScopedAPIView):
+    """Recompute the tenant's run hash chain; names the first broken run, if any."""
+
+    roles = AUDIT
+
+    @extend_schema(responses=ChainStatusSerializer)
+    def get(self, request):
+        from agents.chain import verify_tenant_chain
+
+        with activate(self.scope):
+            report = verify_tenant_chain(self.scope.tenant_id, using="default")
+        brk = report.first_break
+        return Response({"ok": report.ok, "runs_checked": report.runs_checked,
+                         "first_break": {"run_id": brk.run_id, "seq": brk.seq, "reason": brk.reason} if brk else None})

@@ -1,0 +1,235 @@
+"""Corpora, documents, ingestion jobs and search."""
+
+from __future__ import annotations
+
+from django.db.models import Count, Prefetch
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import status
+from rest_framework.exceptions import ValidationError
+from rest_framework.parsers import FormParser, MultiPartParser
+from rest_framework.response import Response
+
+from api import serializers as s
+from api.access import access_corpus, access_document, access_job, visible_corpora, visible_documents, visible_jobs
+from api.permissions import EDIT_DOCUMENTS, MANAGE, READ_KB
+from api.views.base import ScopedAPIView
+from kb.models import Corpus, IngestJob
+from tenants.scope import activate
+
+
+class CorpusList(ScopedAPIView):
+    """List the corpora the caller sees; admins create them."""
+
+    read_roles = READ_KB
+    write_roles = MANAGE
+
+    @extend_schema(responses=s.CorpusSerializer(many=True))
+    def get(self, request):
+        with activate(self.scope):
+            qs = visible_corpora(self.scope).annotate(document_count=Count("documents"))
+            return self.paginated(qs, s.CorpusSerializer)
+
+    @extend_schema(request=s.CorpusSerializer, responses={201: s.CorpusSerializer})
+    def post(self, request):
+        with activate(self.scope):
+            ser = s.CorpusSerializer(data=request.data, context={"scope": self.scope})
+            ser.is_valid(raise_exception=True)
+            data = dict(ser.validated_data)
+            corpus = Corpus.objects.create(tenant_id=self.scope.tenant_id, **data)
+            corpus.document_count = 0
+            return Response(s.CorpusSerializer(corpus).data, status=status.HTTP_201_CREATED)
+
+
+class CorpusDetail(ScopedAPIView):
+    """One corpus; admins rename/describe/re-department or delete it (with its documents)."""
+
+    read_roles = READ_KB
+    write_roles = MANAGE
+
+    @extend_schema(responses=s.CorpusSerializer)
+    def get(self, request, corpus_id: int):
+        with activate(self.scope):
+            corpus = access_corpus(self.scope, corpus_id)
+            corpus.document_count = visible_documents(self.scope).filter(corpus=corpus).count()
+            return Response(s.CorpusSerializer(corpus).data)
+
+    @extend_schema(request=s.CorpusSerializer, responses=s.CorpusSerializer)
+    def patch(self, request, corpus_id: int):
+        with activate(self.scope):
+            corpus = access_corpus(self.scope, corpus_id)
+            ser = s.CorpusSerializer(corpus, data=request.data, partial=True, context={"scope": self.scope})
+            ser.is_valid(raise_exception=True)
+            for field, value in ser.validated_data.items():
+                setattr(corpus, field, value)
+            corpus.save()
+            corpus.document_count = visible_documents(self.scope).filter(corpus=corpus).count()
+            return Response(s.CorpusSerializer(corpus).data)
+
+    @extend_schema(responses={204: None})
+    def delete(self, request, corpus_id: int):
+        with activate(self.scope):
+            access_corpus(self.scope, corpus_id).delete()
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+def _with_latest_job(qs, scope):
+    return qs.prefetch_related(Prefetch("jobs", queryset=IngestJob.objects.for_scope(scope).order_by("-id"), to_attr="all_jobs"))
+
+
+def _documents_out(docs) -> list[dict]:
+    for d in docs:
+        if hasattr(d, "all_jobs"):
+            d.latest_jobs = d.all_jobs[:1]
+    return s.DocumentSerializer(docs, many=True).data
+
+
+def _rejected_field(field: str, index: int) -> str:
+    return f"files[{index}]" if field in {"file", "files", "data", "filename", "content"} else field
+
+
+class DocumentList(ScopedAPIView):
+    """List documents with status and ingestion progress; editors upload one or more files."""
+
+    read_roles = READ_KB
+    write_roles = EDIT_DOCUMENTS
+    parser_classes = [MultiPartParser, FormParser]
+
+    @extend_schema(parameters=[OpenApiParameter("corpus", int), OpenApiParameter("status", str)],
+                   responses=s.DocumentSerializer(many=True))
+    def get(self, request):
+        with activate(self.scope):
+            qs = _with_latest_job(visible_documents(self.scope), self.scope)
+            if request.query_params.get("corpus"):
+                qs = qs.filter(corpus=access_corpus(self.scope, request.query_params["corpus"]))
+            if request.query_params.get("status"):
+                qs = qs.filter(status=request.query_params["status"])
+            paginator = self.pagination_class()
+            page = paginator.paginate_queryset(qs, request, view=self)
+            return paginator.get_paginated_response(_documents_out(page))
+
+    @extend_schema(request={"multipart/form-data": s.UploadSerializer}, responses={201: s.UploadResultSerializer})
+    def post(self, request):
+        from kb.ingest import UploadRejected, upload_document
+
+        ser = s.UploadSerializer(data={"corpus": request.data.get("corpus"), "files": request.FILES.getlist("files"),
+                                       **{k: request.data[k] for k in ("metadata", "title") if k in request.data}})
+        ser.is_valid(raise_exception=True)
+        data = ser.validated_data
+        documents, jobs = [], []
+        # All files or none: a rejected file rolls back the others (and their queued jobs).
+        with activate(self.scope):
+            try:
+                corpus = access_corpus(self.scope, data["corpus"])
+            except Exception:
+                raise ValidationError({"corpus": ["corpus not found"]}) from None
+            for i, f in enumerate(data["files"]):
+                try:
+                    doc, job = upload_document(scope=self.scope, corpus=corpus, filename=f.name, data=f.read(),
+                                               metadata=data.get("metadata") or None, title=data.get("title"))
+                except UploadRejected as exc:
+                    raise ValidationError({_rejected_field(exc.field, i): [exc.message]}) from None
+                documents.append(doc)
+                jobs.append(job.id if job else None)
+        with activate(self.scope):
+            fresh = list(_with_latest_job(visible_documents(self.scope), self.scope).filter(id__in=[d.id for d in documents]))
+            fresh.sort(key=lambda d: [x.id for x in documents].index(d.id))
+            return Response({"documents": _documents_out(fresh), "jobs": jobs}, status=status.HTTP_201_CREATED)
+
+
+class DocumentDetail(ScopedAPIView):
+    """One document with its progress; editors delete it (chunks go with it; audit rows stay)."""
+
+    read_roles = READ_KB
+    write_roles = EDIT_DOCUMENTS
+
+    @extend_schema(responses=s.DocumentSerializer)
+    def get(self, request, document_id: int):
+        with activate(self.scope):
+            doc = access_document(self.scope, document_id)
+            return Response(s.DocumentSerializer(doc, context={"scope": self.scope}).data)
+
+    @extend_schema(responses={204: None})
+    def delete(self, request, document_id: int):
+        from kb.ingest import delete_document
+
+        with activate(self.scope):
+            delete_document(scope=self.scope, document=access_document(self.scope, document_id))
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class DocumentReingest(ScopedAPIView):
+    """Parse, chunk and embed the stored bytes again (a new version); returns the job."""
+
+    roles = EDIT_DOCUMENTS
+
+    @extend_schema(request=None, responses={202: s.IngestJobSerializer})
+    def post(self, request, document_id: int):
+        from kb.ingest import reingest_document
+
+        with activate(self.scope):
+            job = reingest_document(scope=self.scope, document=access_document(self.scope, document_id))
+        with activate(self.scope):
+            return Response(s.IngestJobSerializer(access_job(self.scope, job.id)).data, status=status.HTTP_202_ACCEPTED)
+
+
+class JobList(ScopedAPIView):
+    """Ingestion jobs with progress, newest first."""
+
+    roles = READ_KB
+
+    @extend_schema(parameters=[OpenApiParameter("status", str), OpenApiParameter("document", int)],
+                   responses=s.IngestJobSerializer(many=True))
+    def get(self, request):
+        with activate(self.scope):
+            qs = visible_jobs(self.scope)
+            if request.query_params.get("status"):
+                qs = qs.filter(status=request.query_params["status"])
+            if request.query_params.get("document"):
+                qs = qs.filter(document=access_document(self.scope, request.query_params["document"]))
+            return self.paginated(qs, s.IngestJobSerializer)
+
+
+class JobDetail(ScopedAPIView):
+    roles = READ_KB
+
+    @extend_schema(responses=s.IngestJobSerializer)
+    def get(self, request, job_id: int):
+        with activate(self.scope):
+            return Response(s.IngestJobSerializer(access_job(self.scope, job_id)).data)
+
+
+class Search(ScopedAPIView):
+    """Search the chunks the caller may see; filters only narrow."""
+
+    roles = READ_KB
+
+    @extend_schema(request=s.SearchRequestSerializer, responses=s.SearchResponseSerializer)
+    def post(self, request):
+        from kb.retrieval import SearchFilters, search
+
+        ser = s.SearchRequestSerializer(data=request.data)
+        ser.is_valid(raise_exception=True)
+        data = ser.validated_data
+        f = data.get("filters") or {}
+        filters = SearchFilters(
+            corpus_ids=tuple(f["corpus_ids"]) if "corpus_ids" in f else None,
+            document_ids=tuple(f["document_ids"]) if "document_ids" in f else None,
+            department_ids=tuple(f["department_ids"]) if "department_ids" in f else None,
+            metadata=f.get("metadata") or None,
+            published_after=f["published_after"].isoformat() if f.get("published_after") else None,
+            published_before=f["published_before"].isoformat() if f.get("published_before") else None,
+        )
+        with activate(self.scope):
+            result = search(self.scope, data["query"], k=data["k"], mode=data["mode"], filters=filters)
+        return Response(search_result_json(result))
+
+
+def search_result_json(result) -> dict:
+    return {
+        "hits": [{**{f: getattr(h, f) for f in ("chunk_id", "document_id", "corpus_id", "corpus_name", "document_title", "locator",
+                                                "page", "ordinal", "text", "score", "metadata")}, "flags": list(h.flags)}
+                 for h in result.hits],
+        "applied_filter": result.applied_filter,
+        "path": result.path,
+        "timings_ms": result.timings_ms,
+    }

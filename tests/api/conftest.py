@@ -1,0 +1,68 @@
+"""API fixtures: two tenants (A with Sales/Engineering, B full of canary strings) and keys per role."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+from django.core.cache import cache
+from rest_framework.test import APIClient
+
+from kb.models import Corpus
+from tenants.models import ApiKey, Department, Tenant
+from tests.factories import make_chunk, make_corpus, make_tenant
+
+CANARY = "CANARY-GLOBEX-7f3a"
+
+
+@dataclass
+class World:
+    a: Tenant
+    b: Tenant
+    sales: Department
+    eng: Department
+    shared: Corpus  # tenant A, no department
+    sales_corpus: Corpus
+    eng_corpus: Corpus
+    b_corpus: Corpus
+    keys: dict[str, str] = field(default_factory=dict)  # "<tenant>-<role>" -> raw key
+
+    def client(self, who: str | None) -> APIClient:
+        c = APIClient()
+        if who:
+            c.credentials(HTTP_AUTHORIZATION=f"Bearer {self.keys[who]}")
+        return c
+
+
+def issue(tenant: Tenant, role: str, departments: list[Department] | None = None) -> str:
+    _, raw = ApiKey.issue(tenant=tenant, name=f"{role} key", role=role, all_departments=departments is None,
+                          departments=departments)
+    return raw
+
+
+@pytest.fixture(autouse=True)
+def _fresh_limits(settings):
+    """Each test starts with empty rate-limit windows in the cache fallback."""
+    settings.RATE_LIMIT_REDIS_URL = ""
+    cache.clear()
+
+
+@pytest.fixture
+def world(db) -> World:
+    a = make_tenant("Acme")
+    b = make_tenant("Globex")
+    sales = Department.objects.get(tenant=a, name="Sales")
+    eng = Department.objects.get(tenant=a, name="Engineering")
+    w = World(a=a, b=b, sales=sales, eng=eng, shared=make_corpus(a, "shared"),
+              sales_corpus=make_corpus(a, "sales-only", department=sales), eng_corpus=make_corpus(a, "eng-only", department=eng),
+              b_corpus=make_corpus(b, f"globex {CANARY}"))
+    make_chunk(w.shared, "Employees may book hotels up to 150 EUR per night.", title="Travel policy")
+    make_chunk(w.sales_corpus, "Sales discount ceiling is 20 percent.", title="Pricing")
+    make_chunk(w.eng_corpus, "On-call engineers rotate weekly.", title="Runbook")
+    make_chunk(w.b_corpus, f"Globex hotel limit {CANARY} is 900 EUR.", title=f"Globex travel {CANARY}")
+    for role in ("admin", "editor", "reader", "auditor"):
+        w.keys[f"a-{role}"] = issue(a, role)
+        w.keys[f"b-{role}"] = issue(b, role)
+    w.keys["a-sales-reader"] = issue(a, "reader", [sales])
+    w.keys["a-sales-admin"] = issue(a, "admin", [sales])
+    return w

@@ -1,0 +1,100 @@
+"""Corpora: CRUD, field errors, roles, departments and foreign ids."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.api.conftest import CANARY
+
+pytestmark = pytest.mark.django_db(databases=["default", "owner"])
+
+
+def test_list_shows_only_own_tenant_and_pages_with_a_cursor(world):
+    r = world.client("a-reader").get("/api/v1/corpora/", {"page_size": 2})
+    assert r.status_code == 200
+    body = r.json()
+    assert len(body["results"]) == 2 and body["next"] and body["previous"] is None
+    r2 = world.client("a-reader").get(body["next"])
+    names = {c["name"] for c in body["results"] + r2.json()["results"]}
+    assert names == {"shared", "sales-only", "eng-only"}
+    assert CANARY not in r.content.decode() + r2.content.decode()
+
+
+def test_department_key_sees_only_its_departments(world):
+    r = world.client("a-sales-reader").get("/api/v1/corpora/")
+    assert {c["name"] for c in r.json()["results"]} == {"shared", "sales-only"}
+    assert world.client("a-sales-reader").get(f"/api/v1/corpora/{world.eng_corpus.id}/").status_code == 404
+
+
+def test_create_update_delete(world):
+    c = world.client("a-admin")
+    r = c.post("/api/v1/corpora/", {"name": "HR", "description": "people", "department": world.sales.id}, format="json")
+    assert r.status_code == 201, r.content
+    cid = r.json()["id"]
+    assert r.json()["department"] == world.sales.id and r.json()["document_count"] == 0
+    r = c.patch(f"/api/v1/corpora/{cid}/", {"description": "people ops"}, format="json")
+    assert r.status_code == 200 and r.json()["description"] == "people ops"
+    assert c.get(f"/api/v1/corpora/{cid}/").json()["document_count"] == 0
+    assert c.delete(f"/api/v1/corpora/{cid}/").status_code == 204
+    assert c.get(f"/api/v1/corpora/{cid}/").status_code == 404
+
+
+@pytest.mark.parametrize("body,field", [
+    ({}, "name"),
+    ({"name": "  "}, "name"),
+    ({"name": "shared"}, "name"),  # duplicate in the tenant
+    ({"name": "x", "department": 99999999}, "department"),
+    ({"name": "x", "chunk_target_tokens": 100, "chunk_overlap_tokens": 100}, "chunk_overlap_tokens"),
+    ({"name": "x", "chunk_target_tokens": "lots"}, "chunk_target_tokens"),
+])
+def test_bad_input_names_the_field(world, body, field):
+    r = world.client("a-admin").post("/api/v1/corpora/", body, format="json")
+    assert r.status_code == 400
+    err = r.json()["error"]
+    assert err["code"] and field in err["fields"], err
+
+
+def test_foreign_department_is_not_found_on_the_field(world):
+    globex_dept = world.b.departments.first()
+    r = world.client("a-admin").post("/api/v1/corpora/", {"name": "x", "department": globex_dept.id}, format="json")
+    assert r.status_code == 400 and r.json()["error"]["fields"]["department"] == ["department not found"]
+
+
+def test_department_admin_cannot_place_a_corpus_in_another_department(world):
+    r = world.client("a-sales-admin").post("/api/v1/corpora/", {"name": "x", "department": world.eng.id}, format="json")
+    assert r.status_code == 400 and "department" in r.json()["error"]["fields"]
+
+
+@pytest.mark.parametrize("who", ["a-reader", "a-editor", "a-auditor"])
+def test_only_admins_write_corpora(world, who):
+    c = world.client(who)
+    assert c.post("/api/v1/corpora/", {"name": "nope"}, format="json").status_code == 403
+    assert c.patch(f"/api/v1/corpora/{world.shared.id}/", {"name": "nope"}, format="json").status_code == 403
+    r = c.delete(f"/api/v1/corpora/{world.shared.id}/")
+    assert r.status_code == 403 and r.json()["error"]["code"] == "permission_denied"
+
+
+def test_auditor_cannot_read_corpora(world):
+    assert world.client("a-auditor").get("/api/v1/corpora/").status_code == 403
+
+
+def test_unauthenticated_and_bad_key(world):
+    r = world.client(None).get("/api/v1/corpora/")
+    assert r.status_code == 401 and r.json()["error"]["code"] == "not_authenticated"
+    c = world.client(None)
+    c.credentials(HTTP_AUTHORIZATION="Bearer gk_0000_nope")
+    assert c.get("/api/v1/corpora/").status_code == 401
+    c.credentials(HTTP_X_API_KEY=world.keys["a-reader"])
+    assert c.get("/api/v1/corpora/").status_code == 200
+
+
+def test_another_tenants_corpus_is_404_like_a_missing_one(world):
+    c = world.client("a-admin")
+    foreign = c.get(f"/api/v1/corpora/{world.b_corpus.id}/")
+    missing = c.get("/api/v1/corpora/987654321/")
+    assert foreign.status_code == missing.status_code == 404
+    assert foreign.json() == missing.json()
+    assert c.patch(f"/api/v1/corpora/{world.b_corpus.id}/", {"name": "pwn"}, format="json").status_code == 404
+    assert c.delete(f"/api/v1/corpora/{world.b_corpus.id}/").status_code == 404
+    r = world.client("b-admin").get(f"/api/v1/corpora/{world.b_corpus.id}/")
+    assert r.status_code == 200 and CANARY in r.json()["name"]
