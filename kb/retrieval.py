@@ -3,14 +3,40 @@
 Contract (other modules rely on it): `search(scope, query, k=..., mode=..., filters=...)` returns a
 `SearchResult`. The scope comes from the authenticated caller; `filters` can only narrow it. A filter
 naming something outside the scope yields no hits (never an error that reveals existence).
+
+How a search runs (docs/retrieval.md has the measurements behind each choice):
+
+1. Resolve the effective filter inside `activate(scope)`: visible corpora (tenant, departments,
+   requested corpus ids), and, when document-level filters are given (ids, metadata, dates), the
+   matching document ids. The scope's size per embedding model comes from the stored chunk counts
+   of those corpora/documents, never from a count(*) over chunks.
+2. Vector: the query is embedded once per model key in scope; each model is searched on its own
+   rows only. Small scopes are scanned exactly (the HNSW index cannot be used: pgvector filters
+   after the index scan, so a selective filter would starve it); large ones use HNSW with
+   iterative relaxed-order scanning, re-sorted, and fall back to exact when short of k.
+3. Keyword: BM25 computed in SQL over the GIN candidates of an OR tsquery, with per-corpus
+   document frequencies from ts_stat (cached) and per-term frequencies via ts_rank_cd.
+4. Hybrid: weighted reciprocal rank fusion of the two lists. Optional MMR diversification.
+
+Raw SQL lives here only; the tenant id in every statement is a parameter taken from the scope.
 """
 
 from __future__ import annotations
 
+import json
+import math
+import re
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from tenants.scope import Scope
+from django.conf import settings
+from django.db import connections
+
+from tenants.scope import Scope, activate
 
 Mode = Literal["vector", "keyword", "hybrid"]
 
@@ -21,10 +47,13 @@ class SearchFilters:
 
     corpus_ids: tuple[int, ...] | None = None
     document_ids: tuple[int, ...] | None = None
+    # Only chunks of these departments (intersected with the scope). Tenant-wide chunks (no
+    # department) are excluded unless include_tenant_wide is set.
     department_ids: tuple[int, ...] | None = None
     metadata: dict[str, str | int | float | bool] | None = None  # equality on Document.metadata keys
-    published_after: str | None = None  # ISO date/datetime on Document.metadata["published_at"]
-    published_before: str | None = None
+    published_after: str | None = None  # ISO date/datetime on Document.metadata["published_at"], inclusive
+    published_before: str | None = None  # exclusive
+    include_tenant_wide: bool = False
 
 
 @dataclass(frozen=True)
@@ -42,6 +71,9 @@ class SearchHit:
     score: float
     metadata: dict = field(default_factory=dict)
     flags: tuple[str, ...] = ()
+    distance: float | None = None  # cosine distance when the hit came from the vector side
+    keyword_score: float | None = None  # BM25 score when it came from the keyword side
+    embedding_model: str = ""
 
 
 @dataclass(frozen=True)
@@ -52,7 +84,477 @@ class SearchResult:
     timings_ms: dict = field(default_factory=dict)
 
 
+# --- Tunables (measured: docs/retrieval.md; each may be overridden in Django settings) ----------
+DEFAULTS = {
+    # Scopes up to this many rows (per model) are scanned exactly; larger ones use HNSW.
+    "RETRIEVAL_EXACT_MAX_ROWS": 4000,
+    "RETRIEVAL_HNSW_EF_SEARCH": 100,
+    "RETRIEVAL_HNSW_MAX_SCAN_TUPLES": 40000,
+    # Reciprocal rank fusion: score = sum(weight / (RRF_K + rank)).
+    "RETRIEVAL_RRF_K": 60,
+    "RETRIEVAL_KEYWORD_WEIGHT": 1.0,
+    "RETRIEVAL_VECTOR_WEIGHT": 0.5,
+    # How many candidates each side contributes to fusion / MMR.
+    "RETRIEVAL_CANDIDATES": 50,
+    "RETRIEVAL_BM25_K1": 1.2,
+    "RETRIEVAL_BM25_B": 0.75,
+    "RETRIEVAL_TERM_STATS_TTL_S": 300,
+}
+
+
+def _setting(name: str):
+    return getattr(settings, name, DEFAULTS[name])
+
+
+MAX_K = 200
+MAX_QUERY_TERMS = 32
+_MODEL_KEY = re.compile(r"^[A-Za-z0-9._/-]+:[0-9]+$")
+
+
+# --- Public entry point -------------------------------------------------------------------------
+
 def search(scope: Scope, query: str, *, k: int = 10, mode: Mode = "hybrid", filters: SearchFilters | None = None,
-           max_distance: float | None = None, mmr_lambda: float | None = None) -> SearchResult:
-    """Search the chunks `scope` may see. Must not be given a tenant id from anywhere but the scope."""
-    raise NotImplementedError("retrieval is being built")
+           max_distance: float | None = None, mmr_lambda: float | None = None,
+           query_vectors: Mapping[str, Sequence[float]] | None = None, using: str = "default") -> SearchResult:
+    """Search the chunks `scope` may see. Must not be given a tenant id from anywhere but the scope.
+
+    Best first. `query_vectors` (model key -> vector) skips embedding the query, e.g. when the
+    caller already embedded it; `max_distance` drops vector-side hits farther than that cosine
+    distance; `mmr_lambda` (0..1, 1 = pure relevance) diversifies the final k.
+    """
+    if not isinstance(scope, Scope):
+        raise TypeError("search needs a tenants.scope.Scope")
+    if mode not in ("vector", "keyword", "hybrid"):
+        raise ValueError(f"unknown search mode {mode!r}")
+    k = max(1, min(int(k), MAX_K))
+    filters = filters or SearchFilters()
+    t0 = time.perf_counter()
+    timings: dict[str, float] = {}
+    with activate(scope, using=using):
+        plan = _resolve(scope, filters, using)
+        timings["resolve"] = _ms(t0)
+        pool = max(k, _setting("RETRIEVAL_CANDIDATES")) if (mode == "hybrid" or mmr_lambda is not None) else k
+        vector_lists: list[list[tuple[int, float]]] = []
+        keyword_list: list[tuple[int, float]] = []
+        paths: list[str] = []
+        if mode in ("vector", "hybrid") and not plan.empty:
+            t = time.perf_counter()
+            for model_key, group in plan.by_model.items():
+                vec = _query_vector(model_key, query, query_vectors)
+                rows, path = _vector_search(plan, model_key, group, vec, pool, using)
+                if max_distance is not None:
+                    rows = [(cid, d) for cid, d in rows if d <= max_distance]
+                vector_lists.append(rows)
+                paths.append(f"{model_key}:{path}")
+            timings["vector"] = _ms(t)
+        if mode in ("keyword", "hybrid") and not plan.empty:
+            t = time.perf_counter()
+            keyword_list = _keyword_search(plan, query, pool, using)
+            paths.append("bm25")
+            timings["keyword"] = _ms(t)
+        ranked = _combine(mode, vector_lists, keyword_list)
+        t = time.perf_counter()
+        hits = _hydrate(plan, ranked, vector_lists, keyword_list, pool if mmr_lambda is not None else k, using,
+                        with_vectors=mmr_lambda is not None)
+        if mmr_lambda is not None:
+            hits = _mmr(hits, k, float(mmr_lambda))
+        timings["hydrate"] = _ms(t)
+    timings["total"] = _ms(t0)
+    applied = plan.applied(mode=mode, k=k, max_distance=max_distance, mmr_lambda=mmr_lambda)
+    applied["path"] = paths
+    return SearchResult(hits=[h for h, _ in hits][:k], applied_filter=applied, path=";".join(paths) or "empty",
+                        timings_ms=timings)
+
+
+def _ms(t0: float) -> float:
+    return round((time.perf_counter() - t0) * 1000, 3)
+
+
+# --- Effective filter ---------------------------------------------------------------------------
+
+@dataclass
+class _Corpus:
+    id: int
+    name: str
+    model_key: str
+    dim: int
+    chunk_count: int
+
+
+@dataclass
+class _Plan:
+    """The effective filter: scope ∩ narrowing, resolved to ids the chunk queries use."""
+
+    tenant_id: int
+    department_ids: tuple[int, ...] | None  # None: every department
+    include_tenant_wide: bool
+    corpora: dict[int, _Corpus]
+    document_ids: tuple[int, ...] | None  # None: no document-level narrowing
+    doc_rows: int | None  # stored chunk count of those documents
+    filters: SearchFilters
+    by_model: dict[str, list[_Corpus]] = field(default_factory=dict)
+
+    @property
+    def empty(self) -> bool:
+        return not self.corpora or (self.document_ids is not None and not self.document_ids) or (
+            self.department_ids is not None and not self.department_ids and not self.include_tenant_wide)
+
+    def where(self, alias: str = "c") -> tuple[str, list]:
+        """The chunk predicate: tenant, corpora, departments, documents. Tenant id is a parameter."""
+        sql = [f"{alias}.tenant_id = %s", f"{alias}.corpus_id = ANY(%s)"]
+        params: list = [self.tenant_id, list(self.corpora)]
+        if self.department_ids is not None:
+            if self.include_tenant_wide:
+                sql.append(f"({alias}.department_id IS NULL OR {alias}.department_id = ANY(%s))")
+            else:
+                sql.append(f"{alias}.department_id = ANY(%s)")
+            params.append(list(self.department_ids))
+        if self.document_ids is not None:
+            sql.append(f"{alias}.document_id = ANY(%s)")
+            params.append(list(self.document_ids))
+        return " AND ".join(sql), params
+
+    def applied(self, **extra) -> dict:
+        f = self.filters
+        out = {
+            "tenant_id": self.tenant_id,
+            "department_ids": "all" if self.department_ids is None else sorted(self.department_ids),
+            "tenant_wide_included": self.include_tenant_wide,
+            "corpus_ids": sorted(self.corpora),
+            "model_keys": sorted(self.by_model),
+            "document_ids": None if f.document_ids is None else sorted(set(f.document_ids) & set(self.document_ids or ())),
+            "metadata": dict(f.metadata) if f.metadata else None,
+            "published_after": f.published_after,
+            "published_before": f.published_before,
+            "documents_matched": None if self.document_ids is None else len(self.document_ids),
+        }
+        out.update(extra)
+        return out
+
+
+def _resolve(scope: Scope, f: SearchFilters, using: str) -> _Plan:
+    """Intersect the scope with the filters. Runs inside activate(scope)."""
+    narrowed = scope.narrowed(f.department_ids)
+    if narrowed.all_departments:
+        depts: tuple[int, ...] | None = None
+        tenant_wide = True
+    else:
+        depts = tuple(sorted(narrowed.department_ids))
+        tenant_wide = f.department_ids is None or f.include_tenant_wide
+    sql = "SELECT id, name, embedding_model, embedding_dim, chunk_count FROM kb_corpus WHERE tenant_id = %s"
+    params: list = [scope.tenant_id]
+    if depts is not None:
+        sql += " AND (department_id IS NULL OR department_id = ANY(%s))"
+        params.append(list(depts))
+    if f.corpus_ids is not None:
+        sql += " AND id = ANY(%s)"
+        params.append([int(c) for c in f.corpus_ids])
+    with connections[using].cursor() as cur:
+        cur.execute(sql, params)
+        corpora = {r[0]: _Corpus(r[0], r[1], f"{r[2]}:{r[3]}", r[3], r[4]) for r in cur.fetchall()}
+    plan = _Plan(scope.tenant_id, depts, tenant_wide, corpora, None, None, f)
+    doc_level = f.document_ids is not None or f.metadata or f.published_after or f.published_before
+    if doc_level and corpora:
+        plan.document_ids, plan.doc_rows = _resolve_documents(plan, f, using)
+    for c in corpora.values():
+        if _MODEL_KEY.match(c.model_key):
+            plan.by_model.setdefault(c.model_key, []).append(c)
+    return plan
+
+
+def _resolve_documents(plan: _Plan, f: SearchFilters, using: str) -> tuple[tuple[int, ...], int]:
+    sql = ["SELECT id, chunk_count FROM kb_document d WHERE d.tenant_id = %s AND d.corpus_id = ANY(%s)"]
+    params: list = [plan.tenant_id, list(plan.corpora)]
+    if plan.department_ids is not None:
+        sql.append("AND (d.department_id = ANY(%s)" + (" OR d.department_id IS NULL)" if plan.include_tenant_wide else ")"))
+        params.append(list(plan.department_ids))
+    if f.document_ids is not None:
+        sql.append("AND d.id = ANY(%s)")
+        params.append([int(d) for d in f.document_ids])
+    if f.metadata:
+        sql.append("AND d.metadata @> %s::jsonb")
+        params.append(json.dumps(f.metadata))
+    published = ("CASE WHEN pg_input_is_valid(d.metadata->>'published_at', 'timestamptz') "
+                 "THEN (d.metadata->>'published_at')::timestamptz END")
+    if f.published_after:
+        sql.append(f"AND {published} >= %s::timestamptz")
+        params.append(f.published_after)
+    if f.published_before:
+        sql.append(f"AND {published} < %s::timestamptz")
+        params.append(f.published_before)
+    with connections[using].cursor() as cur:
+        cur.execute(" ".join(sql), params)
+        rows = cur.fetchall()
+    return tuple(r[0] for r in rows), sum(r[1] or 0 for r in rows)
+
+
+# --- Vector side --------------------------------------------------------------------------------
+
+_qvec_cache: OrderedDict[tuple[str, str], list[float]] = OrderedDict()
+_qvec_lock = threading.Lock()
+
+
+def _query_vector(model_key: str, query: str, given: Mapping[str, Sequence[float]] | None) -> list[float]:
+    """The query embedded with `model_key` (the corpus's own model), cached per process."""
+    if given and model_key in given:
+        return [float(x) for x in given[model_key]]
+    key = (model_key, query)
+    with _qvec_lock:
+        if key in _qvec_cache:
+            _qvec_cache.move_to_end(key)
+            return _qvec_cache[key]
+    from kb.embedding import get_embedder
+
+    vec = get_embedder(model_key).embed([query], task="query")[0]
+    with _qvec_lock:
+        _qvec_cache[key] = vec
+        while len(_qvec_cache) > 512:
+            _qvec_cache.popitem(last=False)
+    return vec
+
+
+def _cast_type(dim: int) -> str:
+    """vector(d) up to 2,000 dimensions, halfvec(d) above: must match kb.vector_index's index expression."""
+    return f"vector({int(dim)})" if dim <= 2000 else f"halfvec({int(dim)})"
+
+
+def _vec_literal(vec: Sequence[float]) -> str:
+    return "[" + ",".join(f"{float(x):.8g}" for x in vec) + "]"
+
+
+def scope_rows(plan: _Plan, group: list[_Corpus]) -> int:
+    """Rows the vector query may visit, from stored counts (an upper bound when departments narrow)."""
+    if plan.doc_rows is not None:
+        return plan.doc_rows
+    return sum(c.chunk_count for c in group)
+
+
+def _vector_search(plan: _Plan, model_key: str, group: list[_Corpus], vec: Sequence[float], n: int,
+                   using: str) -> tuple[list[tuple[int, float]], str]:
+    """Nearest `n` chunks of one model: [(chunk id, cosine distance)], nearest first, and the path used."""
+    if not _MODEL_KEY.match(model_key):
+        return [], "skipped"
+    dim = group[0].dim
+    if len(vec) != dim:
+        raise ValueError(f"query vector has {len(vec)} dimensions, model {model_key} has {dim}")
+    rows_in_scope = scope_rows(plan, group)
+    if rows_in_scope > _setting("RETRIEVAL_EXACT_MAX_ROWS"):
+        ef = int(_setting("RETRIEVAL_HNSW_EF_SEARCH"))
+        rows = _vector_sql(plan, model_key, group, vec, n, using, hnsw_ef=ef)
+        if len(rows) >= min(n, rows_in_scope):
+            return rows, f"hnsw(ef={ef})"
+        # Too few in-scope rows met during the scan (scope smaller than its stored count said, or
+        # max_scan_tuples reached): the exact scan always returns every row there is.
+        return _vector_sql(plan, model_key, [*group], vec, n, using, hnsw_ef=None), f"exact(after hnsw ef={ef})"
+    return _vector_sql(plan, model_key, group, vec, n, using, hnsw_ef=None), "exact"
+
+
+def _vector_sql(plan: _Plan, model_key: str, group: list[_Corpus], vec: Sequence[float], n: int, using: str,
+                hnsw_ef: int | None) -> list[tuple[int, float]]:
+    typ = _cast_type(group[0].dim)
+    where, params = plan.where("c")
+    # Only this model's corpora, and only rows embedded with it (a re-embed may be half done).
+    params[1] = [c.id for c in group]
+    dist = f"(c.embedding::{typ}) <=> %s::{typ}"
+    qlit = _vec_literal(vec)
+    # The model key is inlined (validated by _MODEL_KEY) so the partial index predicate is provable
+    # and each model and path has its own statement text (no plan reuse across the SETs below).
+    model_pred = f"c.embedding_model = '{model_key}'"
+    conn = connections[using]
+    with conn.cursor() as cur:
+        if hnsw_ef is None:
+            # "+ 0" hides the ordering from the HNSW index: an exact, filter-first scan.
+            cur.execute(f"SELECT /* exact */ c.id, {dist} AS d FROM kb_chunk c WHERE {where} AND {model_pred} "
+                        f"ORDER BY ({dist}) + 0 LIMIT %s", [qlit, *params, qlit, n])
+            return [(r[0], float(r[1])) for r in cur.fetchall()]
+        fetch = max(n, 40)
+        max_tuples = int(_setting("RETRIEVAL_HNSW_MAX_SCAN_TUPLES"))
+        cur.execute(f"SET LOCAL hnsw.iterative_scan = relaxed_order; SET LOCAL hnsw.ef_search = {int(hnsw_ef)}; "
+                    f"SET LOCAL hnsw.max_scan_tuples = {max_tuples}; SET LOCAL enable_seqscan = off; "
+                    "SET LOCAL enable_bitmapscan = off; SET LOCAL enable_sort = off")
+        try:
+            cur.execute(f"SELECT /* hnsw */ c.id, {dist} AS d FROM kb_chunk c WHERE {where} AND {model_pred} "
+                        f"ORDER BY {dist} LIMIT %s", [qlit, *params, qlit, fetch])
+            rows = [(r[0], float(r[1])) for r in cur.fetchall()]
+        finally:
+            # SET LOCAL lasts to the end of the transaction, which may be the caller's: put back the defaults.
+            cur.execute("SET LOCAL hnsw.iterative_scan TO DEFAULT; SET LOCAL hnsw.ef_search TO DEFAULT; "
+                        "SET LOCAL hnsw.max_scan_tuples TO DEFAULT; SET LOCAL enable_seqscan TO DEFAULT; "
+                        "SET LOCAL enable_bitmapscan TO DEFAULT; SET LOCAL enable_sort TO DEFAULT")
+    rows.sort(key=lambda r: r[1])  # relaxed order: re-sort
+    return rows[:n]
+
+
+# --- Keyword side (BM25 in SQL) -----------------------------------------------------------------
+
+@dataclass
+class _TermStats:
+    n: int
+    total_len: int
+    df: dict[str, int]
+    at: float
+
+
+_stats_cache: dict[tuple[str, int], tuple[int, _TermStats]] = {}
+_stats_lock = threading.Lock()
+
+
+def _corpus_term_stats(corpus: _Corpus, tenant_id: int, using: str) -> _TermStats:
+    """Document frequencies of one corpus's lexemes (ts_stat), cached per process by (corpus, chunk count).
+
+    IDF is a corpus-level statistic, so one table per corpus serves every scope that sees it.
+    """
+    key = (connections[using].settings_dict["NAME"], corpus.id)
+    ttl = _setting("RETRIEVAL_TERM_STATS_TTL_S")
+    with _stats_lock:
+        hit = _stats_cache.get(key)
+    if hit and hit[0] == corpus.chunk_count and time.monotonic() - hit[1].at < ttl:
+        return hit[1]
+    inner = f"SELECT search_vector FROM kb_chunk WHERE tenant_id = {int(tenant_id)} AND corpus_id = {int(corpus.id)}"
+    with connections[using].cursor() as cur:
+        cur.execute("SELECT word, ndoc FROM ts_stat(%s)", [inner])
+        df = {w: n for w, n in cur.fetchall()}
+        cur.execute("SELECT count(*), coalesce(sum(char_end - char_start), 0) FROM kb_chunk "
+                    "WHERE tenant_id = %s AND corpus_id = %s AND search_vector IS NOT NULL", [tenant_id, corpus.id])
+        n, total = cur.fetchone()
+    stats = _TermStats(int(n), int(total), df, time.monotonic())
+    with _stats_lock:
+        _stats_cache[key] = (corpus.chunk_count, stats)
+    return stats
+
+
+def _tsquery_literal(lexeme: str) -> str:
+    return "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def _query_lexemes(query: str, using: str) -> list[str]:
+    with connections[using].cursor() as cur:
+        cur.execute("SELECT lexeme FROM unnest(to_tsvector('english', %s))", [query[:4000]])
+        return [r[0] for r in cur.fetchall()][:MAX_QUERY_TERMS]
+
+
+def _keyword_search(plan: _Plan, query: str, n: int, using: str) -> list[tuple[int, float]]:
+    """Top `n` chunks by BM25: [(chunk id, score)], best first.
+
+    Candidates: chunks matching any query lexeme (GIN). Score: sum over lexemes of
+    idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * len / avglen)), with tf read from the tsvector by
+    ts_rank_cd under unit weights (for a one-lexeme query it is exactly the occurrence count).
+    """
+    lexemes = _query_lexemes(query, using)
+    if not lexemes:
+        return []
+    stats = [_corpus_term_stats(c, plan.tenant_id, using) for c in plan.corpora.values()]
+    n_docs = sum(s.n for s in stats)
+    if n_docs == 0:
+        return []
+    avg_len = max(sum(s.total_len for s in stats) / n_docs, 1.0)
+    k1, b = float(_setting("RETRIEVAL_BM25_K1")), float(_setting("RETRIEVAL_BM25_B"))
+    terms = []
+    for lex in lexemes:
+        df = sum(s.df.get(lex, 0) for s in stats)
+        if df == 0:
+            continue
+        idf = math.log(1 + (n_docs - df + 0.5) / (df + 0.5))
+        terms.append((lex, idf))
+    if not terms:
+        return []
+    where, params = plan.where("c")
+    tsq = " | ".join(_tsquery_literal(t) for t, _ in terms)
+    tf_cols = ", ".join(f"ts_rank_cd('{{1,1,1,1}}', c.search_vector, %s::tsquery, 0) AS tf{i}" for i in range(len(terms)))
+    norm = f"{k1} * (1 - {b} + {b} * dl / {avg_len})"
+    score = " + ".join(f"{idf!r} * tf{i} * {k1 + 1} / (tf{i} + {norm})" for i, (_, idf) in enumerate(terms))
+    sql = (f"SELECT id, {score} AS s FROM (SELECT c.id, GREATEST(c.char_end - c.char_start, 1) AS dl, {tf_cols} "
+           f"FROM kb_chunk c WHERE {where} AND c.search_vector @@ %s::tsquery) x ORDER BY s DESC, id LIMIT %s")
+    with connections[using].cursor() as cur:
+        cur.execute(sql, [*(_tsquery_literal(t) for t, _ in terms), *params, tsq, n])
+        return [(r[0], float(r[1])) for r in cur.fetchall()]
+
+
+# --- Fusion, hydration, MMR ---------------------------------------------------------------------
+
+def _rrf(lists: list[tuple[list[tuple[int, float]], float]], rrf_k: float) -> list[tuple[int, float]]:
+    scores: dict[int, float] = {}
+    for rows, weight in lists:
+        for rank, (cid, _) in enumerate(rows, start=1):
+            scores[cid] = scores.get(cid, 0.0) + weight / (rrf_k + rank)
+    return sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
+
+
+def _combine(mode: Mode, vector_lists: list[list[tuple[int, float]]],
+             keyword_list: list[tuple[int, float]]) -> list[tuple[int, float]]:
+    """One ranked list [(chunk id, score)]. Vector scores are cosine similarity, keyword BM25, hybrid RRF."""
+    rrf_k = float(_setting("RETRIEVAL_RRF_K"))
+    if mode == "keyword":
+        return keyword_list
+    if mode == "vector":
+        if len(vector_lists) == 1:
+            return [(cid, 1.0 - d) for cid, d in vector_lists[0]]
+        # Several models: their distances are not comparable, so fuse by rank.
+        return _rrf([(rows, 1.0) for rows in vector_lists], rrf_k)
+    per_model = len(vector_lists) or 1
+    weighted = [(rows, float(_setting("RETRIEVAL_VECTOR_WEIGHT")) / per_model) for rows in vector_lists]
+    weighted.append((keyword_list, float(_setting("RETRIEVAL_KEYWORD_WEIGHT"))))
+    return _rrf(weighted, rrf_k)
+
+
+def _hydrate(plan: _Plan, ranked: list[tuple[int, float]], vector_lists: list[list[tuple[int, float]]],
+             keyword_list: list[tuple[int, float]], n: int, using: str,
+             with_vectors: bool) -> list[tuple[SearchHit, list[float] | None]]:
+    """Load the top `n` ranked chunks with their document title and metadata, in ranked order."""
+    top = ranked[:n]
+    if not top:
+        return []
+    dist = {cid: d for rows in vector_lists for cid, d in rows}
+    kw = dict(keyword_list)
+    vec_col = ", c.embedding::text" if with_vectors else ", NULL"
+    where, params = plan.where("c")
+    with connections[using].cursor() as cur:
+        cur.execute(f"SELECT c.id, c.document_id, c.corpus_id, c.locator, c.page, c.ordinal, c.text, c.content_hash, "
+                    f"c.flags, c.embedding_model, d.title, d.metadata{vec_col} FROM kb_chunk c "
+                    f"JOIN kb_document d ON d.id = c.document_id AND d.tenant_id = c.tenant_id "
+                    f"WHERE {where} AND c.id = ANY(%s)", [*params, [cid for cid, _ in top]])
+        rows = {r[0]: r for r in cur.fetchall()}
+    out = []
+    for cid, score in top:
+        r = rows.get(cid)
+        if r is None:
+            continue
+        metadata = r[11] if isinstance(r[11], dict) else json.loads(r[11] or "{}")
+        flags = r[8] if isinstance(r[8], list) else json.loads(r[8] or "[]")
+        hit = SearchHit(chunk_id=cid, document_id=r[1], corpus_id=r[2], corpus_name=plan.corpora[r[2]].name,
+                        document_title=r[10], locator=r[3], page=r[4], ordinal=r[5], text=r[6], content_hash=r[7],
+                        score=float(score), metadata=metadata, flags=tuple(flags), distance=dist.get(cid),
+                        keyword_score=kw.get(cid), embedding_model=r[9])
+        vec = [float(x) for x in r[12].strip("[]").split(",")] if with_vectors and r[12] else None
+        out.append((hit, vec))
+    return out
+
+
+def _mmr(items: list[tuple[SearchHit, list[float] | None]], k: int, lam: float) -> list[tuple[SearchHit, list[float] | None]]:
+    """Maximal marginal relevance: trade relevance (rank-normalised score) against similarity to picks.
+
+    Chunks embedded with different models are treated as dissimilar (their vectors are not comparable).
+    """
+    lam = min(max(lam, 0.0), 1.0)
+    if not items:
+        return items
+    top, bottom = items[0][0].score, items[-1][0].score
+    span = (top - bottom) or 1.0
+    rel = [(h.score - bottom) / span for h, _ in items]
+    chosen: list[int] = []
+    left = list(range(len(items)))
+    while left and len(chosen) < k:
+        best, best_val = left[0], -math.inf
+        for i in left:
+            hi, vi = items[i]
+            sim = 0.0
+            for j in chosen:
+                hj, vj = items[j]
+                if vi is not None and vj is not None and hi.embedding_model == hj.embedding_model:
+                    sim = max(sim, sum(a * b for a, b in zip(vi, vj, strict=False)))
+            val = lam * rel[i] - (1 - lam) * sim
+            if val > best_val:
+                best, best_val = i, val
+        chosen.append(best)
+        left.remove(best)
+    return [items[i] for i in chosen]

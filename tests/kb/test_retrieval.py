@@ -1,0 +1,318 @@
+"""kb.retrieval.search: scoping, narrowing filters, modes, fusion, vector paths, model separation."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+
+import pytest
+from django.db import connections
+
+from kb.models import Chunk, Corpus, Document
+from kb.retrieval import SearchFilters, search
+from tenants.models import Department
+from tenants.scope import Scope, activate
+from tests.factories import dept_scope, make_tenant, whole_tenant
+
+pytestmark = pytest.mark.django_db(databases=["default", "owner"], transaction=False)
+
+
+def corpus(tenant, name="Policies", department=None, model="hash", dim=64, chunk_count=0) -> Corpus:
+    with activate(whole_tenant(tenant)):
+        return Corpus.objects.create(tenant=tenant, department=department, name=name, embedding_model=model,
+                                     embedding_dim=dim, chunk_count=chunk_count)
+
+
+def doc(c: Corpus, title: str, metadata: dict | None = None, department=None) -> Document:
+    with activate(whole_tenant(c.tenant)):
+        return Document.objects.create(
+            tenant=c.tenant, corpus=c, department=department if department is not None else c.department, title=title,
+            source_name=title, mime_type="text/plain", sha256=hashlib.sha256(title.encode()).hexdigest(),
+            status="ready", metadata=metadata or {})
+
+
+def chunk(d: Document, text: str, embedding: list[float] | None = None, ordinal: int | None = None,
+          model_key: str | None = None) -> Chunk:
+    """A chunk with its search vector (title + text) and, by default, the corpus model's embedding of it."""
+    from kb.embedding import get_embedder
+
+    c = d.corpus
+    scope = whole_tenant(c.tenant)
+    with activate(scope):
+        if embedding is None:
+            embedding = get_embedder(c.model_key).embed([text])[0]
+        if ordinal is None:
+            ordinal = Chunk.objects.for_scope(scope).filter(document=d).count()
+        ch = Chunk.objects.create(
+            tenant=c.tenant, department=d.department, corpus=c, document=d, ordinal=ordinal, text=text,
+            locator=f"{d.title} > {ordinal}", char_start=0, char_end=len(text),
+            content_hash=hashlib.sha256(text.encode()).hexdigest(), embedding=embedding,
+            embedding_model=model_key or c.model_key)
+        with connections["default"].cursor() as cur:
+            cur.execute("UPDATE kb_chunk SET search_vector = to_tsvector('english', %s || ' ' || text) WHERE id = %s",
+                        [d.title, ch.id])
+    return ch
+
+
+def ids(result) -> list[int]:
+    return [h.chunk_id for h in result.hits]
+
+
+MODES = ("vector", "keyword", "hybrid")
+
+
+@pytest.fixture
+def two_tenants():
+    a = make_tenant("Acme")
+    b = make_tenant("Beta")
+    sales = Department.objects.get(tenant=a, name="Sales")
+    eng = Department.objects.get(tenant=a, name="Engineering")
+    ca_wide = corpus(a, "Handbook")
+    ca_sales = corpus(a, "Sales playbook", department=sales)
+    ca_eng = corpus(a, "Eng wiki", department=eng)
+    cb = corpus(b, "Beta handbook")
+    text = "Travel expenses are reimbursed within thirty days of the trip"
+    out = {
+        "a": a, "b": b, "sales": sales, "eng": eng, "ca_wide": ca_wide, "ca_sales": ca_sales, "ca_eng": ca_eng, "cb": cb,
+        "wide": chunk(doc(ca_wide, "Travel policy", {"source": "HR", "published_at": "2023-10-01T00:00:00+00:00"}), text),
+        "sales_chunk": chunk(doc(ca_sales, "Sales travel", {"source": "Sales", "published_at": "2023-11-15T00:00:00+00:00"}),
+                             text + " for sales staff"),
+        "eng_chunk": chunk(doc(ca_eng, "Eng travel", {"source": "Eng", "published_at": "2023-12-20T00:00:00+00:00"}),
+                           text + " for engineers"),
+        "b_chunk": chunk(doc(cb, "Beta travel"), text),
+    }
+    return out
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_other_tenants_and_departments_never_returned(two_tenants, mode):
+    t = two_tenants
+    sales_scope = dept_scope(t["a"], "Sales")
+    got = ids(search(sales_scope, "travel expenses reimbursed", k=10, mode=mode))
+    assert set(got) == {t["wide"].id, t["sales_chunk"].id}
+    got_all = ids(search(whole_tenant(t["a"]), "travel expenses reimbursed", k=10, mode=mode))
+    assert set(got_all) == {t["wide"].id, t["sales_chunk"].id, t["eng_chunk"].id}
+    got_b = ids(search(whole_tenant(t["b"]), "travel expenses reimbursed", k=10, mode=mode))
+    assert got_b == [t["b_chunk"].id]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_narrowing_filters(two_tenants, mode):
+    t = two_tenants
+    scope = whole_tenant(t["a"])
+    q = "travel expenses"
+
+    def run(**kw) -> set[int]:
+        return set(ids(search(scope, q, k=10, mode=mode, filters=SearchFilters(**kw))))
+
+    assert run(corpus_ids=(t["ca_sales"].id,)) == {t["sales_chunk"].id}
+    assert run(document_ids=(t["eng_chunk"].document_id,)) == {t["eng_chunk"].id}
+    assert run(metadata={"source": "HR"}) == {t["wide"].id}
+    assert run(published_after="2023-11-01", published_before="2023-12-01") == {t["sales_chunk"].id}
+    assert run(published_after="2023-11-01T00:00:00Z") == {t["sales_chunk"].id, t["eng_chunk"].id}
+    assert run(department_ids=(t["eng"].id,)) == {t["eng_chunk"].id}
+    assert run(department_ids=(t["eng"].id,), include_tenant_wide=True) == {t["eng_chunk"].id, t["wide"].id}
+    # Filters only narrow: the intersection of two is applied.
+    assert run(corpus_ids=(t["ca_sales"].id,), metadata={"source": "Eng"}) == set()
+    # Another tenant's ids, or a department outside the caller's scope, yield nothing (no error).
+    assert run(corpus_ids=(t["cb"].id,)) == set()
+    assert run(document_ids=(t["b_chunk"].document_id,)) == set()
+    sales_only = dept_scope(t["a"], "Sales")
+    narrowed = search(sales_only, q, k=10, mode=mode, filters=SearchFilters(department_ids=(t["eng"].id,)))
+    assert narrowed.hits == []
+    assert search(sales_only, q, mode=mode, filters=SearchFilters(corpus_ids=(t["ca_eng"].id,))).hits == []
+
+
+def test_applied_filter_records_the_effective_scope(two_tenants):
+    t = two_tenants
+    scope = dept_scope(t["a"], "Sales")
+    res = search(scope, "travel", k=5, mode="hybrid",
+                 filters=SearchFilters(corpus_ids=(t["ca_sales"].id, t["ca_eng"].id, t["cb"].id), metadata={"source": "Sales"}))
+    f = res.applied_filter
+    assert f["tenant_id"] == t["a"].id
+    assert f["department_ids"] == [t["sales"].id]
+    assert f["corpus_ids"] == [t["ca_sales"].id]  # eng (out of scope) and Beta's (other tenant) dropped
+    assert f["metadata"] == {"source": "Sales"}
+    assert f["model_keys"] == ["hash:64"]
+    assert f["mode"] == "hybrid" and f["k"] == 5
+    assert ids(res) == [t["sales_chunk"].id]
+    assert res.hits[0].corpus_name == "Sales playbook"
+    assert res.hits[0].document_title == "Sales travel"
+    assert res.hits[0].metadata["source"] == "Sales"
+
+
+def test_hit_fields_and_scores(two_tenants):
+    t = two_tenants
+    res = search(whole_tenant(t["a"]), "Travel expenses are reimbursed within thirty days of the trip", k=3, mode="vector")
+    top = res.hits[0]
+    assert top.chunk_id == t["wide"].id
+    assert top.distance == pytest.approx(0.0, abs=1e-5) and top.score == pytest.approx(1.0, abs=1e-5)
+    assert top.locator == "Travel policy > 0" and top.content_hash and top.text.startswith("Travel")
+    kw = search(whole_tenant(t["a"]), "sales staff", k=3, mode="keyword")
+    assert ids(kw)[0] == t["sales_chunk"].id and kw.hits[0].keyword_score > 0
+    assert "resolve" in kw.timings_ms and "total" in kw.timings_ms
+
+
+# --- Fusion: one mode misses, hybrid finds both -----------------------------------------------
+
+def _basis(dim: int, i: int, noise: float = 0.0, seed: int = 0) -> list[float]:
+    rnd = random.Random(seed)
+    v = [rnd.uniform(-noise, noise) for _ in range(dim)]
+    v[i] += 1.0
+    return v
+
+
+def test_hybrid_beats_either_mode_alone():
+    tenant = make_tenant("Fusion")
+    c = corpus(tenant, "Catalogue", model="craft", dim=8)
+    # The query: an exact product code plus a paraphrase of a refund question. Only the part sheet
+    # carries the code (keyword finds it; its vector is far); only the refund page means the same as
+    # the question (vector finds it; it shares no word with the query).
+    part = chunk(doc(c, "Part sheet"), "Spare part XK-4471 pressure valve", embedding=_basis(8, 7))
+    refund = chunk(doc(c, "Returns"), "Money back when goods arrive broken", embedding=_basis(8, 0, 0.1, 1))
+    for i in range(1, 6):
+        chunk(doc(c, f"Other {i}"), f"Unrelated catalogue entry number {i}", embedding=_basis(8, 0, 0.6 + i * 0.1, i + 10))
+    q = {"craft:8": _basis(8, 0)}
+    relevant = {part.id, refund.id}
+    scope = whole_tenant(tenant)
+
+    def recall(mode: str) -> float:
+        got = ids(search(scope, "XK-4471 reimbursement damaged delivery", k=2, mode=mode, query_vectors=q))
+        return len(relevant & set(got)) / len(relevant)
+
+    assert recall("keyword") == 0.5
+    assert recall("vector") == 0.5
+    assert recall("hybrid") == 1.0
+
+
+# --- Vector paths: exact and HNSW both return k rows for a tenant holding 1% ----------------------
+
+@pytest.fixture
+def one_percent_tenant():
+    """3,000 MiniLM-sized chunks: a big tenant with 2,970, a small one with 30 (1%) spread among them."""
+    rnd = random.Random(7)
+    big, small = make_tenant("Big"), make_tenant("Small")
+    data = {}
+    for tenant, n in ((big, 2970), (small, 30)):
+        c = corpus(tenant, "Docs", model="minilm-l6-v2", dim=384, chunk_count=n)
+        d = doc(c, "Bulk")
+        rows = [Chunk(tenant=tenant, corpus=c, document=d, ordinal=i, text=f"chunk {i}", char_start=0, char_end=7,
+                      content_hash=str(i), embedding=[rnd.gauss(0, 1) for _ in range(384)],
+                      embedding_model="minilm-l6-v2:384") for i in range(n)]
+        with activate(whole_tenant(tenant)):
+            Chunk.objects.bulk_create(rows, batch_size=500)
+        data[tenant.slug] = (tenant, c)
+    return data[small.slug], data[big.slug]
+
+
+@pytest.mark.parametrize("exact_max, expected_path", [(10**9, "exact"), (0, "hnsw")])
+def test_k_results_for_a_tenant_holding_one_percent(one_percent_tenant, settings, exact_max, expected_path):
+    settings.RETRIEVAL_EXACT_MAX_ROWS = exact_max
+    (small, c), _ = one_percent_tenant
+    q = {"minilm-l6-v2:384": [random.Random(3).gauss(0, 1) for _ in range(384)]}
+    res = search(whole_tenant(small), "anything", k=10, mode="vector", query_vectors=q)
+    assert len(res.hits) == 10
+    assert res.path.startswith(f"minilm-l6-v2:384:{expected_path}")
+    assert {h.corpus_id for h in res.hits} == {c.id}
+    dists = [h.distance for h in res.hits]
+    assert dists == sorted(dists)
+    # Both paths agree with each other on this data (exact ground truth).
+    settings.RETRIEVAL_EXACT_MAX_ROWS = 10**9
+    exact = search(whole_tenant(small), "anything", k=10, mode="vector", query_vectors=q)
+    assert ids(res) == ids(exact)
+
+
+def test_hnsw_inside_a_caller_transaction_restores_planner_settings(one_percent_tenant, settings):
+    settings.RETRIEVAL_EXACT_MAX_ROWS = 0
+    (small, _), _ = one_percent_tenant
+    q = {"minilm-l6-v2:384": [1.0] * 384}
+    with activate(whole_tenant(small)):
+        search(whole_tenant(small), "x", k=5, mode="vector", query_vectors=q)
+        with connections["default"].cursor() as cur:
+            cur.execute("SELECT current_setting('enable_sort'), current_setting('hnsw.iterative_scan')")
+            assert cur.fetchone() == ("on", "off")
+
+
+def test_scope_smaller_than_stored_count_falls_back_to_exact(one_percent_tenant, settings):
+    """Stored counts are an upper bound; an HNSW scan that comes back short is redone exactly."""
+    settings.RETRIEVAL_EXACT_MAX_ROWS = 0
+    settings.RETRIEVAL_HNSW_MAX_SCAN_TUPLES = 50  # starve the index scan on purpose
+    (small, c), _ = one_percent_tenant
+    q = {"minilm-l6-v2:384": [random.Random(5).gauss(0, 1) for _ in range(384)]}
+    res = search(whole_tenant(small), "x", k=10, mode="vector", query_vectors=q)
+    assert len(res.hits) == 10
+
+
+# --- Models are never compared --------------------------------------------------------------------
+
+def test_different_embedding_models_are_never_compared():
+    tenant = make_tenant("Models")
+    m1 = corpus(tenant, "Old", model="alpha", dim=4)
+    m2 = corpus(tenant, "New", model="beta", dim=3)
+    a1 = chunk(doc(m1, "A1"), "alpha one", embedding=[1.0, 0, 0, 0])
+    # Same numbers as the alpha query, but a beta vector: comparing it with the alpha query would be a bug.
+    b_lookalike = chunk(doc(m2, "B1"), "beta one", embedding=[1.0, 0, 0])
+    b_match = chunk(doc(m2, "B2"), "beta two", embedding=[0, 1.0, 0])
+    # A chunk of the alpha corpus already re-embedded into another model is not searched as alpha.
+    stray = chunk(doc(m1, "A2"), "alpha stray", embedding=[1.0, 0, 0, 0], model_key="gamma:4")
+    q = {"alpha:4": [1.0, 0, 0, 0], "beta:3": [0, 1.0, 0]}
+    res = search(whole_tenant(tenant), "one", k=10, mode="vector", query_vectors=q)
+    by_id = {h.chunk_id: h for h in res.hits}
+    assert stray.id not in by_id
+    assert by_id[a1.id].distance == pytest.approx(0.0, abs=1e-6)
+    assert by_id[b_match.id].distance == pytest.approx(0.0, abs=1e-6)
+    assert by_id[b_lookalike.id].distance == pytest.approx(1.0, abs=1e-6)
+    assert {h.embedding_model for h in res.hits} == {"alpha:4", "beta:3"}
+    assert sorted(res.applied_filter["model_keys"]) == ["alpha:4", "beta:3"]
+    # Vector search of one model's corpus only embeds for that model.
+    only = search(whole_tenant(tenant), "one", k=10, mode="vector", filters=SearchFilters(corpus_ids=(m2.id,)),
+                  query_vectors={"beta:3": [0, 1.0, 0]})
+    assert set(ids(only)) == {b_match.id, b_lookalike.id}
+
+
+# --- Options --------------------------------------------------------------------------------------
+
+def test_max_distance_and_mmr():
+    tenant = make_tenant("Options")
+    c = corpus(tenant, "C", model="craft", dim=3)
+    near = chunk(doc(c, "Near"), "near", embedding=[1.0, 0.0, 0.0])
+    dup = chunk(doc(c, "Dup"), "near duplicate", embedding=[1.0, 0.01, 0.0])
+    other = chunk(doc(c, "Other"), "other side", embedding=[0.8, 0.0, 0.6])
+    far = chunk(doc(c, "Far"), "far away", embedding=[-1.0, 0.0, 0.0])
+    q = {"craft:3": [1.0, 0.0, 0.0]}
+    scope = whole_tenant(tenant)
+    res = search(scope, "x", k=10, mode="vector", query_vectors=q, max_distance=0.5)
+    assert set(ids(res)) == {near.id, dup.id, other.id} and far.id not in ids(res)
+    plain = search(scope, "x", k=2, mode="vector", query_vectors=q)
+    assert ids(plain) == [near.id, dup.id]
+    diverse = search(scope, "x", k=2, mode="vector", query_vectors=q, mmr_lambda=0.5)
+    assert ids(diverse) == [near.id, other.id]
+
+
+def test_empty_scope_and_empty_query():
+    tenant = make_tenant("Empty")
+    scope = Scope(tenant_id=tenant.id, department_ids=frozenset(), role="reader")
+    assert search(scope, "anything", mode="hybrid").hits == []
+    c = corpus(tenant, "C")
+    chunk(doc(c, "D"), "some text")
+    assert search(whole_tenant(tenant), "the of and", mode="keyword").hits == []  # stop words only
+
+
+def test_search_requires_a_scope():
+    with pytest.raises(TypeError):
+        search(1, "x")  # type: ignore[arg-type]
+
+
+def test_search_command_prints_hits(two_tenants):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    t = two_tenants
+    out = StringIO()
+    call_command("search", "sales staff", tenant=t["a"].slug, mode="keyword", k=3, department=["Sales"], stdout=out)
+    text = out.getvalue()
+    assert "Sales travel" in text and "Beta travel" not in text and "Eng travel" not in text
+    out = StringIO()
+    call_command("search", "travel", tenant=t["a"].slug, corpus=["Eng wiki"], as_json=True, stdout=out)
+    assert '"document_title": "Eng travel"' in out.getvalue()
