@@ -1,1 +1,114 @@
-"""Run traces: filled in by the agent loop."""
+"""Run traces: one Run per question, its RunSteps (model and tool calls) and its Citations.
+
+Written once, in one transaction with the answer (agents.trace.record_run), and never changed:
+DB triggers reject UPDATE and DELETE, the application role has no UPDATE/DELETE/TRUNCATE on these
+tables, and each tenant's runs form a hash chain (agents.chain) so a changed byte is detectable.
+
+Audit rows hold chunk/document ids as plain integers, not foreign keys: re-ingesting or deleting
+a document must neither cascade into the audit trail nor be blocked by it.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+from tenants.models import Tenant
+from tenants.scope import TenantScopedManager
+
+
+class Outcome(models.TextChoices):
+    ANSWERED = "answered"
+    NOT_ENOUGH_EVIDENCE = "not_enough_evidence"
+    FAILED = "failed"
+    BUDGET_EXHAUSTED = "budget_exhausted"
+
+
+class StepKind(models.TextChoices):
+    MODEL_CALL = "model_call"
+    TOOL_CALL = "tool_call"
+
+
+class Verdict(models.TextChoices):
+    VERIFIED = "verified"
+    QUOTE_MISMATCH = "quote_mismatch"  # the chunk was retrieved, the quoted words are not in it
+    NOT_RETRIEVED = "not_retrieved"  # the id was not among the chunks this run retrieved
+    UNSUPPORTED = "unsupported"  # retrieved, but the claim shares almost no terms with it
+
+
+class Run(models.Model):
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    seq = models.PositiveBigIntegerField(help_text="Position in the tenant's hash chain, from 1.")
+    principal = models.CharField(max_length=200, help_text="'user:<id>' or 'key:<public id>'.")
+    scope = models.JSONField(help_text="The scope the run was confined to (Scope.as_dict()).")
+    question = models.TextField()
+    strategy_requested = models.CharField(max_length=16)
+    strategy = models.CharField(max_length=16, help_text="The strategy that produced the answer.")
+    provider = models.CharField(max_length=32)
+    model = models.CharField(max_length=100)
+    prompt_version = models.CharField(max_length=32)
+    budgets = models.JSONField(default=dict)
+    answer = models.TextField(blank=True)
+    outcome = models.CharField(max_length=24, choices=Outcome.choices)
+    grounded = models.BooleanField(default=False)
+    strict = models.BooleanField(default=False)
+    missing = models.JSONField(default=list, help_text="Parts of the question no evidence was found for.")
+    error = models.TextField(blank=True)
+    input_tokens = models.PositiveIntegerField(default=0)
+    output_tokens = models.PositiveIntegerField(default=0)
+    tool_calls = models.PositiveIntegerField(default=0)
+    latency_ms = models.FloatField(default=0.0)
+    created_at = models.DateTimeField()
+    prev_hash = models.CharField(max_length=64)
+    hash = models.CharField(max_length=64)
+
+    objects = TenantScopedManager()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "seq"], name="uniq_run_chain_seq")]
+        indexes = [models.Index(fields=["tenant", "-created_at"], name="run_tenant_recent_idx")]
+
+    def __str__(self) -> str:
+        return f"run {self.pk} ({self.outcome})"
+
+
+class RunStep(models.Model):
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="steps")
+    ordinal = models.PositiveIntegerField()
+    kind = models.CharField(max_length=16, choices=StepKind.choices)
+    name = models.CharField(max_length=64, help_text="Tool name, or the model task (agent/rewrite/judge/answer).")
+    arguments = models.JSONField(default=dict, blank=True)
+    effective_filter = models.JSONField(default=dict, blank=True, help_text="Scope ∩ narrowing actually applied.")
+    chunk_ids = models.JSONField(default=list, blank=True)
+    content_hashes = models.JSONField(default=list, blank=True)
+    output = models.TextField(blank=True, help_text="Model text, or a summary of the tool result.")
+    cached = models.BooleanField(default=False, help_text="A repeated tool call answered from this run's cache.")
+    error = models.TextField(blank=True)
+    latency_ms = models.FloatField(default=0.0)
+    input_tokens = models.PositiveIntegerField(default=0)
+    output_tokens = models.PositiveIntegerField(default=0)
+
+    objects = TenantScopedManager()
+
+    class Meta:
+        ordering = ["run", "ordinal"]
+        constraints = [models.UniqueConstraint(fields=["run", "ordinal"], name="uniq_runstep_ordinal")]
+
+
+class Citation(models.Model):
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="citations")
+    ordinal = models.PositiveIntegerField()
+    chunk_id = models.BigIntegerField()
+    document_id = models.BigIntegerField(null=True, blank=True)
+    content_hash = models.CharField(max_length=64, blank=True)
+    quoted_text = models.TextField(blank=True)
+    claim = models.TextField(blank=True, help_text="The answer sentence the citation supports.")
+    verdict = models.CharField(max_length=16, choices=Verdict.choices)
+    reason = models.TextField(blank=True)
+
+    objects = TenantScopedManager()
+
+    class Meta:
+        ordering = ["run", "ordinal"]
+        constraints = [models.UniqueConstraint(fields=["run", "ordinal"], name="uniq_citation_ordinal")]

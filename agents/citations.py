@@ -1,0 +1,112 @@
+"""Citation parsing and verification. Pure: no ORM, works on the chunks a run retrieved.
+
+Answers cite inline as [c:123] (or [c:123, c:456]). A double-quoted passage right before a marker
+is a quotation from that chunk: "Hotel stays up to EUR 180 per night." [c:123]. Each citation is
+checked against the chunks retrieved in THIS run only; an id from anywhere else (another run,
+another tenant, the model's imagination) is `not_retrieved`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from agents.text import coverage, normalise, terms
+
+MARKER = re.compile(r"\[\s*c:\s*\d+(?:\s*[,;]\s*(?:c:)?\s*\d+)*\s*\]", re.IGNORECASE)
+_IDS = re.compile(r"\d+")
+_QUOTE_BEFORE = re.compile(r"[\"“]([^\"“”]{3,}?)[\"”]\s*[,.;:]?\s*$")
+MIN_SUPPORT = 0.2  # share of a claim's terms that must appear in the cited chunk when nothing is quoted
+
+NOT_ENOUGH_EVIDENCE = "NOT_ENOUGH_EVIDENCE"
+
+
+@dataclass(frozen=True)
+class RetrievedChunk:
+    chunk_id: int
+    document_id: int
+    content_hash: str
+    text: str
+    title: str = ""
+    locator: str = ""
+    corpus_name: str = ""
+    score: float = 0.0
+    flags: tuple[str, ...] = ()
+    metadata: Mapping | None = None
+
+
+@dataclass(frozen=True)
+class CitationCheck:
+    ordinal: int
+    chunk_id: int
+    quoted_text: str
+    claim: str
+    verdict: str  # agents.models.Verdict values
+    reason: str
+    document_id: int | None = None
+    content_hash: str = ""
+
+    @property
+    def verified(self) -> bool:
+        return self.verdict == "verified"
+
+    def as_dict(self) -> dict:
+        return {"chunk_id": self.chunk_id, "quoted_text": self.quoted_text, "claim": self.claim,
+                "verdict": self.verdict, "reason": self.reason}
+
+
+def check_citations(answer: str, retrieved: Mapping[int, RetrievedChunk]) -> list[CitationCheck]:
+    """Every citation in `answer`, in order, with its verdict."""
+    checks: list[CitationCheck] = []
+    for m in MARKER.finditer(answer):
+        before = answer[: m.start()]
+        quote_match = _QUOTE_BEFORE.search(before)
+        quote = quote_match.group(1).strip() if quote_match else ""
+        claim = _claim_before(before)
+        for raw_id in _IDS.findall(m.group(0)):
+            checks.append(_check_one(len(checks), int(raw_id), quote, claim, retrieved))
+    return checks
+
+
+def _claim_before(before: str) -> str:
+    text = MARKER.sub("", before[-600:])
+    pieces = re.split(r"(?<=[.!?])\s+(?=\S)|\n", text.rstrip())
+    last = pieces[-1] if pieces else ""
+    if len(terms(last)) < 2 and len(pieces) > 1:  # marker placed after the sentence's full stop
+        last = pieces[-2] + " " + last
+    return last.strip(" -*\t")[:500]
+
+
+def _check_one(ordinal: int, chunk_id: int, quote: str, claim: str, retrieved: Mapping[int, RetrievedChunk]) -> CitationCheck:
+    chunk = retrieved.get(chunk_id)
+    if chunk is None:
+        return CitationCheck(ordinal, chunk_id, quote, claim, "not_retrieved", "this chunk was not retrieved in this run")
+    base = {"document_id": chunk.document_id, "content_hash": chunk.content_hash}
+    if quote:
+        if normalise(quote) in normalise(chunk.text):
+            return CitationCheck(ordinal, chunk_id, quote, claim, "verified", "quoted text occurs in the chunk", **base)
+        return CitationCheck(ordinal, chunk_id, quote, claim, "quote_mismatch", "quoted text does not occur in the cited chunk", **base)
+    claim_terms = terms(claim)
+    if len(claim_terms) >= 3:
+        support = coverage(claim_terms, terms(chunk.text))
+        if support < MIN_SUPPORT:
+            return CitationCheck(ordinal, chunk_id, quote, claim, "unsupported",
+                                 f"only {support:.0%} of the claim's terms occur in the chunk", **base)
+    return CitationCheck(ordinal, chunk_id, quote, claim, "verified", "chunk retrieved in this run and supports the claim", **base)
+
+
+def is_not_enough_evidence(answer: str) -> bool:
+    head = answer.strip().lstrip("*#> ").upper().replace(" ", "_")
+    return head.startswith(NOT_ENOUGH_EVIDENCE)
+
+
+def grounding_report(answer: str, retrieved: Mapping[int, RetrievedChunk]) -> dict:
+    """What the check_grounding tool returns: per-citation verdicts and an overall flag."""
+    checks = check_citations(answer, retrieved)
+    return {
+        "citations": [c.as_dict() for c in checks],
+        "all_verified": bool(checks) and all(c.verified for c in checks),
+        "uncited": not checks,
+        "hint": "Cite only chunk ids returned by search/read in this conversation; quote text exactly as it appears.",
+    }

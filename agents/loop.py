@@ -1,0 +1,363 @@
+"""The answer loop and its strategies. State lives in one dataclass; each step's outcome is a closed union.
+
+    classic   one search, one generation
+    agentic   the model drives the tools until it answers or a budget is spent
+    pipeline  rewrite into sub-queries, fan out, merge, judge sufficiency, refine, synthesise
+    auto      classic for single-fact questions; agentic for multi-part ones or when classic is not grounded
+
+Every model call and tool call becomes a StepRecord, handed to `on_step` as it happens and stored
+with the run by agents.services. Nothing here writes to the database.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from agents.budgets import Budgets
+from agents.citations import CitationCheck, RetrievedChunk, check_citations, is_not_enough_evidence
+from agents.messages import (
+    AssistantMessage,
+    ContextChunk,
+    Message,
+    ModelRequest,
+    ModelTurn,
+    Task,
+    ToolCall,
+    ToolResultMessage,
+    UserMessage,
+)
+from agents.prompts import answer_prompt, budget_note, judge_prompt, render_context, rewrite_prompt, system_prompt
+from agents.providers import Provider
+from agents.text import split_question
+from agents.tools import TOOL_SPECS, ToolDeps, ToolOutcome, run_tool
+
+log = logging.getLogger(__name__)
+
+Strategy = Literal["auto", "classic", "agentic", "pipeline"]
+STRATEGIES: tuple[str, ...] = ("auto", "classic", "agentic", "pipeline")
+
+
+@dataclass
+class StepRecord:
+    """One model call or tool call, as streamed to `on_step` and stored as a RunStep."""
+
+    ordinal: int
+    kind: Literal["model_call", "tool_call"]
+    name: str
+    arguments: dict = field(default_factory=dict)
+    effective_filter: dict = field(default_factory=dict)
+    chunk_ids: list[int] = field(default_factory=list)
+    content_hashes: list[str] = field(default_factory=list)
+    output: str = ""
+    cached: bool = False
+    error: str = ""
+    latency_ms: float = 0.0
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    def as_dict(self) -> dict:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+# --- Step outcomes (closed union) -----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CallTools:
+    calls: tuple[ToolCall, ...]
+
+
+@dataclass(frozen=True)
+class FinalAnswer:
+    text: str
+
+
+@dataclass(frozen=True)
+class BudgetSpent:
+    reason: str
+
+
+NextStep = CallTools | FinalAnswer | BudgetSpent
+
+
+@dataclass
+class RunState:
+    """Everything one run knows. Mutated only by the step functions below."""
+
+    question: str
+    budgets: Budgets
+    provider: Provider
+    deps: ToolDeps
+    on_step: Callable[[StepRecord], Any] | None = None
+    strategy: str = ""
+    messages: list[Message] = field(default_factory=list)
+    steps: list[StepRecord] = field(default_factory=list)
+    tool_calls: int = 0
+    iterations: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    started: float = field(default_factory=time.monotonic)
+    budget_reason: str = ""  # set when a budget forced the final answer
+    missing: list[str] = field(default_factory=list)
+
+    @property
+    def retrieved(self) -> dict[int, RetrievedChunk]:
+        return self.deps.retrieved
+
+    def spent(self) -> str:
+        """Why no more research may happen ('' while budgets remain)."""
+        b = self.budgets
+        if time.monotonic() - self.started >= b.max_wall_seconds:
+            return f"wall time of {b.max_wall_seconds:g}s reached"
+        if self.input_tokens + self.output_tokens >= b.max_tokens:
+            return f"token budget of {b.max_tokens} reached"
+        if self.tool_calls >= b.max_tool_calls:
+            return f"tool call budget of {b.max_tool_calls} reached"
+        if self.iterations >= b.max_iterations:
+            return f"iteration budget of {b.max_iterations} reached"
+        return ""
+
+    def record(self, step: StepRecord) -> None:
+        self.steps.append(step)
+        if self.on_step is not None:
+            try:
+                self.on_step(step)
+            except Exception:  # a disconnected stream must not lose the run's trace
+                log.warning("on_step callback failed", exc_info=True)
+
+
+@dataclass(frozen=True)
+class LoopResult:
+    answer: str
+    strategy: str
+    outcome: str  # agents.models.Outcome values
+    citations: list[CitationCheck]
+    budget_reason: str = ""
+
+
+# --- Model and tool steps -------------------------------------------------------------------------
+
+def call_model(state: RunState, task: Task, messages: list[Message], *, tools_enabled: bool,
+               context: tuple[ContextChunk, ...] = ()) -> ModelTurn:
+    request = ModelRequest(task=task, system=system_prompt(with_tools=tools_enabled and task == "agent"),
+                           messages=tuple(messages), tools=TOOL_SPECS if task == "agent" else (), tools_enabled=tools_enabled,
+                           question=state.question, context=context)
+    started = time.perf_counter()
+    step = StepRecord(ordinal=len(state.steps), kind="model_call", name=task,
+                      arguments={"provider": state.provider.name, "model": state.provider.model, "tools_enabled": tools_enabled,
+                                 "messages": len(messages), "context_chunks": [c.chunk_id for c in context]})
+    try:
+        turn = state.provider.generate(request)
+    except Exception as exc:
+        step.error = f"{type(exc).__name__}: {exc}"[:2000]
+        step.latency_ms = (time.perf_counter() - started) * 1000
+        state.record(step)
+        raise
+    step.latency_ms = (time.perf_counter() - started) * 1000
+    step.output = turn.text
+    step.input_tokens, step.output_tokens = turn.usage.input_tokens, turn.usage.output_tokens
+    if turn.tool_calls:
+        step.arguments["tool_calls"] = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in turn.tool_calls]
+    state.input_tokens += turn.usage.input_tokens
+    state.output_tokens += turn.usage.output_tokens
+    state.record(step)
+    return turn
+
+
+def call_tool(state: RunState, call: ToolCall) -> ToolOutcome:
+    started = time.perf_counter()
+    outcome = run_tool(state.deps, call)
+    arguments = dict(call.arguments) if isinstance(call.arguments, dict) else {}
+    state.record(StepRecord(
+        ordinal=len(state.steps), kind="tool_call", name=call.name, arguments=arguments,
+        effective_filter=outcome.effective_filter, chunk_ids=list(outcome.chunk_ids), content_hashes=list(outcome.content_hashes),
+        output=_summary(outcome), cached=outcome.cached, error=outcome.error, latency_ms=(time.perf_counter() - started) * 1000))
+    return outcome
+
+
+def _summary(outcome: ToolOutcome) -> str:
+    if outcome.error:
+        return ""
+    if "results" in outcome.content:
+        return f"{len(outcome.content['results'])} result(s)" + (" (cached)" if outcome.cached else "")
+    return json.dumps(outcome.content, default=str)[:1000]
+
+
+def execute_calls(state: RunState, calls: tuple[ToolCall, ...]) -> None:
+    """Run a turn's tool calls in order; calls beyond the tool budget get an error answer, never silence."""
+    for call in calls:
+        if state.tool_calls >= state.budgets.max_tool_calls:
+            outcome = ToolOutcome.failed("tool call budget spent: answer with what you have")
+            state.record(StepRecord(ordinal=len(state.steps), kind="tool_call", name=call.name,
+                                    arguments=dict(call.arguments or {}), error=outcome.error))
+        else:
+            state.tool_calls += 1
+            outcome = call_tool(state, call)
+        state.messages.append(ToolResultMessage(call_id=call.id, name=call.name, content=outcome.content))
+
+
+# --- Strategies -----------------------------------------------------------------------------------
+
+def agent_step(state: RunState) -> NextStep:
+    if reason := state.spent():
+        return BudgetSpent(reason)
+    state.iterations += 1
+    turn = call_model(state, "agent", state.messages, tools_enabled=True)
+    state.messages.append(AssistantMessage(text=turn.text, tool_calls=turn.tool_calls, raw=turn.raw))
+    if turn.tool_calls:
+        return CallTools(turn.tool_calls)
+    return FinalAnswer(turn.text)
+
+
+def run_agentic(state: RunState) -> str:
+    state.messages = [UserMessage(state.question)]
+    while True:
+        match agent_step(state):
+            case CallTools(calls):
+                execute_calls(state, calls)
+            case FinalAnswer(text) if text.strip():
+                return text
+            case FinalAnswer(_):
+                return final_without_tools(state, "the model returned an empty answer")
+            case BudgetSpent(reason):
+                state.budget_reason = reason
+                return final_without_tools(state, reason)
+
+
+def final_without_tools(state: RunState, reason: str) -> str:
+    """Tools off (function calling mode NONE): the model must answer from what it has."""
+    state.messages.append(UserMessage(budget_note(reason)))
+    turn = call_model(state, "agent", state.messages, tools_enabled=False)
+    state.messages.append(AssistantMessage(text=turn.text, raw=turn.raw))
+    return turn.text or f"NOT_ENOUGH_EVIDENCE: the research budget was spent ({reason}) before an answer was found."
+
+
+def _context(state: RunState, chunk_ids: list[int]) -> tuple[list[RetrievedChunk], tuple[ContextChunk, ...]]:
+    chunks = [state.retrieved[c] for c in chunk_ids if c in state.retrieved][: state.budgets.max_context_chunks]
+    return chunks, tuple(ContextChunk(c.chunk_id, c.text, c.title, c.locator, c.score, c.flags) for c in chunks)
+
+
+def synthesise(state: RunState, chunk_ids: list[int], note: str = "") -> str:
+    chunks, structured = _context(state, chunk_ids)
+    rendered = render_context(chunks, max_chars_per_chunk=state.budgets.chunk_chars, max_total_chars=state.budgets.tool_output_chars * 2)
+    turn = call_model(state, "answer", [UserMessage(answer_prompt(state.question, rendered, missing_note=note))],
+                      tools_enabled=False, context=structured)
+    return turn.text
+
+
+def code_search(state: RunState, query: str, k: int, tag: str) -> list[int]:
+    """A search the strategy itself decides on, traced exactly like a model's tool call."""
+    if state.tool_calls >= state.budgets.max_tool_calls:
+        return []
+    state.tool_calls += 1
+    outcome = call_tool(state, ToolCall(id=f"{tag}-{state.tool_calls}", name="search", arguments={"query": query, "k": k}))
+    return list(outcome.chunk_ids)
+
+
+def run_classic(state: RunState) -> str:
+    ids = code_search(state, state.question, state.budgets.max_context_chunks, "classic")
+    state.iterations += 1
+    return synthesise(state, ids)
+
+
+def run_pipeline(state: RunState) -> str:
+    queries = rewrite(state)
+    ranked: dict[int, float] = {}
+    rounds = min(state.budgets.pipeline_rounds, state.budgets.max_iterations)
+    for round_no in range(1, rounds + 1):
+        state.iterations += 1
+        for q in queries:
+            for cid in code_search(state, q, min(state.budgets.max_k, 5), f"pipeline{round_no}"):
+                ranked[cid] = max(ranked.get(cid, 0.0), state.retrieved[cid].score if cid in state.retrieved else 0.0)
+        if round_no == rounds:
+            break  # the last round skips the judge
+        if reason := state.spent():
+            state.budget_reason = reason
+            break
+        verdict = judge(state, _merged(state, ranked))
+        if verdict.get("sufficient"):
+            break
+        queries = [q for q in verdict.get("missing", []) if isinstance(q, str) and q.strip()][:3] or [state.question]
+    ids = _merged(state, ranked)
+    return synthesise(state, ids, budget_note(state.budget_reason) if state.budget_reason else "")
+
+
+def _merged(state: RunState, ranked: dict[int, float]) -> list[int]:
+    """Deduplicated by chunk, then by identical text; best score first."""
+    seen_hashes, out = set(), []
+    for cid in sorted(ranked, key=lambda c: -ranked[c]):
+        h = state.retrieved[cid].content_hash if cid in state.retrieved else str(cid)
+        if h not in seen_hashes:
+            seen_hashes.add(h)
+            out.append(cid)
+    return out[: state.budgets.max_context_chunks]
+
+
+def rewrite(state: RunState) -> list[str]:
+    turn = call_model(state, "rewrite", [UserMessage(rewrite_prompt(state.question))], tools_enabled=False)
+    data = parse_json_object(turn.text)
+    queries = [q.strip() for q in data.get("queries", []) if isinstance(q, str) and q.strip()][:3]
+    return [q for q in dict.fromkeys([*queries, state.question])]
+
+
+def judge(state: RunState, chunk_ids: list[int]) -> dict:
+    chunks, structured = _context(state, chunk_ids)
+    rendered = render_context(chunks, max_chars_per_chunk=state.budgets.chunk_chars, max_total_chars=state.budgets.tool_output_chars * 2)
+    turn = call_model(state, "judge", [UserMessage(judge_prompt(state.question, rendered))], tools_enabled=False, context=structured)
+    data = parse_json_object(turn.text)
+    if not isinstance(data.get("sufficient"), bool):
+        return {"sufficient": False, "why": "unreadable judgement", "missing": [state.question]}
+    return data
+
+
+_JSON_OBJECT = re.compile(r"\{.*\}", re.S)
+
+
+def parse_json_object(text: str) -> dict:
+    """The first JSON object in a model reply (models wrap JSON in prose or code fences); {} if none."""
+    m = _JSON_OBJECT.search(text or "")
+    if not m:
+        return {}
+    try:
+        data = json.loads(m.group(0))
+    except json.JSONDecodeError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def is_multi_part(question: str) -> bool:
+    return len(split_question(question)) > 1
+
+
+def run_strategy(state: RunState, strategy: str) -> LoopResult:
+    """Run the requested strategy; `auto` may escalate. Exceptions propagate (the caller stores a failed run)."""
+    if strategy == "auto":
+        if is_multi_part(state.question):
+            return _finish(state, "agentic", run_agentic(state))
+        first = _finish(state, "classic", run_classic(state))
+        if first.outcome == "answered" and first.citations and all(c.verified for c in first.citations):
+            return first
+        if state.spent():
+            return first
+        return _finish(state, "agentic", run_agentic(state))
+    runner = {"classic": run_classic, "agentic": run_agentic, "pipeline": run_pipeline}.get(strategy)
+    if runner is None:
+        raise ValueError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
+    return _finish(state, strategy, runner(state))
+
+
+def _finish(state: RunState, strategy: str, answer: str) -> LoopResult:
+    state.strategy = strategy
+    citations = check_citations(answer, state.retrieved)
+    if is_not_enough_evidence(answer):
+        outcome = "not_enough_evidence"
+    elif state.budget_reason:
+        outcome = "budget_exhausted"
+    else:
+        outcome = "answered"
+    return LoopResult(answer=answer, strategy=strategy, outcome=outcome, citations=citations, budget_reason=state.budget_reason)

@@ -1,0 +1,93 @@
+"""The provider-neutral conversation: messages, tool calls, tool declarations and model turns.
+
+Pure data, no ORM and no SDK types, so the loop, the providers and the tests share one vocabulary.
+Tool results are JSON-able dicts: the Gemini provider sends them as function responses, the
+OpenAI-compatible one as JSON strings, the offline provider reads them directly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Task = Literal["agent", "rewrite", "judge", "answer"]
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: dict[str, Any]
+    # Set when the provider received arguments it could not parse (e.g. malformed JSON); the tool
+    # is then not run and the model is told what was wrong.
+    arguments_error: str | None = None
+
+
+@dataclass(frozen=True)
+class UserMessage:
+    text: str
+
+
+@dataclass(frozen=True)
+class AssistantMessage:
+    text: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    raw: Any = None  # the provider's own turn object, sent back verbatim when it needs to be (Gemini thought signatures)
+
+
+@dataclass(frozen=True)
+class ToolResultMessage:
+    call_id: str
+    name: str
+    content: dict[str, Any]
+
+
+Message = UserMessage | AssistantMessage | ToolResultMessage
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    description: str
+    parameters: dict[str, Any]  # JSON Schema of an object
+
+
+@dataclass(frozen=True)
+class ContextChunk:
+    """A retrieved chunk placed into a prompt by code (classic/pipeline), kept structured for the offline provider."""
+
+    chunk_id: int
+    text: str
+    title: str
+    locator: str = ""
+    score: float = 0.0
+    flags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ModelRequest:
+    task: Task
+    system: str
+    messages: tuple[Message, ...]
+    tools: tuple[ToolSpec, ...] = ()
+    tools_enabled: bool = True
+    question: str = ""  # the user's original question
+    context: tuple[ContextChunk, ...] = ()  # already rendered into `messages`; structured copy for local reasoning
+
+
+@dataclass(frozen=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class ModelTurn:
+    text: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    usage: Usage = field(default_factory=Usage)
+    raw: Any = None
+
+
+class ProviderError(RuntimeError):
+    """The model could not be reached or answered unusably, after retries."""

@@ -1,0 +1,156 @@
+"""The offline provider: deterministic, local, no model. Drives the same loop through the same tools.
+
+It splits the question into parts (clauses, comparisons), searches for each part, judges
+sufficiency by term overlap between every part and the retrieved text, searches again (with
+only the content terms) for what is missing, and composes an extractive answer: the best
+sentences of the retrieved chunks, each quoted with its citation. Parts nothing covers are
+named; if nothing is covered the answer is NOT_ENOUGH_EVIDENCE. Chunks flagged at ingest as
+containing instructions to a model are never quoted.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+from agents.citations import NOT_ENOUGH_EVIDENCE
+from agents.messages import AssistantMessage, ModelRequest, ModelTurn, ToolCall, ToolResultMessage, Usage
+from agents.text import coverage, ordered_terms, sentences, split_question, terms
+
+PART_COVERED = 0.5  # share of a part's terms one retrieved chunk must contain
+SENTENCE_MIN = 0.25  # share of a part's terms a quoted sentence must contain
+MAX_ROUNDS = 3
+SENTENCES_PER_PART = 2
+
+
+@dataclass(frozen=True)
+class SeenChunk:
+    chunk_id: int
+    text: str
+    score: float
+    flagged: bool
+
+
+_BLOCK = re.compile(r"^<document_data[^>]*>\n?(.*?)\n?</document_data>$", re.S)
+
+
+def _unwrap(block: str) -> str:
+    m = _BLOCK.match(block.strip())
+    text = m.group(1) if m else block
+    return text.removesuffix(" […truncated]")
+
+
+class OfflineProvider:
+    name = "offline"
+    model = "extractive-v1"
+
+    def generate(self, request: ModelRequest) -> ModelTurn:
+        handler = {"agent": self._agent, "rewrite": self._rewrite, "judge": self._judge, "answer": self._answer}[request.task]
+        text, calls = handler(request)
+        prompt_chars = sum(len(getattr(m, "text", "") or json.dumps(getattr(m, "content", {}), default=str)) for m in request.messages)
+        return ModelTurn(text=text, tool_calls=tuple(calls),
+                         usage=Usage(input_tokens=(len(request.system) + prompt_chars) // 4, output_tokens=len(text) // 4 + 5 * len(calls)))
+
+    # --- tasks ---
+
+    def _agent(self, request: ModelRequest) -> tuple[str, list[ToolCall]]:
+        parts = split_question(request.question)
+        if not request.tools_enabled:
+            return compose_answer(parts, _chunks_from(request)), []
+        asked = _queries_asked(request)
+        rounds = sum(1 for m in request.messages if isinstance(m, AssistantMessage) and m.tool_calls)
+        if rounds == 0:
+            return "", [ToolCall(f"offline-0-{i}", "search", {"query": p, "k": 5}) for i, p in enumerate(parts)]
+        missing = uncovered_parts(parts, _chunks_from(request))
+        if not missing or rounds >= MAX_ROUNDS:
+            return compose_answer(parts, _chunks_from(request)), []
+        calls = []
+        for part in missing:
+            for query, mode in ((" ".join(ordered_terms(part)), "hybrid"), (part, "keyword")):
+                if query and (query.casefold(), mode) not in asked:
+                    calls.append(ToolCall(f"offline-{rounds}-{len(calls)}", "search", {"query": query, "k": 5, "mode": mode}))
+                    break
+        if not calls:
+            return compose_answer(parts, _chunks_from(request)), []
+        return "", calls
+
+    def _rewrite(self, request: ModelRequest) -> tuple[str, list[ToolCall]]:
+        parts = split_question(request.question)
+        queries = parts[:3] if len(parts) > 1 else [" ".join(ordered_terms(request.question)) or request.question]
+        return json.dumps({"queries": queries}), []
+
+    def _judge(self, request: ModelRequest) -> tuple[str, list[ToolCall]]:
+        parts = split_question(request.question)
+        missing = uncovered_parts(parts, _chunks_from(request))
+        why = "every part of the question is covered by retrieved text" if not missing else \
+            f"no retrieved text covers: {'; '.join(missing)}"
+        return json.dumps({"sufficient": not missing, "why": why, "missing": [" ".join(ordered_terms(p)) for p in missing]}), []
+
+    def _answer(self, request: ModelRequest) -> tuple[str, list[ToolCall]]:
+        return compose_answer(split_question(request.question), _chunks_from(request)), []
+
+
+def _queries_asked(request: ModelRequest) -> set[tuple[str, str]]:
+    return {(str(c.arguments.get("query", "")).casefold(), str(c.arguments.get("mode", "hybrid")))
+            for m in request.messages if isinstance(m, AssistantMessage) for c in m.tool_calls if c.name == "search"}
+
+
+def _chunks_from(request: ModelRequest) -> list[SeenChunk]:
+    """Chunks in the code-built context and in every tool result so far, first sighting wins."""
+    seen: dict[int, SeenChunk] = {}
+    for c in request.context:
+        seen.setdefault(c.chunk_id, SeenChunk(c.chunk_id, c.text, c.score, bool(c.flags)))
+    for m in request.messages:
+        if isinstance(m, ToolResultMessage):
+            for item in m.content.get("results", []) or []:
+                if isinstance(item, dict) and "chunk_id" in item:
+                    seen.setdefault(int(item["chunk_id"]), SeenChunk(int(item["chunk_id"]), _unwrap(str(item.get("text", ""))),
+                                                                     float(item.get("score", 0.0)), bool(item.get("flagged"))))
+    return list(seen.values())
+
+
+def part_coverage(part: str, chunks: list[SeenChunk]) -> float:
+    pt = terms(part)
+    return max((coverage(pt, terms(c.text)) for c in chunks if not c.flagged), default=0.0)
+
+
+def uncovered_parts(parts: list[str], chunks: list[SeenChunk]) -> list[str]:
+    return [p for p in parts if part_coverage(p, chunks) < PART_COVERED]
+
+
+def compose_answer(parts: list[str], chunks: list[SeenChunk]) -> str:
+    """Quote the best sentences per part with citations; name the parts nothing covers.
+
+    Sentences are assigned greedily by score over all parts, so a sentence goes to the part it
+    answers best and is quoted once."""
+    usable = [c for c in chunks if not c.flagged]
+    covered = [i for i, p in enumerate(parts) if part_coverage(p, usable) >= PART_COVERED]
+    candidates = []
+    for i in covered:
+        pt = terms(parts[i])
+        for c in usable:
+            for s in sentences(c.text):
+                score = coverage(pt, terms(s))
+                if score >= SENTENCE_MIN and '"' not in s:
+                    candidates.append((score, c.score, -len(s), -i, s, c.chunk_id))
+    candidates.sort(reverse=True)
+    picked: dict[int, list[tuple[str, int]]] = {i: [] for i in covered}
+    used: set[str] = set()
+    for *_, neg_i, s, cid in candidates:
+        if s not in used and len(picked[-neg_i]) < SENTENCES_PER_PART:
+            picked[-neg_i].append((s, cid))
+            used.add(s)
+    lines = []
+    for i in covered:
+        if picked[i]:
+            quotes = "\n".join(f'   - "{s}" [c:{cid}]' for s, cid in picked[i])
+            lines.append(f"{len(lines) + 1}. {parts[i].strip()}:\n{quotes}")
+    missing = [p for i, p in enumerate(parts) if not picked.get(i)]
+    if not lines:
+        listed = "; ".join(f'"{p}"' for p in missing) or "the question"
+        return f"{NOT_ENOUGH_EVIDENCE}: none of the documents you can see cover {listed}."
+    text = "Extractive answer (offline mode: the sentences below are quoted from the sources, not generated).\n\n" + "\n".join(lines)
+    if missing:
+        text += "\n\nNot found in the documents you can see: " + "; ".join(f'"{p}"' for p in missing) + "."
+    return text

@@ -1,0 +1,132 @@
+"""`ask`: the one service the API and management commands call to answer a question.
+
+The loop runs without holding a transaction (model calls can take seconds); its trace is kept in
+memory and streamed to `on_step`. At the end the run, every step and every citation are written
+in ONE transaction, chained to the tenant's previous run under an advisory lock: an answer never
+exists without its trace, and a failed run is stored as failed with the steps it got through.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from django.utils import timezone
+
+from agents.budgets import Budgets, budgets_for_tenant
+from agents.chain import GENESIS, allocate_ids, clean_json, lock_chain, run_hash
+from agents.citations import CitationCheck
+from agents.loop import STRATEGIES, LoopResult, RunState, StepRecord, run_strategy
+from agents.models import Citation, Outcome, Run, RunStep
+from agents.prompts import PROMPT_VERSION
+from agents.providers import Provider, get_provider
+from agents.providers.offline import SeenChunk, uncovered_parts
+from agents.text import split_question
+from agents.tools import ToolDeps
+from tenants.scope import Scope, activate
+
+log = logging.getLogger(__name__)
+
+MAX_QUESTION_CHARS = 4_000
+WITHHELD = ("The answer is withheld: some of its citations could not be verified against the sources retrieved for it "
+            "(strict citation mode). The draft and the verdicts are in the run's audit trail.")
+
+
+class InvalidQuestion(ValueError):
+    """The question or strategy cannot be run (empty, too long, unknown strategy)."""
+
+
+def ask(*, scope: Scope, question: str, strategy: str = "auto", provider: Provider | str | None = None,
+        on_step: Callable[[StepRecord], Any] | None = None, budgets: Budgets | None = None) -> Run:
+    """Answer `question` within `scope` and return the stored Run (outcome, answer, grounded).
+
+    `on_step(step)` is called after every model and tool call, as it happens (for SSE); its
+    exceptions are logged and ignored. Provider failures do not raise: the run is stored with
+    outcome "failed", its error and its partial trace. Read steps and citations inside
+    `activate(scope)`: run.steps.all(), run.citations.all().
+    """
+    question = (question or "").replace("\x00", "").strip()
+    if not question:
+        raise InvalidQuestion("the question is empty")
+    if len(question) > MAX_QUESTION_CHARS:
+        raise InvalidQuestion(f"the question is longer than {MAX_QUESTION_CHARS} characters")
+    if strategy not in STRATEGIES:
+        raise InvalidQuestion(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
+    model = provider if provider is not None and not isinstance(provider, str) else get_provider(provider)
+    budgets = budgets or budgets_for_tenant(scope.tenant_id)
+    state = RunState(question=question, budgets=budgets, provider=model, deps=ToolDeps(scope=scope, budgets=budgets), on_step=on_step)
+    created_at, started = timezone.now(), time.perf_counter()
+    result: LoopResult | None = None
+    error = ""
+    try:
+        result = run_strategy(state, strategy)
+    except Exception as exc:
+        log.exception("run failed for tenant %s", scope.tenant_id)
+        error = f"{type(exc).__name__}: {exc}"[:2000]
+    return record_run(scope=scope, state=state, result=result, error=error, strategy_requested=strategy,
+                      created_at=created_at, latency_ms=(time.perf_counter() - started) * 1000)
+
+
+def _grounded(result: LoopResult) -> bool:
+    return result.outcome in {Outcome.ANSWERED, Outcome.BUDGET_EXHAUSTED} and bool(result.citations) and \
+        all(c.verified for c in result.citations)
+
+
+def record_run(*, scope: Scope, state: RunState, result: LoopResult | None, error: str, strategy_requested: str,
+               created_at, latency_ms: float) -> Run:
+    """Write the run, its steps and citations in one transaction and append it to the tenant's chain."""
+    budgets = state.budgets
+    if result is None:
+        answer, outcome, grounded, checks = "", Outcome.FAILED, False, []
+    else:
+        answer, outcome, checks = result.answer, result.outcome, result.citations
+        grounded = _grounded(result)
+        if budgets.strict_citations and not grounded and outcome != Outcome.NOT_ENOUGH_EVIDENCE:
+            answer = WITHHELD
+    seen = [SeenChunk(c.chunk_id, c.text, c.score, bool(c.flags)) for c in state.retrieved.values()]
+    missing = uncovered_parts(split_question(state.question), seen) if outcome != Outcome.FAILED else []
+    with activate(scope):
+        lock_chain(scope.tenant_id)
+        last = Run.objects.for_scope(scope).order_by("-seq").values_list("seq", "hash").first()
+        run_id = allocate_ids(Run, 1)[0]
+        step_ids = allocate_ids(RunStep, len(state.steps))
+        citation_ids = allocate_ids(Citation, len(checks))
+        run = Run(
+            id=run_id, tenant_id=scope.tenant_id, seq=(last[0] + 1) if last else 1, principal=scope.principal[:200],
+            scope=clean_json(scope.as_dict()), question=clean_json(state.question), strategy_requested=strategy_requested,
+            strategy=state.strategy or strategy_requested, provider=state.provider.name[:32], model=state.provider.model[:100],
+            prompt_version=PROMPT_VERSION, budgets=clean_json(budgets.as_dict()), answer=clean_json(answer), outcome=str(outcome),
+            grounded=grounded, strict=budgets.strict_citations, missing=clean_json(missing), error=clean_json(error),
+            input_tokens=state.input_tokens, output_tokens=state.output_tokens, tool_calls=state.tool_calls,
+            latency_ms=round(latency_ms, 3), created_at=created_at, prev_hash=last[1] if last else GENESIS, hash="")
+        steps = [_step_row(pk, scope.tenant_id, run_id, s) for pk, s in zip(step_ids, state.steps, strict=True)]
+        citations = [_citation_row(pk, scope.tenant_id, run_id, c) for pk, c in zip(citation_ids, checks, strict=True)]
+        run.hash = run_hash(run, steps, citations)
+        Run.objects.bulk_create([run])
+        RunStep.objects.bulk_create(steps)
+        Citation.objects.bulk_create(citations)
+    run._state.adding = False
+    return run
+
+
+def _step_row(pk: int, tenant_id: int, run_id: int, s: StepRecord) -> RunStep:
+    return RunStep(id=pk, tenant_id=tenant_id, run_id=run_id, ordinal=s.ordinal, kind=s.kind, name=s.name[:64],
+                   arguments=clean_json(s.arguments), effective_filter=clean_json(s.effective_filter), chunk_ids=clean_json(s.chunk_ids),
+                   content_hashes=clean_json(s.content_hashes), output=clean_json(s.output), cached=s.cached, error=clean_json(s.error),
+                   latency_ms=round(s.latency_ms, 3), input_tokens=s.input_tokens, output_tokens=s.output_tokens)
+
+
+def _citation_row(pk: int, tenant_id: int, run_id: int, c: CitationCheck) -> Citation:
+    return Citation(id=pk, tenant_id=tenant_id, run_id=run_id, ordinal=c.ordinal, chunk_id=c.chunk_id, document_id=c.document_id,
+                    content_hash=c.content_hash, quoted_text=clean_json(c.quoted_text), claim=clean_json(c.claim), verdict=c.verdict,
+                    reason=c.reason)
+
+
+def access_run(scope: Scope, run_id: int) -> Run:
+    """A run of the caller's tenant; Run.DoesNotExist for a missing id and for another tenant's alike.
+
+    Must be called inside `activate(scope)`.
+    """
+    return Run.objects.for_scope(scope).get(pk=run_id)
