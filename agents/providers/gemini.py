@@ -1,0 +1,126 @@
+"""Gemini through google-genai function calling.
+
+Automatic function calling is off: the loop runs the tools itself (with the run's scope) and
+traces them. Parallel function calls in one turn become several ToolCalls; their responses go
+back together in one turn. With tools disabled the request keeps the declarations but sets
+function calling mode NONE, so the model must answer in text. Retries (429, 5xx, transport
+errors, unreadable replies) are ours, with exponential backoff; the SDK's own are off.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+from django.conf import settings
+from google import genai
+from google.genai import errors, types
+
+from agents.messages import (
+    AssistantMessage,
+    Message,
+    ModelRequest,
+    ModelTurn,
+    ProviderError,
+    ToolCall,
+    ToolResultMessage,
+    Usage,
+    UserMessage,
+)
+from agents.providers.retry import with_retries
+
+
+def _retryable(exc: Exception) -> bool:
+    if isinstance(exc, errors.APIError):
+        return exc.code == 429 or (exc.code or 0) >= 500
+    return isinstance(exc, httpx.TransportError | ValueError | errors.UnknownApiResponseError)
+
+
+class GeminiProvider:
+    name = "gemini"
+
+    def __init__(self, *, api_key: str, model: str, base_url: str = "", api_version: str = "", timeout_s: float = 60.0,
+                 max_attempts: int = 4, backoff_s: float = 1.0, temperature: float = 0.2,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        if not api_key:
+            raise ProviderError("GEMINI_API_KEY is not set")
+        self.model = model
+        self.max_attempts, self.backoff_s, self.sleep, self.temperature = max_attempts, backoff_s, sleep, temperature
+        options = types.HttpOptions(base_url=base_url or None, api_version=api_version or None, timeout=int(timeout_s * 1000))
+        self.client = genai.Client(api_key=api_key, http_options=options)
+
+    @classmethod
+    def from_settings(cls, **overrides: Any) -> GeminiProvider:
+        kwargs: dict[str, Any] = {"api_key": settings.GEMINI_API_KEY, "model": settings.GEMINI_MODEL, "base_url": settings.GEMINI_BASE_URL}
+        kwargs.update(overrides)
+        return cls(**kwargs)
+
+    def generate(self, request: ModelRequest) -> ModelTurn:
+        config = types.GenerateContentConfig(
+            system_instruction=request.system,
+            temperature=self.temperature,
+            automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
+        )
+        if request.tools:
+            config.tools = [types.Tool(function_declarations=[
+                types.FunctionDeclaration(name=t.name, description=t.description, parameters_json_schema=t.parameters)
+                for t in request.tools])]
+            mode = types.FunctionCallingConfigMode.AUTO if request.tools_enabled else types.FunctionCallingConfigMode.NONE
+            config.tool_config = types.ToolConfig(function_calling_config=types.FunctionCallingConfig(mode=mode))
+        contents = to_contents(request.messages)
+
+        def call() -> types.GenerateContentResponse:
+            response = self.client.models.generate_content(model=self.model, contents=contents, config=config)
+            if not response.candidates and not (response.prompt_feedback and response.prompt_feedback.block_reason):
+                raise errors.UnknownApiResponseError("response has no candidates")
+            return response
+
+        response = with_retries(call, attempts=self.max_attempts, backoff_s=self.backoff_s, classify=_retryable,
+                                sleep=self.sleep, what=f"gemini {self.model}")
+        return from_response(response)
+
+
+def to_contents(messages: tuple[Message, ...] | list[Message]) -> list[types.Content]:
+    """Our messages as Gemini contents; consecutive tool results share one user turn."""
+    contents: list[types.Content] = []
+    for m in messages:
+        if isinstance(m, UserMessage):
+            contents.append(types.Content(role="user", parts=[types.Part(text=m.text)]))
+        elif isinstance(m, AssistantMessage):
+            if isinstance(m.raw, types.Content):
+                contents.append(m.raw)  # verbatim, with any thought signatures
+                continue
+            parts = [types.Part(text=m.text)] if m.text else []
+            parts += [types.Part(function_call=types.FunctionCall(id=c.id or None, name=c.name, args=c.arguments)) for c in m.tool_calls]
+            contents.append(types.Content(role="model", parts=parts or [types.Part(text="")]))
+        elif isinstance(m, ToolResultMessage):
+            part = types.Part(function_response=types.FunctionResponse(
+                id=m.call_id if not m.call_id.startswith("gemini-") else None, name=m.name, response=m.content))
+            last = contents[-1] if contents else None
+            if last is not None and last.role == "user" and last.parts and last.parts[0].function_response is not None:
+                last.parts.append(part)
+            else:
+                contents.append(types.Content(role="user", parts=[part]))
+    return contents
+
+
+def from_response(response: types.GenerateContentResponse) -> ModelTurn:
+    usage = response.usage_metadata
+    tokens = Usage(input_tokens=(usage.prompt_token_count or 0) if usage else 0,
+                   output_tokens=((usage.candidates_token_count or 0) + (usage.thoughts_token_count or 0)) if usage else 0)
+    candidate = response.candidates[0] if response.candidates else None
+    content = candidate.content if candidate else None
+    texts, calls = [], []
+    for i, part in enumerate((content.parts or []) if content else []):
+        if part.function_call is not None:
+            fc = part.function_call
+            args, problem = fc.args, None
+            if args is not None and not isinstance(args, dict):
+                args, problem = {}, f"arguments must be an object, got {json.dumps(args, default=str)[:200]}"
+            calls.append(ToolCall(id=fc.id or f"gemini-{i}", name=fc.name or "", arguments=dict(args or {}), arguments_error=problem))
+        elif part.text and not part.thought:
+            texts.append(part.text)
+    return ModelTurn(text="".join(texts).strip(), tool_calls=tuple(calls), usage=tokens, raw=content)

@@ -1,0 +1,40 @@
+"""Retry with exponential backoff for model calls: 429, 5xx, transport errors and unreadable replies."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from agents.messages import ProviderError
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class Retryable(Exception):
+    """A failure worth another attempt (rate limit, server error, garbled reply)."""
+
+
+def with_retries(fn: Callable[[], T], *, attempts: int, backoff_s: float, classify: Callable[[Exception], bool],
+                 sleep: Callable[[float], None] = time.sleep, max_backoff_s: float = 30.0, what: str = "model call") -> T:
+    """Call `fn` up to `attempts` times, sleeping backoff_s * 2**n between tries when `classify(exc)` says retry.
+
+    Raises ProviderError with the last cause when attempts run out or the error is permanent.
+    """
+    last: Exception | None = None
+    for attempt in range(max(1, attempts)):
+        try:
+            return fn()
+        except ProviderError:
+            raise
+        except Exception as exc:
+            last = exc
+            if not classify(exc):
+                raise ProviderError(f"{what} failed: {type(exc).__name__}: {str(exc)[:500]}") from exc
+            if attempt + 1 < attempts:
+                delay = min(backoff_s * (2**attempt), max_backoff_s)
+                log.warning("%s failed (%s), retrying in %.1fs", what, type(exc).__name__, delay)
+                sleep(delay)
+    raise ProviderError(f"{what} failed after {attempts} attempts: {type(last).__name__}: {str(last)[:500]}") from last
