@@ -9,7 +9,9 @@ def _flatten(detail, prefix: str = "") -> dict[str, list[str]]:
     if isinstance(detail, dict):
         out: dict[str, list[str]] = {}
         for key, value in detail.items():
-            out.update(_flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+            # List items (DRF reports them as int keys) read files[0]; nested fields read filters.corpus_ids.
+            name = f"{prefix}[{key}]" if isinstance(key, int) else (f"{prefix}.{key}" if prefix else str(key))
+            out.update(_flatten(value, name))
         return out
     if isinstance(detail, list) and detail and not all(isinstance(d, str) for d in detail):
         out = {}

@@ -9,6 +9,7 @@ from django.conf import settings
 from rest_framework import serializers
 from rest_framework.exceptions import NotFound
 
+from agents.loop import STRATEGIES
 from api.access import access_department
 from kb.models import Corpus, Document, IngestJob
 from tenants.models import ApiKey, Department, Membership, Role
@@ -194,7 +195,7 @@ class SearchResponseSerializer(serializers.Serializer):
 
 class AskRequestSerializer(serializers.Serializer):
     question = serializers.CharField(max_length=4000, trim_whitespace=True)
-    strategy = serializers.ChoiceField(choices=["auto", "single", "iterative", "decompose"], default="auto")
+    strategy = serializers.ChoiceField(choices=list(STRATEGIES), default="auto")
 
 
 class ApiKeySerializer(serializers.ModelSerializer):

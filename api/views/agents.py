@@ -169,9 +169,13 @@ def _check_daily_budget(scope: Scope) -> None:
 
 
 def _ask(**kwargs) -> Run:
-    from agents.services import ask
+    from agents.services import InvalidQuestion, ask
 
-    return ask(**kwargs)
+    try:
+        return ask(**kwargs)
+    except InvalidQuestion as exc:
+        field = "strategy" if "strategy" in str(exc) else "question"
+        raise ValidationError({field: [str(exc)]}) from None
 
 
 def step_json(step) -> dict:

@@ -1,0 +1,299 @@
+"""Audit review of agent runs (read-only: no add, change, delete or actions) and the ask playground.
+
+Runs are append-only and hash-chained; this admin only reads them, through the staff user's scope
+(tenants.admin). The playground runs a question exactly as a chosen member or key would, with
+THEIR scope, and records who really asked in the run's principal.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+
+from django import forms
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.db.models import Count, Q
+from django.http import HttpResponse
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils.html import format_html
+
+from agents.chain import GENESIS, run_hash
+from agents.models import Citation, Outcome, Run, RunStep, Verdict
+from kb.models import Chunk
+from tenants.admin import TenantScopedAdmin, admin_role, admin_scope, scoped, scoped_filter, scoped_queryset, scoped_view
+from tenants.models import ApiKey, Department, Membership, Tenant
+
+AUDITORS = frozenset({"auditor", "admin"})
+UNVERIFIED = [v for v in Verdict.values if v != Verdict.VERIFIED]
+
+
+def runs_for(request):
+    """Runs the staff user may review; a department-restricted user sees runs confined to its departments."""
+    qs = scoped_queryset(request, Run)
+    scope = admin_scope(request)
+    if scope is not None and not scope.all_departments:
+        qs = qs.filter(scope__all_departments=False).extra(
+            where=["(agents_run.scope -> 'department_ids') <@ %s::jsonb"], params=[json.dumps(sorted(scope.department_ids))])
+    return qs
+
+
+class DepartmentFilter(admin.SimpleListFilter):
+    title = "department"
+    parameter_name = "department"
+
+    def lookups(self, request, model_admin):
+        return [(d.pk, str(d)) for d in scoped_queryset(request, Department).select_related("tenant").order_by("tenant", "name")]
+
+    def queryset(self, request, queryset):
+        if self.value() and str(self.value()).isdigit():
+            return queryset.filter(Q(scope__all_departments=True) | Q(scope__department_ids__contains=[int(self.value())]))
+        return queryset
+
+
+class PrincipalFilter(admin.SimpleListFilter):
+    title = "user / key"
+    parameter_name = "principal"
+
+    def lookups(self, request, model_admin):
+        principals = runs_for(request).order_by().values_list("principal", flat=True).distinct()[:100]
+        return [(p, p) for p in sorted(principals)]
+
+    def queryset(self, request, queryset):
+        return queryset.filter(principal=self.value()) if self.value() else queryset
+
+
+class UnverifiedFilter(admin.SimpleListFilter):
+    title = "unverified citations"
+    parameter_name = "unverified"
+
+    def lookups(self, request, model_admin):
+        return [("yes", "has unverified citations"), ("no", "all citations verified")]
+
+    def queryset(self, request, queryset):
+        if self.value() == "yes":
+            return queryset.filter(n_unverified__gt=0)
+        if self.value() == "no":
+            return queryset.filter(n_unverified=0)
+        return queryset
+
+
+def _cell(value) -> str:
+    """CSV cell safe to open in a spreadsheet (no formula injection)."""
+    text = "" if value is None else str(value)
+    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+
+
+def trace_context(request, run: Run) -> dict:
+    """The run's steps (with the chunks each returned), citations (with the chunk each cites) and chain status."""
+    steps = list(scoped_queryset(request, RunStep).filter(run_id=run.id).order_by("ordinal"))
+    citations = list(scoped_queryset(request, Citation).filter(run_id=run.id).order_by("ordinal"))
+    chunk_ids = {c.chunk_id for c in citations} | {i for s in steps for i in (s.chunk_ids or []) if isinstance(i, int)}
+    chunks = {c.id: c for c in scoped_queryset(request, Chunk).filter(id__in=chunk_ids).select_related("document")}
+    prev = scoped_queryset(request, Run).filter(tenant_id=run.tenant_id, seq=run.seq - 1).values_list("hash", flat=True).first()
+    expected_prev = GENESIS if run.seq == 1 else prev
+    chain = {"hash_ok": run_hash(run, steps, citations) == run.hash,
+             "link_ok": expected_prev is not None and expected_prev == run.prev_hash}
+    chain["ok"] = chain["hash_ok"] and chain["link_ok"]
+    return {
+        "run": run,
+        "steps": [{"step": s, "chunks": [(i, chunks.get(i)) for i in (s.chunk_ids or [])]} for s in steps],
+        "citations": [{"citation": c, "chunk": chunks.get(c.chunk_id),
+                       "changed": c.chunk_id in chunks and chunks[c.chunk_id].content_hash != c.content_hash} for c in citations],
+        "chain": chain,
+        "unverified": sum(1 for c in citations if c.verdict != Verdict.VERIFIED),
+    }
+
+
+@admin.register(Run)
+class RunAdmin(TenantScopedAdmin):
+    """Read-only audit review with filters, a per-run timeline and CSV/JSONL export."""
+
+    list_display = ["id", "created_at", "tenant", "principal", "short_question", "strategy", "outcome", "citations_col",
+                    "tokens", "latency"]
+    list_filter = [scoped_filter("tenant", Tenant, "tenant"), DepartmentFilter, PrincipalFilter, ("created_at", admin.DateFieldListFilter),
+                   "outcome", "strategy", UnverifiedFilter]
+    search_fields = ["question", "answer"]
+    date_hierarchy = None
+    actions = None
+    view_roles = AUDITORS
+    edit_roles = frozenset()
+    list_per_page = 50
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+    def get_list_filter(self, request):
+        filters = list(super().get_list_filter(request))
+        return filters if request.user.is_superuser else filters[1:]
+
+    def get_queryset(self, request):
+        return runs_for(request).select_related("tenant").annotate(
+            n_citations=Count("citations"), n_unverified=Count("citations", filter=Q(citations__verdict__in=UNVERIFIED)))
+
+    @admin.display(description="question")
+    def short_question(self, obj) -> str:
+        return obj.question[:90] + ("…" if len(obj.question) > 90 else "")
+
+    @admin.display(description="citations (unverified)")
+    def citations_col(self, obj) -> str:
+        if obj.n_unverified:
+            return format_html('{} (<strong style="color:#ba2121">{}</strong>)', obj.n_citations, obj.n_unverified)
+        return str(obj.n_citations)
+
+    @admin.display(description="tokens in/out")
+    def tokens(self, obj) -> str:
+        return f"{obj.input_tokens}/{obj.output_tokens}"
+
+    @admin.display(description="latency", ordering="latency_ms")
+    def latency(self, obj) -> str:
+        return f"{obj.latency_ms:.0f} ms"
+
+    def get_urls(self):
+        wrap = self.admin_site.admin_view
+        return [
+            path("export.csv", wrap(scoped_view(self.export_csv)), name="agents_run_export_csv"),
+            path("export.jsonl", wrap(scoped_view(self.export_jsonl)), name="agents_run_export_jsonl"),
+            path("verify-chain/", wrap(scoped_view(self.verify_chain_view)), name="agents_run_verify_chain"),
+            path("ask/", wrap(self.playground_view), name="agents_run_playground"),
+            *super().get_urls(),
+        ]
+
+    def changelist_view(self, request, extra_context=None):
+        query = request.GET.urlencode()
+        extra = {"export_csv": reverse("admin:agents_run_export_csv") + (f"?{query}" if query else ""),
+                 "export_jsonl": reverse("admin:agents_run_export_jsonl") + (f"?{query}" if query else ""),
+                 "can_playground": admin_role(request) in {"superuser", "admin", "editor"}}
+        return super().changelist_view(request, {**(extra_context or {}), **extra})
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        run = self.get_object(request, object_id)
+        if run is None or not self.has_view_permission(request, run):
+            return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
+        context = {**self.admin_site.each_context(request), "opts": self.opts, "title": f"Run {run.pk}", **trace_context(request, run)}
+        return TemplateResponse(request, "admin/agents/run/detail.html", context)
+
+    # --- export (the current changelist filters apply) -------------------------------------------------
+    def _filtered(self, request):
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        return self.get_changelist_instance(request).get_queryset(request).order_by("tenant_id", "seq")
+
+    def export_csv(self, request):
+        out = io.StringIO()
+        writer = csv.writer(out)
+        cols = ["id", "tenant_id", "seq", "created_at", "principal", "question", "strategy", "outcome", "grounded", "answer",
+                "n_citations", "n_unverified", "input_tokens", "output_tokens", "tool_calls", "latency_ms", "hash"]
+        writer.writerow(cols)
+        for run in self._filtered(request).iterator(chunk_size=500):
+            writer.writerow([_cell(getattr(run, c)) for c in cols])
+        response = HttpResponse(out.getvalue(), content_type="text/csv; charset=utf-8")
+        response["Content-Disposition"] = 'attachment; filename="runs.csv"'
+        return response
+
+    def export_jsonl(self, request):
+        lines = []
+        runs = list(self._filtered(request)[:5000])
+        ids = [r.id for r in runs]
+        steps: dict[int, list] = {}
+        cites: dict[int, list] = {}
+        for s in scoped_queryset(request, RunStep).filter(run_id__in=ids).order_by("run_id", "ordinal").values():
+            steps.setdefault(s["run_id"], []).append(s)
+        for c in scoped_queryset(request, Citation).filter(run_id__in=ids).order_by("run_id", "ordinal").values():
+            cites.setdefault(c["run_id"], []).append(c)
+        for run in runs:
+            row = {f.attname: getattr(run, f.attname) for f in Run._meta.concrete_fields}
+            row.update(steps=steps.get(run.id, []), citations=cites.get(run.id, []))
+            lines.append(json.dumps(row, default=str, ensure_ascii=False))
+        response = HttpResponse("\n".join(lines) + ("\n" if lines else ""), content_type="application/x-ndjson; charset=utf-8")
+        response["Content-Disposition"] = 'attachment; filename="runs.jsonl"'
+        return response
+
+    def verify_chain_view(self, request):
+        from django.shortcuts import redirect
+
+        from agents.chain import verify_tenant_chain
+
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        scope = admin_scope(request)
+        tenant_ids = [scope.tenant_id] if scope else list(Tenant.objects.values_list("id", flat=True))
+        for tenant_id in tenant_ids:
+            report = verify_tenant_chain(tenant_id, using="default" if scope else "owner")
+            if report.ok:
+                messages.success(request, f"Tenant {tenant_id}: chain intact ({report.runs_checked} runs).")
+            else:
+                messages.error(request, f"Chain broken: {report.first_break}")
+        return redirect("admin:agents_run_changelist")
+
+    # --- playground ---------------------------------------------------------------------------------------
+    def playground_view(self, request):
+        from agents.loop import STRATEGIES
+        from agents.services import InvalidQuestion, ask
+
+        if admin_role(request) not in {"superuser", "admin", "editor"}:
+            raise PermissionDenied
+        form = PlaygroundForm(request.POST or None, choices=playground_choices(request), strategies=STRATEGIES)
+        context = {**self.admin_site.each_context(request), "opts": self.opts, "title": "Ask playground", "form": form}
+        if request.method == "POST" and form.is_valid():
+            scope = resolve_actor(request, form.cleaned_data["act_as"])
+            if scope is None:
+                form.add_error("act_as", "not found")
+            else:
+                scope = dataclasses.replace(scope, principal=f"{scope.principal} via admin:user:{request.user.pk}"[:200])
+                try:
+                    run = ask(scope=scope, question=form.cleaned_data["question"], strategy=form.cleaned_data["strategy"])
+                except InvalidQuestion as exc:
+                    form.add_error("question", str(exc))
+                else:
+                    with scoped(request):
+                        run = scoped_queryset(request, Run).get(pk=run.pk)
+                        context.update(trace_context(request, run), acted_scope=scope.as_dict())
+                        return TemplateResponse(request, "admin/agents/run/playground.html", context).render()
+        return TemplateResponse(request, "admin/agents/run/playground.html", context)
+
+
+class PlaygroundForm(forms.Form):
+    act_as = forms.ChoiceField(label="Ask as", help_text="The question runs with this member's or key's scope.")
+    strategy = forms.ChoiceField()
+    question = forms.CharField(widget=forms.Textarea(attrs={"rows": 3, "cols": 80}), max_length=4000)
+
+    def __init__(self, *args, choices, strategies, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["act_as"].choices = choices
+        self.fields["strategy"].choices = [(s, s) for s in strategies]
+
+
+def _actors(request):
+    scope = admin_scope(request)
+    members = Membership.objects.select_related("user", "tenant").order_by("tenant_id", "id")
+    keys = ApiKey.objects.filter(revoked_at__isnull=True).select_related("tenant").order_by("tenant_id", "id")
+    if scope is not None:
+        members, keys = members.filter(tenant_id=scope.tenant_id), keys.filter(tenant_id=scope.tenant_id)
+    return members, keys
+
+
+def playground_choices(request) -> list[tuple[str, str]]:
+    members, keys = _actors(request)
+    return ([(f"member:{m.pk}", f"member {m.user} ({m.role}) @ {m.tenant.slug}") for m in members]
+            + [(f"key:{k.pk}", f"key {k.name} ({k.role}) @ {k.tenant.slug}") for k in keys])
+
+
+def resolve_actor(request, value: str):
+    kind, _, pk = value.partition(":")
+    members, keys = _actors(request)
+    obj = (members if kind == "member" else keys if kind == "key" else members.none()).filter(pk=pk if pk.isdigit() else 0).first()
+    return obj.scope() if obj else None
+
+
+# Outcome is imported for templates that switch on it.
+__all__ = ["RunAdmin", "Outcome"]

@@ -1,0 +1,234 @@
+"""Corpus management in the admin: corpora, documents (upload, status, progress, re-ingest, delete),
+a chunk browser with locators and a search preview, and ingestion jobs. All through the staff
+user's tenant scope (tenants.admin.TenantScopedAdmin)."""
+
+from __future__ import annotations
+
+import json
+
+from django import forms
+from django.conf import settings
+from django.contrib import admin, messages
+from django.db.models import Count, OuterRef, Subquery
+from django.shortcuts import redirect
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils.html import format_html
+
+from kb.models import Chunk, Corpus, Document, IngestJob
+from tenants.admin import TenantScopedAdmin, admin_scope, scoped_filter, scoped_queryset, scoped_view
+from tenants.models import Department
+from tenants.scope import Scope
+
+EDITORS = frozenset({"admin", "editor"})
+
+
+def _acting_scope(request, tenant_id: int) -> Scope:
+    """The admin user's scope, or a whole-tenant system scope for a superuser acting on `tenant_id`."""
+    return admin_scope(request) or Scope.system(tenant_id, principal=f"admin:user:{request.user.pk}")
+
+
+def progress_bar(job: IngestJob | None) -> str:
+    if job is None:
+        return "—"
+    pct = 100 if job.status == "done" else (int(100 * job.chunks_done / job.chunks_total) if job.chunks_total else 0)
+    return format_html('<progress max="100" value="{}"></progress> {}% <small>{} {}</small>', pct, pct, job.status, job.stage)
+
+
+@admin.register(Corpus)
+class CorpusAdmin(TenantScopedAdmin):
+    list_display = ["name", "department", "embedding_model", "document_count", "chunk_count", "created_at"]
+    search_fields = ["name", "description"]
+    list_filter = [scoped_filter("department", Department, "department")]
+    readonly_fields = ["embedding_model", "embedding_dim", "next_embedding_model", "next_embedding_dim", "chunk_count", "created_at"]
+    view_roles = EDITORS
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).annotate(n_documents=Count("documents"))
+
+    @admin.display(description="documents", ordering="n_documents")
+    def document_count(self, obj) -> int:
+        return obj.n_documents
+
+
+class UploadForm(forms.Form):
+    corpus = forms.ModelChoiceField(queryset=Corpus.objects.unscoped_dangerously().none())
+    files = forms.FileField(widget=forms.ClearableFileInput(attrs={"allow_multiple_selected": True}),
+                            help_text=f"Up to {settings.MAX_FILES_PER_UPLOAD} files (txt, md, html, pdf, docx).")
+    title = forms.CharField(required=False, max_length=500, help_text="Optional, single file only.")
+    metadata = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 3}),
+                               help_text='JSON object, e.g. {"category": "travel", "published_at": "2025-01-01"}')
+
+    def clean_metadata(self):
+        raw = self.cleaned_data["metadata"].strip()
+        if not raw:
+            return None
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            raise forms.ValidationError("not valid JSON") from None
+        if not isinstance(value, dict):
+            raise forms.ValidationError("must be a JSON object")
+        return value
+
+
+class MultiFileInput(forms.ClearableFileInput):
+    allow_multiple_selected = True
+
+
+UploadForm.base_fields["files"].widget = MultiFileInput()
+
+
+@admin.register(Document)
+class DocumentAdmin(TenantScopedAdmin):
+    list_display = ["title", "corpus", "status", "progress", "version", "chunk_count", "size_bytes", "updated_at"]
+    list_filter = ["status", scoped_filter("corpus", Corpus, "corpus")]
+    search_fields = ["title", "source_name"]
+    readonly_fields = ["corpus", "department", "source_name", "mime_type", "sha256", "size_bytes", "status", "error", "version",
+                       "chunk_count", "created_at", "updated_at", "progress", "chunks_link"]
+    fields = ["title", "metadata", *readonly_fields]
+    actions = ["reingest", "delete_documents"]
+    view_roles = EDITORS
+    edit_roles = EDITORS
+
+    def get_actions(self, request):
+        actions = super().get_actions(request)
+        actions.pop("delete_selected", None)  # deletion goes through the ingest service
+        return actions
+
+    def get_queryset(self, request):
+        # The latest job's progress, as a correlated subquery on rows the outer (scoped) query already chose.
+        latest = IngestJob.objects.unscoped_dangerously().filter(document=OuterRef("pk")).order_by("-id")
+        return super().get_queryset(request).annotate(
+            job_status=Subquery(latest.values("status")[:1]), job_stage=Subquery(latest.values("stage")[:1]),
+            job_done=Subquery(latest.values("chunks_done")[:1]), job_total=Subquery(latest.values("chunks_total")[:1]))
+
+    @admin.display(description="progress")
+    def progress(self, obj) -> str:
+        if getattr(obj, "job_status", None) is None:
+            return "—"
+        return progress_bar(IngestJob(status=obj.job_status, stage=obj.job_stage or "", chunks_done=obj.job_done or 0,
+                                      chunks_total=obj.job_total or 0))
+
+    @admin.display(description="chunks")
+    def chunks_link(self, obj) -> str:
+        url = reverse("admin:kb_chunk_changelist") + f"?document={obj.id}"
+        return format_html('<a href="{}">browse {} chunks</a>', url, obj.chunk_count)
+
+    def add_view(self, request, form_url="", extra_context=None):
+        return redirect("admin:kb_document_upload")
+
+    def get_urls(self):
+        return [path("upload/", self.admin_site.admin_view(scoped_view(self.upload_view)), name="kb_document_upload"),
+                *super().get_urls()]
+
+    def upload_view(self, request):
+        from kb.ingest import UploadRejected, upload_document
+
+        if not self.has_add_permission(request):
+            raise PermissionError("not allowed")
+        form = UploadForm(request.POST or None, request.FILES or None)
+        form.fields["corpus"].queryset = scoped_queryset(request, Corpus)
+        if request.method == "POST" and form.is_valid():
+            files = request.FILES.getlist("files")
+            corpus = form.cleaned_data["corpus"]
+            scope = _acting_scope(request, corpus.tenant_id)
+            if len(files) > settings.MAX_FILES_PER_UPLOAD:
+                form.add_error("files", f"at most {settings.MAX_FILES_PER_UPLOAD} files")
+            elif form.cleaned_data["title"] and len(files) > 1:
+                form.add_error("title", "only with a single file")
+            else:
+                done = []
+                for f in files:
+                    try:
+                        doc, _ = upload_document(scope=scope, corpus=corpus, filename=f.name, data=f.read(),
+                                                 metadata=form.cleaned_data["metadata"], title=form.cleaned_data["title"] or None)
+                        done.append(doc.title)
+                    except UploadRejected as exc:
+                        messages.error(request, f"{f.name}: {exc.message}")
+                if done:
+                    messages.success(request, f"Uploaded {len(done)} document(s): {', '.join(done)}. Ingestion is queued.")
+                    return redirect("admin:kb_document_changelist")
+        context = {**self.admin_site.each_context(request), "opts": self.model._meta, "form": form, "title": "Upload documents"}
+        return TemplateResponse(request, "admin/kb/document/upload.html", context)
+
+    @admin.action(description="Re-ingest selected documents")
+    def reingest(self, request, queryset):
+        from kb.ingest import reingest_document
+
+        n = 0
+        for doc in queryset:
+            reingest_document(scope=_acting_scope(request, doc.tenant_id), document=doc)
+            n += 1
+        messages.success(request, f"Queued re-ingestion of {n} document(s).")
+
+    @admin.action(description="Delete selected documents (and their chunks)")
+    def delete_documents(self, request, queryset):
+        from kb.ingest import delete_document
+
+        n = 0
+        for doc in queryset:
+            delete_document(scope=_acting_scope(request, doc.tenant_id), document=doc)
+            n += 1
+        messages.success(request, f"Deleted {n} document(s).")
+
+
+@admin.register(Chunk)
+class ChunkAdmin(TenantScopedAdmin):
+    """Read-only chunk browser; the search preview runs the real retrieval with the user's scope."""
+
+    list_display = ["__str__", "document", "ordinal", "locator", "page", "preview", "token_count", "flags"]
+    list_filter = [scoped_filter("corpus", Corpus, "corpus"), scoped_filter("document", Document, "document")]
+    search_fields = ["text", "locator"]
+    list_select_related = ["document"]
+    view_roles = EDITORS
+    edit_roles = frozenset()
+    exclude = ["embedding", "search_vector"]
+
+    @admin.display(description="text")
+    def preview(self, obj) -> str:
+        return obj.text[:160] + ("…" if len(obj.text) > 160 else "")
+
+    def get_readonly_fields(self, request, obj=None):
+        return [f.name for f in self.model._meta.fields if f.name not in {"embedding", "search_vector"}]
+
+    def get_urls(self):
+        return [path("search/", self.admin_site.admin_view(scoped_view(self.search_view)), name="kb_chunk_search"),
+                *super().get_urls()]
+
+    def search_view(self, request):
+        from kb.retrieval import SearchFilters, search
+
+        if not self.has_view_permission(request):
+            raise PermissionError("not allowed")
+        query = request.GET.get("q", "").strip()
+        mode = request.GET.get("mode", "hybrid") if request.GET.get("mode") in {"vector", "keyword", "hybrid"} else "hybrid"
+        corpora = list(scoped_queryset(request, Corpus).order_by("name"))
+        corpus_id = request.GET.get("corpus", "")
+        result, error = None, ""
+        if query:
+            corpus = next((c for c in corpora if str(c.pk) == corpus_id), None)
+            tenant_id = corpus.tenant_id if corpus else (admin_scope(request).tenant_id if admin_scope(request) else None)
+            if tenant_id is None:
+                error = "Superusers: pick a corpus (search runs in one tenant)."
+            else:
+                filters = SearchFilters(corpus_ids=(corpus.pk,) if corpus else None)
+                result = search(_acting_scope(request, tenant_id), query, k=10, mode=mode, filters=filters)
+        context = {**self.admin_site.each_context(request), "opts": self.model._meta, "title": "Search preview", "query": query,
+                   "mode": mode, "corpora": corpora, "corpus_id": corpus_id, "result": result, "error": error}
+        return TemplateResponse(request, "admin/kb/chunk/search.html", context)
+
+
+@admin.register(IngestJob)
+class IngestJobAdmin(TenantScopedAdmin):
+    list_display = ["id", "kind", "document", "corpus", "status", "stage", "progress", "attempts", "created_at", "finished_at"]
+    list_filter = ["status", "kind", scoped_filter("corpus", Corpus, "corpus")]
+    view_roles = EDITORS
+    edit_roles = frozenset()
+
+    @admin.display(description="progress")
+    def progress(self, obj) -> str:
+        return progress_bar(obj)
+
+    def get_readonly_fields(self, request, obj=None):
+        return [f.name for f in self.model._meta.fields]
