@@ -24,6 +24,15 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _hash_embedder_by_default():
+    """pytest-django imports settings before this file runs, so the setdefault above comes too late
+    for settings.DEFAULT_EMBEDDER: apply it here (tests never load torch unless they ask for MiniLM)."""
+    from django.conf import settings
+
+    settings.DEFAULT_EMBEDDER = os.environ["GROUNDED_EMBEDDER"]
+
+
 @pytest.fixture(autouse=True)
 def _no_network_models(monkeypatch):
     """Tests never reach a real model API."""
