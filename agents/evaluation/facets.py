@@ -1,0 +1,128 @@
+"""Prototype: model-free facet planning for multi-hop questions. Pure: no ORM.
+
+Questions over a news corpus name the publishers and dates they mean ("the TechCrunch report
+published on October 31, 2023 ... and the Sporting News article on ..."). Given the facet values a
+tenant's corpus holds (the distinct `source` values an agent would see), this splits a question
+into one sub-query per named publisher, each with the clause that publisher governs and the date
+window named next to it. A retriever then searches each sub-query with a source (and date)
+filter and the hit lists are interleaved, so every named publisher gets a share of the context.
+
+This lives in the evaluation package to measure what facet narrowing is worth; the measured
+effect and the change it argues for are in docs/evaluation.md.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+_MONTHS = "January|February|March|April|May|June|July|August|September|October|November|December"
+_DATE = re.compile(rf"\b(?:(on|after|before|since|prior to|by)\s+)?(?:(?:{_MONTHS})\s+\d{{1,2}},\s+\d{{4}})", re.I)
+_DATE_PARTS = re.compile(rf"({_MONTHS})\s+(\d{{1,2}}),\s+(\d{{4}})", re.I)
+_SEPARATORS = (" | ", " - ", ": ")
+
+
+@dataclass(frozen=True)
+class SubQuery:
+    """One search of the plan: text, the source values it is restricted to, and a date window."""
+
+    text: str
+    sources: tuple[str, ...] = ()
+    published_after: str | None = None  # ISO date, inclusive
+    published_before: str | None = None  # ISO date, exclusive
+
+
+def source_aliases(sources: Iterable[str]) -> dict[str, tuple[str, ...]]:
+    """Name a question may use -> the stored source values it denotes.
+
+    "The Roar | Sports Writers Blog" is also "The Roar"; "FOX News - Health" and "FOX News -
+    Lifestyle" are both "FOX News" (so one alias may denote several values).
+    """
+    aliases: dict[str, set[str]] = {}
+    for source in sources:
+        names = {source}
+        for sep in _SEPARATORS:
+            if sep in source:
+                names.add(source.split(sep, 1)[0])
+        for name in names:
+            if len(name.strip()) >= 3:
+                aliases.setdefault(name.strip(), set()).add(source)
+    return {name: tuple(sorted(values)) for name, values in aliases.items()}
+
+
+def find_sources(question: str, aliases: dict[str, tuple[str, ...]]) -> list[tuple[int, int, tuple[str, ...]]]:
+    """Publisher mentions as (start, end, source values), in question order, longest alias first.
+
+    Matching ignores case but the mention must start with a capital letter: "The Age" is a
+    publisher, "the age of" is not.
+    """
+    found: list[tuple[int, int, tuple[str, ...]]] = []
+    taken: list[tuple[int, int]] = []
+    for name in sorted(aliases, key=len, reverse=True):
+        for m in re.finditer(rf"(?<![\w]){re.escape(name)}(?![\w])", question, re.I):
+            if not m.group(0)[0].isupper() or any(s < m.end() and m.start() < e for s, e in taken):
+                continue
+            taken.append((m.start(), m.end()))
+            found.append((m.start(), m.end(), aliases[name]))
+    return sorted(found)
+
+
+def _iso(month: str, day: str, year: str) -> dt.date:
+    return dt.datetime.strptime(f"{month} {day} {year}", "%B %d %Y").date()
+
+
+def date_window(clause: str) -> tuple[str | None, str | None]:
+    """[after, before) from the first date named in a clause: "on D" is that day, "after D" from the next day."""
+    m = _DATE.search(clause)
+    if not m:
+        return None, None
+    day = _iso(*_DATE_PARTS.search(m.group(0)).groups())
+    word = (m.group(1) or "on").lower()
+    if word in ("after", "since"):
+        return (day + dt.timedelta(days=1)).isoformat(), None
+    if word in ("before", "prior to", "by"):
+        return None, day.isoformat()
+    return day.isoformat(), (day + dt.timedelta(days=1)).isoformat()
+
+
+def plan(question: str, sources: Iterable[str], *, use_dates: bool = True) -> list[SubQuery]:
+    """Sub-queries for a question: one per named publisher (its clause plus the whole question's
+    terms), or the question alone when it names none."""
+    aliases = source_aliases(sources)
+    mentions = find_sources(question, aliases)
+    if not mentions:
+        return [SubQuery(question)]
+    subs: list[SubQuery] = []
+    seen: set[tuple] = set()
+    for i, (_start, end, values) in enumerate(mentions):
+        clause_start = mentions[i - 1][1] if i else 0
+        clause_end = mentions[i + 1][0] if i + 1 < len(mentions) else len(question)
+        clause = question[clause_start:clause_end]
+        after, before = date_window(question[end:clause_end]) if use_dates else (None, None)
+        text = f"{clause} {question}" if len(mentions) > 1 else question
+        key = (values, after, before, clause)
+        if key not in seen:
+            seen.add(key)
+            subs.append(SubQuery(text=text, sources=values, published_after=after, published_before=before))
+    return subs
+
+
+T = TypeVar("T")
+
+
+def interleave(ranked_lists: Sequence[Sequence[T]], *, k: int, key: Callable[[T], object]) -> list[T]:
+    """Round-robin merge without duplicates: rank 1 of every list, then rank 2, ... up to k items."""
+    out: list[T] = []
+    seen: set[object] = set()
+    depth = max((len(r) for r in ranked_lists), default=0)
+    for rank in range(depth):
+        for ranked in ranked_lists:
+            if rank < len(ranked) and key(ranked[rank]) not in seen:
+                seen.add(key(ranked[rank]))
+                out.append(ranked[rank])
+                if len(out) == k:
+                    return out
+    return out
