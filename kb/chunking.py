@@ -254,7 +254,7 @@ def _enforce_max(text: str, units: list[_Unit], first: int, fresh: int, end: int
             if len(pieces) < 2:
                 pieces = _split_chars(text, unit.start, unit.end, counter, budget)
             if len(pieces) < 2:
-                raise ValueError(f"max_tokens={max_tokens} is too small for {text[unit.start:unit.end]!r}")
+                raise ValueError(f"max_tokens={max_tokens} is too small for {text[unit.start : unit.end]!r}")
             units[fresh : fresh + 1] = pieces
             end = fresh + 1
 
