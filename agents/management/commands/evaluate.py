@@ -1,0 +1,106 @@
+"""manage.py evaluate: measured answer quality on a question set with known evidence.
+
+    manage.py evaluate --limit 100 --strategies classic,pipeline,agentic,auto,search:keyword,facets:keyword
+
+Ingests the corpus JSONL into an evaluation tenant through the real pipeline (reused when
+unchanged), runs every question through every strategy and writes report.json, report.md and
+PNG charts to --out. Tenants can pass their own --corpus and --questions (docs/evaluation.md).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from agents.evaluation.dataset import DatasetError, load_corpus, load_questions, sample_questions
+from agents.evaluation.metrics import K_CONTEXT
+from agents.evaluation.report import write_report
+from agents.evaluation.runner import EvaluationError, check_strategies, ensure_corpus, facet_sources, run_one
+from agents.evaluation.summary import summarise
+
+SHARED_EVAL = Path(settings.BASE_DIR).parent / "shared" / "eval"
+DEFAULT_STRATEGIES = "classic,pipeline,agentic,auto"
+
+
+class Command(BaseCommand):
+    help = "Evaluate answer quality: retrieval (official MultiHop-RAG metrics), evidence recall, abstention, citations, cost."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--corpus", type=Path, default=SHARED_EVAL / "corpus.jsonl",
+                            help="corpus JSONL (doc_id, title, text, metadata)")
+        parser.add_argument("--questions", type=Path, default=SHARED_EVAL / "questions-dev.jsonl", help="question JSONL")
+        parser.add_argument("--strategies", default=DEFAULT_STRATEGIES,
+                            help="comma-separated: classic, pipeline, agentic, auto, search:<mode>, facets:<mode> "
+                                 "(mode: keyword|vector|hybrid)")
+        parser.add_argument("--provider", default=None, help="agent provider (default: the configured one, offline unless set)")
+        parser.add_argument("--limit", type=int, default=None, help="evaluate a seeded sample of this many questions, stratified by type")
+        parser.add_argument("--seed", type=int, default=13)
+        parser.add_argument("--out", type=Path, default=Path(settings.BASE_DIR) / "docs" / "evaluation")
+        parser.add_argument("--tenant", default="evaluation", help="slug of the evaluation tenant (created on first use)")
+        parser.add_argument("--corpus-name", default=None, help="corpus name inside the tenant (default: the corpus file's stem)")
+        parser.add_argument("--records", action="store_true", help="also write per-question results (ids and numbers) to records.jsonl")
+        parser.add_argument("--no-charts", action="store_true")
+
+    def handle(self, *args, **opts) -> None:
+        from tqdm import tqdm
+
+        try:
+            strategies = check_strategies(s.strip() for s in opts["strategies"].split(",") if s.strip())
+            docs = load_corpus(opts["corpus"])
+            questions = sample_questions(load_questions(opts["questions"], docs), limit=opts["limit"], seed=opts["seed"])
+        except (EvaluationError, DatasetError, OSError) as exc:
+            raise CommandError(str(exc)) from exc
+        if not strategies or not questions:
+            raise CommandError("nothing to evaluate: no strategies or no questions")
+        started = time.perf_counter()
+        self.stderr.write(f"ingesting {len(docs)} documents into tenant {opts['tenant']!r} (unchanged ones are reused)")
+        try:
+            ev = ensure_corpus(docs, tenant_slug=opts["tenant"], corpus_name=opts["corpus_name"] or opts["corpus"].stem,
+                               progress=lambda it: tqdm(it, total=len(docs), desc="ingest", unit="doc", file=sys.stderr))
+        except EvaluationError as exc:
+            raise CommandError(str(exc)) from exc
+        ingest_s = time.perf_counter() - started
+        from agents.providers import get_provider
+
+        provider = get_provider(opts["provider"])
+        generates_text = provider.name != "offline"
+        sources = facet_sources(ev)
+        results = []
+        with tqdm(total=len(questions) * len(strategies), desc="evaluate", unit="run", file=sys.stderr) as bar:
+            for q in questions:
+                for strategy in strategies:
+                    results.append(run_one(ev, q, strategy, provider=opts["provider"], generates_text=generates_text, sources=sources))
+                    bar.update(1)
+        summary = summarise(results)
+        report = {
+            "meta": {
+                "command": _command_line(),
+                "corpus": str(opts["corpus"]), "questions_file": str(opts["questions"]), "corpus_documents": len(docs),
+                "documents_ingested_now": ev.uploaded, "ingest_s": round(ingest_s, 1), "questions": len(questions),
+                "answerable": sum(q.answerable for q in questions), "strategies": strategies,
+                "provider": f"{provider.name}/{provider.model}",
+                "context_chunks": K_CONTEXT, "seed": opts["seed"], "limit": opts["limit"],
+                "finished_at": datetime.now(UTC).isoformat(timespec="seconds"), "elapsed_s": round(time.perf_counter() - started, 1),
+            },
+            "summary": summary,
+        }
+        paths = write_report(report, opts["out"], with_charts=not opts["no_charts"])
+        if opts["records"]:
+            import json
+
+            with (opts["out"] / "records.jsonl").open("w", encoding="utf-8") as fh:
+                for r in results:
+                    fh.write(json.dumps(r.as_dict(), default=lambda o: o.__dict__) + "\n")
+        self.stdout.write((opts["out"] / "report.md").read_text(encoding="utf-8"))
+        self.stderr.write("wrote " + ", ".join(str(p) for p in paths))
+
+
+def _command_line() -> str:
+    """How this run was started, for the report (reproducibility)."""
+    argv = sys.argv[1:]
+    return "manage.py " + " ".join(argv) if argv and argv[0] == "evaluate" else "manage.py evaluate"
