@@ -60,28 +60,15 @@ def chunk_document(
     max_tokens: int = 256,
     count_tokens: CountTokens,
 ) -> list[ChunkSpan]:
-    """Chunks of a parsed document, in order: sections that fit `target_tokens` stay whole, longer
-    ones are split with `chunk_text`; chunks never cross sections, so never cross PDF pages."""
+    """Chunks of a parsed document, in order. A section that fits `target_tokens` is one chunk; longer
+    ones are split as by `chunk_text`. Chunks never cross sections, so never cross PDF pages."""
     _check_sizes(target_tokens, overlap_tokens, max_tokens)
     text = doc.text
     chunks: list[ChunkSpan] = []
     for start, section in _section_groups(doc):
-        end = section.char_end
-        start, end = _strip_span(text, start, end)
-        if start >= end:
-            continue
         locator = _locator(section)
-        whole = count_tokens(text[start:end])
-        if whole <= target_tokens:
-            spans = [(start, end)]
-        else:
-            sizes = {"target_tokens": target_tokens, "overlap_tokens": overlap_tokens, "max_tokens": max_tokens}
-            inner = chunk_text(text[start:end], **sizes, count_tokens=count_tokens)
-            spans = [(start + s, start + e) for s, e in inner]
-        for s, e in spans:
-            piece = text[s:e]
-            tokens = whole if (s, e) == (start, end) else count_tokens(piece)
-            chunks.append(ChunkSpan(piece, s, e, locator, section.page, tokens))
+        for s, e, tokens in _chunk_spans(text, start, section.char_end, target_tokens, overlap_tokens, max_tokens, count_tokens):
+            chunks.append(ChunkSpan(text[s:e], s, e, locator, section.page, tokens))
     return chunks
 
 
@@ -100,17 +87,25 @@ def chunk_text(
     else trailing words of the last one).
     """
     _check_sizes(target_tokens, overlap_tokens, max_tokens)
+    spans = _chunk_spans(text, 0, len(text), target_tokens, overlap_tokens, max_tokens, count_tokens)
+    return [(s, e) for s, e, _ in spans]
+
+
+def _chunk_spans(
+    text: str, lo: int, hi: int, target_tokens: int, overlap_tokens: int, max_tokens: int, count_tokens: CountTokens
+) -> list[tuple[int, int, int]]:
+    """(start, end, exact token count) of the chunks of text[lo:hi]; offsets are into `text`."""
     overhead = max(0, count_tokens(""))  # special tokens ([CLS]/[SEP]) the counter adds to every call
     counter = _Counter(count_tokens, overhead)
-    units = _units(text, counter, max_tokens - overhead, max(1, target_tokens - overlap_tokens))
-    spans: list[tuple[int, int]] = []
+    units = _units(text, lo, hi, counter, max_tokens - overhead, max(1, target_tokens - overlap_tokens))
+    spans: list[tuple[int, int, int]] = []
     first = 0  # first unit of the chunk being built
     fresh = 0  # first unit not yet in any chunk; units[first:fresh] is the overlap
     while fresh < len(units):
         first = _fit_overlap(units, first, fresh, target_tokens)
         end = _pack(units, first, fresh, target_tokens)
-        first, end = _enforce_max(text, units, first, fresh, end, counter, max_tokens)
-        spans.append((units[first].start, units[end - 1].end))
+        first, end, tokens = _enforce_max(text, units, first, fresh, end, counter, max_tokens)
+        spans.append((units[first].start, units[end - 1].end, tokens))
         fresh = end
         if fresh < len(units):
             first, fresh = _overlap_start(text, units, first, end, overlap_tokens, counter)
@@ -132,10 +127,10 @@ class _Counter:
         return max(0, self.exact(text) - self.overhead)
 
 
-def _units(text: str, counter: _Counter, max_tokens: int, piece_tokens: int) -> list[_Unit]:
+def _units(text: str, lo: int, hi: int, counter: _Counter, max_tokens: int, piece_tokens: int) -> list[_Unit]:
     """Non-whitespace spans between cut points, each counted once; those over `max_tokens` are cut
     into pieces of at most `piece_tokens` (target minus overlap, so a piece plus overlap fits)."""
-    cuts = [0, *(m.end() if m.group() != "\n" else m.start() for m in _CUT.finditer(text)), len(text)]
+    cuts = [lo, *(m.end() if m.group() != "\n" else m.start() for m in _CUT.finditer(text, lo, hi)), hi]
     units: list[_Unit] = []
     for a, b in zip(cuts, cuts[1:], strict=False):
         start, end = _strip_span(text, a, b)
@@ -237,12 +232,14 @@ def _pack(units: list[_Unit], first: int, fresh: int, target: int) -> int:
     return best
 
 
-def _enforce_max(text: str, units: list[_Unit], first: int, fresh: int, end: int, counter: _Counter, max_tokens: int) -> tuple[int, int]:
+def _enforce_max(
+    text: str, units: list[_Unit], first: int, fresh: int, end: int, counter: _Counter, max_tokens: int
+) -> tuple[int, int, int]:
     """Exact count of the chunk; shrink it (fewer units, no overlap, a split unit) until within max."""
     while True:
         tokens = counter.exact(text[units[first].start : units[end - 1].end])
         if tokens <= max_tokens:
-            return first, end
+            return first, end, tokens
         if end - fresh > 1:
             end -= 1
         elif first < fresh:

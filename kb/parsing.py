@@ -171,11 +171,11 @@ class _Builder:
         self._page = number
 
     def block(self, text: str) -> None:
-        """Append a paragraph-like block; lines kept, trailing spaces and blank lines dropped."""
+        """Append a paragraph-like block; lines kept, trailing spaces, blank lines and edge whitespace dropped."""
         lines = [line.rstrip() for line in _clean(text).split("\n")]
-        lines = [line for line in lines if line.strip()]
-        if lines:
-            self._append("\n".join(lines))
+        block = "\n".join(line for line in lines if line.strip()).strip()  # inner indentation kept, edges trimmed
+        if block:
+            self._append(block)
 
     def _append(self, text: str) -> None:
         if self._length:
