@@ -347,3 +347,47 @@ def test_delete_and_reingest_keep_corpus_counts_right(scope, counting, upload, d
     with activate(scope):
         assert not Chunk.objects.for_scope(scope).filter(document_id=one.pk).exists()
         assert not IngestJob.objects.for_scope(scope).filter(document_id=one.pk).exists()
+
+
+@pytest.mark.django_db(databases=["default", "owner"], transaction=True)
+def test_ingest_folder_command_recurses_and_reports(tmp_path, tenant, scope):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    (tmp_path / "hr").mkdir()
+    (tmp_path / "hr" / "leave.md").write_text("# Leave\n\nTwenty-five days of paid leave per year.")
+    (tmp_path / "travel.txt").write_text("Book trains for trips under four hours.")
+    (tmp_path / "broken.txt").write_bytes(b"caf\xe9 not utf-8")
+    (tmp_path / "logo.png").write_bytes(b"\x89PNG\r\n")
+    (tmp_path / ".hidden.md").write_text("secret")
+    out = StringIO()  # transactional: each upload commits and (no broker) ingests at once
+    call_command("ingest_folder", str(tmp_path), tenant=tenant.slug, corpus="Handbook", create=True, model="hash:16",
+                 no_progress=True, stdout=out)
+    text = out.getvalue()
+    assert "uploaded 3, unchanged 0, skipped 1 unsupported, failed 1" in text
+    assert "skipped logo.png" in text and "failed  broken.txt: parse error" in text
+    with activate(scope):
+        corpus = Corpus.objects.for_scope(scope).get(name="Handbook")
+        names = set(Document.objects.for_scope(scope).filter(corpus=corpus, status="ready").values_list("source_name", flat=True))
+    assert corpus.model_key == "hash:16" and names == {"hr/leave.md", "travel.txt"}
+    out = StringIO()
+    call_command("ingest_folder", str(tmp_path), tenant=tenant.slug, corpus="Handbook", no_progress=True, stdout=out)
+    assert "uploaded 1, unchanged 2" in out.getvalue()  # the failed one is retried, the others are no-ops
+
+
+@pytest.mark.django_db(databases=["default", "owner"], transaction=True)
+def test_reap_and_reembed_commands(tenant, scope, corpus_factory):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    corpus = corpus_factory(name="Small", model="hash", dim=16)
+    upload_document(scope=scope, corpus=corpus, filename="a.md", data=sections("Alpha."))
+    out = StringIO()
+    call_command("reembed_corpus", tenant=tenant.slug, corpus="Small", model="hash:8", wait=True, stdout=out)
+    assert "-> hash:8" in out.getvalue() and "done" in out.getvalue()
+    assert refresh(scope, corpus).model_key == "hash:8"
+    out = StringIO()
+    call_command("reap_jobs", older_than=600, stdout=out)
+    assert out.getvalue().startswith("resent 0 job(s)")

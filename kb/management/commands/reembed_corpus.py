@@ -1,0 +1,51 @@
+"""`manage.py reembed_corpus --tenant <slug> --corpus <name> --model <key> [--wait]`.
+
+Re-embeds a corpus into another model in the background; searches use the old vectors until the
+job switches every chunk and the corpus in one transaction.
+"""
+
+from __future__ import annotations
+
+import time
+
+from django.core.management.base import BaseCommand, CommandError
+
+from kb.ingest import start_reembed
+from kb.models import Corpus, IngestJob, JobStatus
+from tenants.models import Tenant
+from tenants.scope import Scope, activate
+
+
+class Command(BaseCommand):
+    help = "Re-embed every chunk of a corpus with another embedding model (e.g. gemini-embedding-001:768)."
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--tenant", required=True, help="tenant slug")
+        parser.add_argument("--corpus", required=True, help="corpus name")
+        parser.add_argument("--model", required=True, help="target model key '<model>:<dim>'")
+        parser.add_argument("--wait", action="store_true", help="wait for the job to finish")
+
+    def handle(self, *args, tenant: str, corpus: str, model: str, wait: bool, **options) -> None:
+        found = Tenant.objects.filter(slug=tenant).first()
+        if found is None:
+            raise CommandError(f"no tenant with slug {tenant!r}")
+        scope = Scope.system(found.id, principal="manage.py reembed_corpus")
+        with activate(scope):
+            target = Corpus.objects.for_scope(scope).filter(name=corpus).first()
+        if target is None:
+            raise CommandError(f"tenant {tenant!r} has no corpus {corpus!r}")
+        try:
+            job = start_reembed(scope=scope, corpus=target, model_key=model)
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
+        if job is None:
+            self.stdout.write(f"corpus {corpus!r} already uses {model}")
+            return
+        self.stdout.write(f"re-embed job {job.pk} queued: {target.model_key} -> {model}")
+        while wait:
+            with activate(scope):
+                job = IngestJob.objects.for_scope(scope).get(pk=job.pk)
+            if job.status in (JobStatus.DONE, JobStatus.FAILED):
+                self.stdout.write(f"job {job.pk} {job.status} ({job.stage}) {job.error}".rstrip())
+                break
+            time.sleep(1)
