@@ -388,7 +388,7 @@ def _parse_pdf(data: bytes) -> tuple[_Builder, str]:
         builder = _Builder()
         for number, page in enumerate(reader.pages, start=1):
             builder.page(number)
-            _paragraphs(_clean(page.extract_text() or "").split("\n\n"), builder)
+            _paragraphs(_clean(page.extract_text() or "").split("\n"), builder)
     except ParseError:
         raise
     except (PyPdfError, ValueError, KeyError, TypeError, AttributeError, IndexError, AssertionError, OSError, RecursionError) as exc:
