@@ -51,10 +51,25 @@ class CorpusAdmin(TenantScopedAdmin):
         return obj.n_documents
 
 
+class MultiFileInput(forms.ClearableFileInput):
+    allow_multiple_selected = True
+
+
+class MultiFileField(forms.FileField):
+    """Several files in one input; cleans to a list."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("widget", MultiFileInput())
+        super().__init__(*args, **kwargs)
+
+    def clean(self, data, initial=None):
+        items = data if isinstance(data, list | tuple) else [data]
+        return [super(MultiFileField, self).clean(d, initial) for d in items]
+
+
 class UploadForm(forms.Form):
     corpus = forms.ModelChoiceField(queryset=Corpus.objects.unscoped_dangerously().none())
-    files = forms.FileField(widget=forms.ClearableFileInput(attrs={"allow_multiple_selected": True}),
-                            help_text=f"Up to {settings.MAX_FILES_PER_UPLOAD} files (txt, md, html, pdf, docx).")
+    files = MultiFileField(help_text=f"Up to {settings.MAX_FILES_PER_UPLOAD} files (txt, md, html, pdf, docx).")
     title = forms.CharField(required=False, max_length=500, help_text="Optional, single file only.")
     metadata = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 3}),
                                help_text='JSON object, e.g. {"category": "travel", "published_at": "2025-01-01"}')
@@ -70,13 +85,6 @@ class UploadForm(forms.Form):
         if not isinstance(value, dict):
             raise forms.ValidationError("must be a JSON object")
         return value
-
-
-class MultiFileInput(forms.ClearableFileInput):
-    allow_multiple_selected = True
-
-
-UploadForm.base_fields["files"].widget = MultiFileInput()
 
 
 @admin.register(Document)
@@ -130,7 +138,7 @@ class DocumentAdmin(TenantScopedAdmin):
         form = UploadForm(request.POST or None, request.FILES or None)
         form.fields["corpus"].queryset = scoped_queryset(request, Corpus)
         if request.method == "POST" and form.is_valid():
-            files = request.FILES.getlist("files")
+            files = form.cleaned_data["files"]
             corpus = form.cleaned_data["corpus"]
             scope = _acting_scope(request, corpus.tenant_id)
             if len(files) > settings.MAX_FILES_PER_UPLOAD:

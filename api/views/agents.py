@@ -8,7 +8,7 @@ import queue
 import threading
 from datetime import datetime, time
 
-from django.db import close_old_connections, connections
+from django.db import connections
 from django.db.models import Count, Q, QuerySet
 from django.http import StreamingHttpResponse
 from django.utils.dateparse import parse_date, parse_datetime
@@ -248,7 +248,6 @@ class AskStream(ScopedAPIView):
                     connections.close_all()
 
         def stream():
-            close_old_connections()
             start_background(work)
             while True:
                 try:

@@ -8,9 +8,10 @@ import pytest
 from django.core.cache import cache
 from rest_framework.test import APIClient
 
+from kb.ingest import run_ingest_job, upload_document
 from kb.models import Corpus
 from tenants.models import ApiKey, Department, Tenant
-from tests.factories import make_chunk, make_corpus, make_tenant
+from tests.factories import make_corpus, make_tenant, whole_tenant
 
 CANARY = "CANARY-GLOBEX-7f3a"
 
@@ -47,6 +48,14 @@ def _fresh_limits(settings):
     cache.clear()
 
 
+def ingest(corpus: Corpus, title: str, text: str) -> None:
+    """Upload and ingest one document synchronously (real parsing, chunking, hash embeddings)."""
+    scope = whole_tenant(corpus.tenant)
+    _, job = upload_document(scope=scope, corpus=corpus, filename=f"{title}.md", data=f"# {title}\n\n{text}\n".encode(),
+                             title=title)
+    run_ingest_job(job_id=job.id, tenant_id=corpus.tenant_id)
+
+
 @pytest.fixture
 def world(db) -> World:
     a = make_tenant("Acme")
@@ -56,10 +65,10 @@ def world(db) -> World:
     w = World(a=a, b=b, sales=sales, eng=eng, shared=make_corpus(a, "shared"),
               sales_corpus=make_corpus(a, "sales-only", department=sales), eng_corpus=make_corpus(a, "eng-only", department=eng),
               b_corpus=make_corpus(b, f"globex {CANARY}"))
-    make_chunk(w.shared, "Employees may book hotels up to 150 EUR per night.", title="Travel policy")
-    make_chunk(w.sales_corpus, "Sales discount ceiling is 20 percent.", title="Pricing")
-    make_chunk(w.eng_corpus, "On-call engineers rotate weekly.", title="Runbook")
-    make_chunk(w.b_corpus, f"Globex hotel limit {CANARY} is 900 EUR.", title=f"Globex travel {CANARY}")
+    ingest(w.shared, "Travel policy", "Employees may book hotels up to 150 EUR per night.")
+    ingest(w.sales_corpus, "Pricing", "Sales discount ceiling is 20 percent.")
+    ingest(w.eng_corpus, "Runbook", "On-call engineers rotate weekly.")
+    ingest(w.b_corpus, f"Globex travel {CANARY}", f"Globex hotel limit {CANARY} is 900 EUR per night.")
     for role in ("admin", "editor", "reader", "auditor"):
         w.keys[f"a-{role}"] = issue(a, role)
         w.keys[f"b-{role}"] = issue(b, role)

@@ -1,0 +1,191 @@
+"""The admin site: tenant admins see only their tenant; runs are read-only; playground uses the chosen scope."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.files.uploadedfile import SimpleUploadedFile
+
+from agents.models import Run
+from kb.models import Chunk, Document
+from tenants.models import ApiKey, Membership
+from tenants.scope import activate
+from tests.api.conftest import CANARY
+from tests.factories import whole_tenant
+from tests.kb import _transactional  # noqa: F401  (flush transactional tests as owner)
+
+pytestmark = pytest.mark.django_db(databases=["default", "owner"])
+
+
+def staff(world, role: str, tenant=None, **kwargs):
+    user = get_user_model().objects.create_user(username=f"{role}-{(tenant or world.a).slug}", password="x" * 12, is_staff=True)
+    Membership.objects.create(user=user, tenant=tenant or world.a, role=role, all_departments=kwargs.get("all_departments", True))
+    return user
+
+
+@pytest.fixture
+def admin_client(client, world):
+    client.force_login(staff(world, "admin"))
+    return client
+
+
+def _b_doc(world) -> Document:
+    with activate(whole_tenant(world.b)):
+        return Document.objects.for_scope(whole_tenant(world.b)).get()
+
+
+def test_changelists_show_only_own_tenant(admin_client, world):
+    for url in ["/admin/kb/corpus/", "/admin/kb/document/", "/admin/kb/chunk/", "/admin/kb/ingestjob/", "/admin/tenants/apikey/",
+                "/admin/tenants/membership/", "/admin/tenants/department/", "/admin/tenants/tenant/", "/admin/agents/run/"]:
+        r = admin_client.get(url)
+        assert r.status_code == 200, url
+        assert CANARY not in r.content.decode() and "Globex" not in r.content.decode(), url
+    assert "Travel policy" in admin_client.get("/admin/kb/document/").content.decode()
+
+
+def test_other_tenants_objects_are_not_reachable(admin_client, world):
+    doc = _b_doc(world)
+    with activate(whole_tenant(world.b)):
+        chunk = Chunk.objects.for_scope(whole_tenant(world.b)).get()
+    for url in [f"/admin/kb/corpus/{world.b_corpus.id}/change/", f"/admin/kb/document/{doc.id}/change/",
+                f"/admin/kb/chunk/{chunk.id}/change/", f"/admin/kb/corpus/{world.b_corpus.id}/delete/"]:
+        r = admin_client.get(url, follow=True)
+        assert CANARY not in r.content.decode(), url
+        assert "doesn’t exist" in r.content.decode() or r.status_code == 404, url
+
+
+def test_upload_reingest_delete_from_the_admin(admin_client, world, django_capture_on_commit_callbacks):
+    page = admin_client.get("/admin/kb/document/upload/")
+    assert page.status_code == 200 and "globex" not in page.content.decode().lower()
+    with django_capture_on_commit_callbacks(execute=True):
+        r = admin_client.post("/admin/kb/document/upload/", {
+            "corpus": world.shared.id, "metadata": json.dumps({"category": "hr"}),
+            "files": [SimpleUploadedFile("leave.md", b"# Leave\n\nEmployees get 30 days of paid leave.\n")]})
+    assert r.status_code == 302, (r.context["form"].errors, [str(m) for m in r.context["messages"]])
+    with activate(whole_tenant(world.a)):
+        doc = Document.objects.for_scope(whole_tenant(world.a)).get(source_name="leave.md")
+    assert doc.status == "ready" and doc.metadata == {"category": "hr"}
+    listing = admin_client.get("/admin/kb/document/").content.decode()
+    assert "leave.md" in listing or "Leave" in listing
+    assert "<progress" in listing
+    with django_capture_on_commit_callbacks(execute=True):
+        r = admin_client.post("/admin/kb/document/", {"action": "reingest", "_selected_action": [doc.id]})
+    assert r.status_code == 302
+    r = admin_client.post("/admin/kb/document/", {"action": "delete_documents", "_selected_action": [doc.id, _b_doc(world).id]})
+    assert r.status_code == 302
+    with activate(whole_tenant(world.a)):
+        assert not Document.objects.for_scope(whole_tenant(world.a)).filter(pk=doc.pk).exists()
+    with activate(whole_tenant(world.b)):
+        assert Document.objects.for_scope(whole_tenant(world.b)).exists()  # the foreign id in the POST was ignored
+
+
+def test_upload_rejects_foreign_corpus_and_bad_metadata(admin_client, world):
+    r = admin_client.post("/admin/kb/document/upload/", {"corpus": world.b_corpus.id, "metadata": "[",
+                                                         "files": [SimpleUploadedFile("x.md", b"# X\n\ny\n")]})
+    assert r.status_code == 200
+    errors = r.context["form"].errors
+    assert "corpus" in errors and "metadata" in errors
+
+
+def test_chunk_search_preview(admin_client, world):
+    r = admin_client.get("/admin/kb/chunk/search/", {"q": "hotel per night", "mode": "keyword"})
+    assert r.status_code == 200
+    body = r.content.decode()
+    assert "150 EUR" in body and CANARY not in body
+
+
+def test_api_key_created_in_admin_shows_raw_key_once(admin_client, world):
+    r = admin_client.post("/admin/tenants/apikey/add/", {"name": "integration", "role": "reader", "all_departments": "on"},
+                          follow=True)
+    assert r.status_code == 200
+    text = r.content.decode()
+    key = ApiKey.objects.get(name="integration")
+    assert key.tenant_id == world.a.id and f"gk_{key.public_id}_" in text
+    raw = text.split("id='raw-key'>")[1].split("<")[0] if "id='raw-key'>" in text else text.split('id="raw-key">')[1].split("<")[0]
+    assert ApiKey.authenticate(raw) == key
+    assert raw not in admin_client.get(f"/admin/tenants/apikey/{key.id}/change/").content.decode()
+
+
+def test_editor_manages_documents_but_not_keys_or_runs(client, world):
+    client.force_login(staff(world, "editor"))
+    assert client.get("/admin/kb/document/").status_code == 200
+    assert client.get("/admin/tenants/apikey/").status_code == 403
+    assert client.get("/admin/agents/run/").status_code == 403
+    assert client.get("/admin/kb/corpus/add/").status_code == 403
+
+
+def _ask(world, who="a-reader", question="What is the hotel limit per night?") -> dict:
+    return world.client(who).post("/api/v1/ask/", {"question": question}, format="json").json()
+
+
+def test_run_review_is_read_only_and_shows_citations(client, world):
+    run = _ask(world)
+    _ask(world, "b-reader", f"hotel limit {CANARY}?")
+    client.force_login(staff(world, "auditor"))
+    listing = client.get("/admin/agents/run/").content.decode()
+    assert "hotel limit per night" in listing and CANARY not in listing
+    detail = client.get(f"/admin/agents/run/{run['id']}/change/").content.decode()
+    assert "Step timeline" in detail and "intact" in detail and run["principal"] in detail
+    if run["citations"]:
+        assert "verified" in detail and "Employees may book hotels" in detail
+    assert client.get("/admin/agents/run/add/").status_code == 403
+    assert client.post(f"/admin/agents/run/{run['id']}/delete/").status_code == 403
+    assert client.post("/admin/agents/run/", {"action": "delete_selected", "_selected_action": [run["id"]]}).status_code != 302
+    with activate(whole_tenant(world.b)):
+        b_run = Run.objects.for_scope(whole_tenant(world.b)).get()
+    assert CANARY not in client.get(f"/admin/agents/run/{b_run.id}/change/", follow=True).content.decode()
+    for f in ["?outcome=" + run["outcome"], "?unverified=no", "?principal=" + run["principal"], "?created_at__gte=2000-01-01",
+              f"?department={world.sales.id}"]:
+        assert client.get("/admin/agents/run/" + f).status_code == 200, f
+
+
+def test_run_export_csv_and_jsonl_follow_filters(client, world):
+    run = _ask(world)
+    _ask(world, "b-reader", f"hotel limit {CANARY}?")
+    client.force_login(staff(world, "auditor"))
+    csv_body = client.get("/admin/agents/run/export.csv").content.decode()
+    rows = list(csv.reader(io.StringIO(csv_body)))
+    assert rows[0][:3] == ["id", "tenant_id", "seq"] and len(rows) == 2 and rows[1][0] == str(run["id"]) and CANARY not in csv_body
+    lines = client.get("/admin/agents/run/export.jsonl").content.decode().splitlines()
+    row = json.loads(lines[0])
+    assert len(lines) == 1 and row["id"] == run["id"] and row["steps"] and "citations" in row
+    assert len(list(csv.reader(io.StringIO(client.get("/admin/agents/run/export.csv?outcome=failed").content.decode())))) == 1
+
+
+def test_playground_runs_with_the_chosen_members_scope(admin_client, world):
+    sales_user = get_user_model().objects.create(username="sam")
+    m = Membership.objects.create(user=sales_user, tenant=world.a, role="reader")
+    m.departments.set([world.sales])
+    page = admin_client.get("/admin/agents/run/ask/")
+    assert page.status_code == 200 and "globex" not in page.content.decode().lower()
+    r = admin_client.post("/admin/agents/run/ask/", {"act_as": f"member:{m.id}", "strategy": "auto",
+                                                     "question": "How often do on-call engineers rotate?"})
+    assert r.status_code == 200
+    run = r.context["run"]
+    assert run.scope["department_ids"] == [world.sales.id] and not run.scope["all_departments"]
+    assert run.principal == f"user:{sales_user.id} via admin:user:{r.wsgi_request.user.id}"
+    assert "rotate weekly" not in run.answer  # the engineering runbook is outside Sam's scope
+    b_key = ApiKey.objects.filter(tenant=world.b).first()
+    r = admin_client.post("/admin/agents/run/ask/", {"act_as": f"key:{b_key.id}", "strategy": "auto", "question": "hotel?"})
+    assert r.context["form"].errors
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "owner"])
+def test_superuser_sees_every_tenant(client, world):
+    """Superusers read through the owner alias, so the data must be committed (transactional test)."""
+    su = get_user_model().objects.create_superuser(username="root", password="x" * 12, email="r@x.test")
+    client.force_login(su)
+    body = client.get("/admin/kb/corpus/").content.decode()
+    assert CANARY in body and "shared" in body
+    assert CANARY in client.get(f"/admin/kb/corpus/{world.b_corpus.id}/change/").content.decode()
+
+
+def test_staff_without_membership_sees_nothing(client, world):
+    user = get_user_model().objects.create_user(username="lost", password="x" * 12, is_staff=True)
+    client.force_login(user)
+    assert client.get("/admin/kb/corpus/").status_code == 403
+    assert "Corpora" not in client.get("/admin/").content.decode()
