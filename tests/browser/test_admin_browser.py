@@ -1,0 +1,91 @@
+"""A real browser against a live server: log into the admin, upload a document, see it ingested, ask
+in the playground, open the run in the audit review and see its citations. Screenshots go to
+test-artifacts/ (git-ignored)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from django.contrib.auth import get_user_model
+
+from tenants.models import Membership
+from tests.api.conftest import World, world  # noqa: F401  (fixture)
+from tests.kb import _transactional  # noqa: F401  (flush transactional tests as owner)
+
+CHROMIUM = "/usr/bin/chromium"
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.django_db(transaction=True, databases=["default", "owner"]),
+    pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="needs /usr/bin/chromium"),
+]
+
+
+@pytest.fixture
+def page(monkeypatch):
+    sync_api = pytest.importorskip("playwright.sync_api")
+    # Playwright's sync API runs an event loop in this thread; the test's own ORM calls are still synchronous.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
+            "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+            "--disable-sync", "--no-first-run"])
+        try:
+            pg = browser.new_page(viewport={"width": 1400, "height": 1000})
+            pg.set_default_timeout(20_000)
+            yield pg
+        finally:
+            browser.close()
+
+
+def shot(page, name: str) -> None:
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
+def test_admin_upload_ingest_ask_and_review(live_server, world: World, page, tmp_path):  # noqa: F811
+    user = get_user_model().objects.create_user(username="ada", password="correct-horse-9", is_staff=True)
+    Membership.objects.create(user=user, tenant=world.a, role="admin", all_departments=True)
+
+    page.goto(f"{live_server.url}/admin/login/")
+    page.fill("#id_username", "ada")
+    page.fill("#id_password", "correct-horse-9")
+    page.click("input[type=submit]")
+    page.wait_for_selector("#user-tools")
+    shot(page, "01-admin-home")
+
+    policy = tmp_path / "expenses.md"
+    policy.write_text("# Expenses\n\n## Taxis\n\nTaxi rides after 22:00 are reimbursed up to 60 EUR.\n")
+    page.goto(f"{live_server.url}/admin/kb/document/upload/")
+    page.select_option("#id_corpus", label="shared")
+    page.set_input_files("#id_files", str(policy))
+    page.fill("#id_metadata", '{"category": "finance"}')
+    page.click("input[name=_upload]")
+    page.wait_for_selector("ul.messagelist")
+    assert "Uploaded 1 document" in page.inner_text("ul.messagelist")
+    page.goto(f"{live_server.url}/admin/kb/document/?q=expenses")
+    row = page.locator("#result_list tbody tr").first
+    assert "ready" in row.inner_text().lower()  # ingested (eager tasks run right after the upload committed)
+    shot(page, "02-document-ingested")
+
+    page.goto(f"{live_server.url}/admin/agents/run/ask/")
+    page.select_option("#id_act_as", index=0)
+    page.fill("#id_question", "Up to how much are taxi rides after 22:00 reimbursed?")
+    page.click("#playground-form input[type=submit]")
+    page.wait_for_selector("#answer")
+    shot(page, "03-playground-answer")
+    page.click("text=open in audit review")
+    page.wait_for_selector("#citations")
+    citations = page.inner_text("#citations")
+    assert "verified" in citations and "chunk" in citations
+    page.locator("#citations details summary").first.click()
+    assert "60 EUR" in page.locator("#citations .chunk-text").first.inner_text()
+    assert "intact" in page.inner_text("#chain-status")
+    shot(page, "04-run-review-citations")
+
+    page.goto(f"{live_server.url}/admin/agents/run/")
+    assert "taxi rides" in page.inner_text("#result_list").lower()
+    shot(page, "05-run-list")
