@@ -29,7 +29,12 @@ def pieces_with_specials(s: str) -> int:
     return len(re.findall(r"\w{1,4}|[^\w\s]", s)) + 2
 
 
-COUNTERS = {"words": words, "chars": chars, "pieces": pieces_with_specials}
+def superadditive(s: str) -> int:
+    """Joined text counts more than its parts: exercises the exact per-chunk correction."""
+    return len(s.split()) + 3 * s.count(". ")
+
+
+COUNTERS = {"words": words, "chars": chars, "pieces": pieces_with_specials, "superadditive": superadditive}
 
 
 def assert_valid_spans(text: str, spans: list[tuple[int, int]], count, max_tokens: int) -> None:
@@ -163,6 +168,21 @@ def test_prefers_paragraph_ends_over_sentence_ends():
     text = "\n\n".join([para] * 4)  # 27 words per paragraph
     spans = chunk_text(text, target_tokens=40, overlap_tokens=0, max_tokens=50, count_tokens=words)
     assert [text[s:e] for s, e in spans] == [para] * 4
+
+
+def test_section_that_fits_the_target_is_one_chunk_even_with_special_tokens():
+    body = " ".join(["word"] * 30) + "."
+    doc = parse(f"# Rule\n\n{body}".encode(), "r.md")
+    exact = pieces_with_specials(doc.text)
+    chunks = chunk_document(doc, target_tokens=exact, overlap_tokens=5, max_tokens=exact + 10, count_tokens=pieces_with_specials)
+    assert [(c.text, c.token_count) for c in chunks] == [(doc.text, exact)]
+
+
+def test_superadditive_counter_is_corrected_by_the_exact_count():
+    text = " ".join(f"S{i} a b." for i in range(200))
+    spans = chunk_text(text, target_tokens=40, overlap_tokens=8, max_tokens=40, count_tokens=superadditive)
+    assert_valid_spans(text, spans, superadditive, 40)
+    assert max(superadditive(text[s:e]) for s, e in spans) > 30
 
 
 def test_giant_sentence_and_giant_word_fit_max_tokens():
