@@ -24,7 +24,7 @@ from django.db import connections, models
 from agents.models import Citation, Run, RunStep
 
 GENESIS = "0" * 64
-CHAIN_LOCK_CLASS = 0x6B62  # first key of pg_advisory_xact_lock(int4, int4); the second is the tenant id
+CHAIN_LOCK_CLASS = 0x6167  # first key of pg_advisory_xact_lock(int4, int4); the second is the tenant id
 TRACE_TABLES = ("agents_run", "agents_runstep", "agents_citation")
 
 

@@ -18,6 +18,7 @@ these they this those through to too under until up very was we were what when w
 with would you your yours yourself yourselves also may might must shall get gets got per via etc within without
 whether versus vs compare compared comparison difference differ between according tell explain describe please
 apply applies applied exactly does anything something much many kind one two use used using way ways need needs
+still just ever really actually i'm i've i'd let's
 """.split())
 
 _WORD = re.compile(r"[a-z0-9]+(?:['’][a-z]+)?")
@@ -50,21 +51,51 @@ def ordered_terms(text: str) -> list[str]:
     return list(seen)
 
 
+def key_words(text: str) -> list[str]:
+    """Content words in their original form (for search queries, where stems would hurt), deduplicated."""
+    seen: dict[str, str] = {}
+    for w in _WORD.findall(text.lower()):
+        if w not in STOPWORDS and len(w) > 2:
+            seen.setdefault(stem(w), w)
+    return list(seen.values())
+
+
+# A few workplace-policy equivalences (by stem), so "what can I claim" meets "is reimbursed".
+_SYNONYM_GROUPS = (
+    {"claim", "reimburs", "refund", "pay", "paid", "cover"}, {"expens", "cost", "spend", "fee"}, {"leav", "holiday", "vacation", "absenc"},
+    {"trip", "travel", "journey"}, {"extra", "additional"}, {"hotel", "accommodation", "lodging"},
+    {"password", "passphras", "credential"}, {"laptop", "devic", "computer"}, {"allowanc", "per diem", "stipend"},
+)
+SYNONYMS: dict[str, frozenset[str]] = {t: frozenset(g - {t}) for g in _SYNONYM_GROUPS for t in g}
+
+
 def coverage(part_terms: set[str], text_terms: set[str]) -> float:
-    return len(part_terms & text_terms) / len(part_terms) if part_terms else 1.0
+    """Share of `part_terms` that occur in `text_terms`, directly or as a listed synonym."""
+    if not part_terms:
+        return 1.0
+    hit = sum(1 for t in part_terms if t in text_terms or SYNONYMS.get(t, frozenset()) & text_terms)
+    return hit / len(part_terms)
 
 
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])|\n+")
-_BULLET = re.compile(r"^\s*(?:[-*+•]|\d+[.)]|#+)\s*")
+_BLOCK_BREAK = re.compile(r"\n\s*\n|\n(?=\s*(?:[-*+•]|\d+[.)]|#+)\s)")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
+_BULLET = re.compile(r"^\s*(?:[-*+•]|\d+[.)])\s*")
 
 
 def sentences(text: str) -> list[str]:
-    """Sentences and list items of a chunk, markup stripped, each an exact substring of `text`."""
+    """Sentences and list items of a chunk, headings dropped, hard-wrapped lines joined.
+
+    A sentence equals a span of `text` up to whitespace (citations compare with `normalise`)."""
     out = []
-    for piece in _SENTENCE_END.split(text):
-        piece = _BULLET.sub("", piece).strip()
-        if len(piece) >= 12 and re.search(r"[A-Za-z]{3}", piece):
-            out.append(piece)
+    for block in _BLOCK_BREAK.split(text):
+        block = block.strip()
+        if not block or block.startswith("#"):
+            continue
+        block = _BULLET.sub("", " ".join(block.split()))
+        for piece in _SENTENCE_END.split(block):
+            piece = piece.strip()
+            if len(piece) >= 12 and re.search(r"[A-Za-z]{3}", piece) and (piece[-1] in ".!?;)" or len(piece.split()) >= 10):
+                out.append(piece)
     return out
 
 
@@ -85,15 +116,35 @@ _VERSUS = re.compile(r"(.+?)\s+(?:versus|vs\.?|compared (?:to|with))\s+(.+?)(?:[
 MAX_PARTS = 4
 
 
+_INTERROGATIVE = re.compile(r"^\s*(?:what|which|how|when|where|who|whom|whose|why|can|could|may|might|do|does|did|is|are|was|were|"
+                            r"should|must|will|would|shall|has|have|tell|explain|list|describe|compare|give|show)\b", re.I)
+
+
+def is_statement(sentence: str) -> bool:
+    """A sentence that sets context ("I'm extending a trip.") rather than asking something."""
+    return not sentence.rstrip().endswith("?") and not _INTERROGATIVE.match(sentence)
+
+
+def question_context(question: str) -> str:
+    """The statement sentences of a question: context that search queries should carry."""
+    sents = _SENTENCES.split(question.strip())
+    if len(sents) < 2:
+        return ""
+    return " ".join(s for s in sents if is_statement(s))
+
+
+_SENTENCES = re.compile(r"(?<=[?!.])\s+|\n+")
+
+
 def split_question(question: str) -> list[str]:
     """The parts a complete answer must cover: sentences, clauses joined by and/while/or/but,
     and both sides of a comparison. A clause with fewer than two content terms stays attached
     to its neighbour ("travel and expense policy" is one part). At most MAX_PARTS parts."""
     parts: list[str] = []
-    for sentence in re.split(r"(?<=[?!.])\s+|\n+", question.strip()):
+    sents = [x for x in _SENTENCES.split(question.strip()) if x.strip(" ?!.")]
+    asked = [x for x in sents if not is_statement(x)] if len(sents) > 1 else sents
+    for sentence in asked or sents:
         sentence = sentence.strip(" ?!.")
-        if not sentence:
-            continue
         compared = _comparison_parts(sentence)
         if compared:
             parts.extend(compared)

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 
 from agents.citations import NOT_ENOUGH_EVIDENCE
 from agents.messages import AssistantMessage, ModelRequest, ModelTurn, ToolCall, ToolResultMessage, Usage
-from agents.text import coverage, ordered_terms, sentences, split_question, terms
+from agents.text import coverage, key_words, question_context, sentences, split_question, terms
 
 PART_COVERED = 0.5  # share of a part's terms one retrieved chunk must contain
 SENTENCE_MIN = 0.25  # share of a part's terms a quoted sentence must contain
 MAX_ROUNDS = 3
-SENTENCES_PER_PART = 2
+SENTENCES_PER_PART = 3
 
 
 @dataclass(frozen=True)
@@ -57,27 +57,29 @@ class OfflineProvider:
     def _agent(self, request: ModelRequest) -> tuple[str, list[ToolCall]]:
         parts = split_question(request.question)
         if not request.tools_enabled:
-            return compose_answer(parts, _chunks_from(request)), []
+            return compose_answer(parts, _chunks_from(request), question_context(request.question)), []
         asked = _queries_asked(request)
         rounds = sum(1 for m in request.messages if isinstance(m, AssistantMessage) and m.tool_calls)
         if rounds == 0:
-            return "", [ToolCall(f"offline-0-{i}", "search", {"query": p, "k": 5}) for i, p in enumerate(parts)]
+            return "", [ToolCall(f"offline-0-{i}", "search", {"query": with_context(p, request.question), "k": 5})
+                        for i, p in enumerate(parts)]
         missing = uncovered_parts(parts, _chunks_from(request))
         if not missing or rounds >= MAX_ROUNDS:
-            return compose_answer(parts, _chunks_from(request)), []
+            return compose_answer(parts, _chunks_from(request), question_context(request.question)), []
         calls = []
         for part in missing:
-            for query, mode in ((" ".join(ordered_terms(part)), "hybrid"), (part, "keyword")):
+            for query, mode in ((with_context(" ".join(key_words(part)), request.question), "hybrid"), (part, "keyword")):
                 if query and (query.casefold(), mode) not in asked:
                     calls.append(ToolCall(f"offline-{rounds}-{len(calls)}", "search", {"query": query, "k": 5, "mode": mode}))
                     break
         if not calls:
-            return compose_answer(parts, _chunks_from(request)), []
+            return compose_answer(parts, _chunks_from(request), question_context(request.question)), []
         return "", calls
 
     def _rewrite(self, request: ModelRequest) -> tuple[str, list[ToolCall]]:
         parts = split_question(request.question)
-        queries = parts[:3] if len(parts) > 1 else [" ".join(ordered_terms(request.question)) or request.question]
+        queries = [with_context(p, request.question) for p in parts[:3]] if len(parts) > 1 else \
+            [" ".join(key_words(request.question)) or request.question]
         return json.dumps({"queries": queries}), []
 
     def _judge(self, request: ModelRequest) -> tuple[str, list[ToolCall]]:
@@ -85,10 +87,18 @@ class OfflineProvider:
         missing = uncovered_parts(parts, _chunks_from(request))
         why = "every part of the question is covered by retrieved text" if not missing else \
             f"no retrieved text covers: {'; '.join(missing)}"
-        return json.dumps({"sufficient": not missing, "why": why, "missing": [" ".join(ordered_terms(p)) for p in missing]}), []
+        queries = [with_context(" ".join(key_words(p)), request.question) for p in missing]
+        return json.dumps({"sufficient": not missing, "why": why, "missing": queries}), []
 
     def _answer(self, request: ModelRequest) -> tuple[str, list[ToolCall]]:
-        return compose_answer(split_question(request.question), _chunks_from(request)), []
+        return compose_answer(split_question(request.question), _chunks_from(request), question_context(request.question)), []
+
+
+def with_context(query: str, question: str, max_terms: int = 6) -> str:
+    """A part's query plus the key terms of the question's context sentences ("I'm extending a trip...")."""
+    have = terms(query)
+    extra = [w for w in key_words(question_context(question)) if not terms(w) & have][:max_terms]
+    return " ".join([query, *extra]) if extra else query
 
 
 def _queries_asked(request: ModelRequest) -> set[tuple[str, str]]:
@@ -119,21 +129,27 @@ def uncovered_parts(parts: list[str], chunks: list[SeenChunk]) -> list[str]:
     return [p for p in parts if part_coverage(p, chunks) < PART_COVERED]
 
 
-def compose_answer(parts: list[str], chunks: list[SeenChunk]) -> str:
+def compose_answer(parts: list[str], chunks: list[SeenChunk], context: str = "") -> str:
     """Quote the best sentences per part with citations; name the parts nothing covers.
 
     Sentences are assigned greedily by score over all parts, so a sentence goes to the part it
-    answers best and is quoted once."""
+    answers best and is quoted once. Sentences from chunks that match the whole question (its
+    context sentences included) rank higher."""
     usable = [c for c in chunks if not c.flagged]
     covered = [i for i, p in enumerate(parts) if part_coverage(p, usable) >= PART_COVERED]
     candidates = []
+    ct = terms(context)
     for i in covered:
         pt = terms(parts[i])
         for c in usable:
+            chunk_terms = terms(c.text)
+            chunk_bonus = 0.5 * coverage(pt | ct, chunk_terms)
             for s in sentences(c.text):
-                score = coverage(pt, terms(s))
+                st = terms(s)
+                score = coverage(pt, st)
                 if score >= SENTENCE_MIN and '"' not in s:
-                    candidates.append((score, c.score, -len(s), -i, s, c.chunk_id))
+                    total = score + chunk_bonus + (0.25 * coverage(ct, st) if ct else 0.0)
+                    candidates.append((round(total, 6), c.score, -len(s), -i, s, c.chunk_id))
     candidates.sort(reverse=True)
     picked: dict[int, list[tuple[str, int]]] = {i: [] for i in covered}
     used: set[str] = set()
