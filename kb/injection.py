@@ -26,6 +26,7 @@ TOOL_ABUSE = "tool_abuse"  # call tools, reach other tenants, bypass filters
 SECRECY = "secrecy"  # hide the action from the user
 TASK_REQUEST = "task_request"  # a stand-alone request written for an assistant, not for a reader
 
+_ORDER = (OVERRIDE, ROLE_MARKERS, JAILBREAK, ADDRESSES_MODEL, OUTPUT_MANIPULATION, EXFILTRATION, TOOL_ABUSE, SECRECY, TASK_REQUEST)
 STRONG_REASONS = frozenset({OVERRIDE, ROLE_MARKERS, JAILBREAK, ADDRESSES_MODEL, OUTPUT_MANIPULATION, EXFILTRATION, TOOL_ABUSE, SECRECY})
 
 
@@ -174,9 +175,12 @@ _SHAPE_VERBS = _any(
     "keep",
     "place",
 )
+_YOUR_OUTPUT = re.compile(rf"\byour {_OUTPUT}\b", re.IGNORECASE)
+_SHAPES_OUTPUT = _compile(  # checked only in the sentence before a "your response" (see _dictates_output)
+    r"\b(?:in|to|into|within|throughout|at the (?:start|end|beginning) of|for|of) $",
+    rf"\b{_SHAPE_VERBS}\b",
+)
 _OUTPUT_MANIPULATION = _compile(
-    rf"\b(?:in|to|into|within|throughout|at the (?:start|end|beginning) of|for|of) your {_OUTPUT}\b",
-    rf"\b{_SHAPE_VERBS}\b{_NOT_END}{{0,80}}\byour {_OUTPUT}\b",
     rf"\byour {_OUTPUT}(?:'s)?\b{_NOT_END}{{0,40}}\b(?:must|should|shall|needs to) (?:be|include|contain|start|end|say)\b",
     rf"\b(?:reply|respond|answer)(?: only)? (?:in|with|using) (?:[a-z]+ )?"
     rf"(?:base ?\d+|emojis?|{_LANGUAGES}|reverse|code|cipher|the following)\b",
@@ -316,10 +320,12 @@ def detect_injection(text: str) -> list[str]:
     """Reasons the text looks aimed at a model (the module's reason constants, in a fixed order); []
     when it looks clean."""
     normal = _normalise(text)
-    reasons = [reason for reason, pattern in _WHOLE_TEXT if pattern.search(normal)]
+    found = {reason for reason, pattern in _WHOLE_TEXT if pattern.search(normal)}
+    if OUTPUT_MANIPULATION not in found and _dictates_output(normal):
+        found.add(OUTPUT_MANIPULATION)
     if _has_task_request(normal):
-        reasons.append(TASK_REQUEST)
-    return reasons
+        found.add(TASK_REQUEST)
+    return [reason for reason in _ORDER if reason in found]
 
 
 _TAG_CHARS = re.compile("[\U000e0020-\U000e007e]+")
@@ -333,6 +339,18 @@ def _normalise(text: str) -> str:
     text = _TAG_CHARS.sub(lambda m: " " + "".join(chr(ord(ch) - 0xE0000) for ch in m.group()) + " ", text)
     text = unicodedata.normalize("NFKC", _FORMAT_CHARS.sub("", text))
     return text.replace("\u2019", "'").replace("\u2018", "'")
+
+
+def _dictates_output(text: str) -> bool:
+    """ "Add X to your reply", "encode your answer": a shaping verb earlier in the same sentence as
+    "your response". Anchored on the rare phrase, then looking back, because a regex that tries
+    every verb at every position is ten times slower."""
+    for m in _YOUR_OUTPUT.finditer(text):
+        window = text[max(0, m.start() - 100) : m.start()]
+        window = re.split(r"[.!?\n]", window)[-1]
+        if _SHAPES_OUTPUT.search(window):
+            return True
+    return False
 
 
 def _has_task_request(text: str) -> bool:
