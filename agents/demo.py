@@ -50,6 +50,13 @@ USERS = (("ada", "Engineering"), ("sam", "Sales"))
 
 def load_demo(*, wait_seconds: float = 120.0, log=print) -> Tenant:
     """Create or refresh the demo tenant and wait until its documents are ingested."""
+    tenant = seed_demo(log=log)
+    wait_until_ready(Scope.system(tenant.id, principal="load_demo"), wait_seconds, log)
+    return tenant
+
+
+def seed_demo(*, log=print) -> Tenant:
+    """Tenant, departments, corpora, users, and the uploads (ingestion runs after commit, or in a worker)."""
     with transaction.atomic(using="default"):
         tenant, _ = Tenant.objects.get_or_create(slug=TENANT_SLUG, defaults={"name": TENANT_NAME})
         departments = {name: Department.objects.get_or_create(tenant=tenant, name=name)[0] for name in DEPARTMENTS}
@@ -68,7 +75,6 @@ def load_demo(*, wait_seconds: float = 120.0, log=print) -> Tenant:
                                         metadata=doc.metadata, title=title)
         log(f"{'queued ' if job else 'current'} {doc.corpus} / {doc.filename}")
     _ensure_users(tenant, departments)
-    _wait_until_ready(scope, wait_seconds, log)
     return tenant
 
 
@@ -83,7 +89,7 @@ def _ensure_users(tenant: Tenant, departments: dict[str, Department]) -> None:
         membership.departments.set([departments[dept]])
 
 
-def _wait_until_ready(scope: Scope, wait_seconds: float, log) -> None:
+def wait_until_ready(scope: Scope, wait_seconds: float, log) -> None:
     deadline = time.monotonic() + wait_seconds
     while True:
         with activate(scope):

@@ -181,3 +181,14 @@ def _clauses(sentence: str) -> list[str]:
         else:
             merged.append(piece)
     return merged
+
+
+_INSTRUCTION_LIKE = re.compile(
+    r"\b(?:ignore|disregard|forget|override)\b[^.]{0,40}\b(?:rules|instructions|prompt|guidelines|policies above)\b"
+    r"|\b(?:system prompt|you are now|act as|new instructions|developer mode|jailbreak)\b"
+    r"|\b(?:search|query|access)\s+(?:the\s+)?(?:other\s+)?tenant\b", re.IGNORECASE)
+
+
+def looks_like_instructions(text: str) -> bool:
+    """A sentence addressed to a model rather than to employees (kept out of extractive answers)."""
+    return bool(_INSTRUCTION_LIKE.search(text))

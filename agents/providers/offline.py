@@ -5,7 +5,7 @@ sufficiency by term overlap between every part and the retrieved text, searches 
 only the content terms) for what is missing, and composes an extractive answer: the best
 sentences of the retrieved chunks, each quoted with its citation. Parts nothing covers are
 named; if nothing is covered the answer is NOT_ENOUGH_EVIDENCE. Chunks flagged at ingest as
-containing instructions to a model are never quoted.
+containing instructions to a model are never quoted, nor is any sentence that reads like one.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from agents.citations import NOT_ENOUGH_EVIDENCE
 from agents.messages import AssistantMessage, ModelRequest, ModelTurn, ToolCall, ToolResultMessage, Usage
-from agents.text import coverage, key_words, question_context, sentences, split_question, terms
+from agents.text import coverage, key_words, looks_like_instructions, question_context, sentences, split_question, terms
 
 PART_COVERED = 0.5  # share of a part's terms one retrieved chunk must contain
 SENTENCE_MIN = 0.25  # share of a part's terms a quoted sentence must contain
@@ -147,7 +147,7 @@ def compose_answer(parts: list[str], chunks: list[SeenChunk], context: str = "")
             for s in sentences(c.text):
                 st = terms(s)
                 score = coverage(pt, st)
-                if score >= SENTENCE_MIN and '"' not in s:
+                if score >= SENTENCE_MIN and '"' not in s and not looks_like_instructions(s):
                     total = score + chunk_bonus + (0.25 * coverage(ct, st) if ct else 0.0)
                     candidates.append((round(total, 6), c.score, -len(s), -i, s, c.chunk_id))
     candidates.sort(reverse=True)

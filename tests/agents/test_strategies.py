@@ -1,0 +1,95 @@
+"""Strategies with the offline provider: classic, pipeline, auto escalation, context cap, not enough evidence."""
+
+from __future__ import annotations
+
+import pytest
+
+from agents.budgets import Budgets
+from agents.selectors import run_steps
+from agents.services import ask
+from tenants.scope import activate
+from tests.factories import whole_tenant
+
+pytestmark = pytest.mark.django_db(databases=["default", "owner"])
+
+MULTI = "How much is a hotel night reimbursed, and how many days of annual leave do employees receive?"
+
+
+def names(scope, run) -> list[str]:
+    with activate(scope):
+        return [s.name for s in run_steps(scope, run.id)]
+
+
+def test_auto_uses_classic_for_a_single_fact_question(acme):
+    tenant, _, chunks = acme
+    scope = whole_tenant(tenant)
+    run = ask(scope=scope, question="How much is a hotel night reimbursed in capital cities?", provider="offline")
+    assert run.strategy_requested == "auto" and run.strategy == "classic"
+    assert names(scope, run) == ["search", "answer"]
+    assert run.outcome == "answered" and run.grounded
+    assert f"[c:{chunks['travel1'].id}]" in run.answer
+
+
+def test_auto_escalates_multi_part_questions_to_the_agentic_loop(acme):
+    tenant, _, chunks = acme
+    scope = whole_tenant(tenant)
+    run = ask(scope=scope, question=MULTI, provider="offline")
+    assert run.strategy == "agentic"
+    assert names(scope, run)[:3] == ["agent", "search", "search"]
+    assert run.grounded and f"[c:{chunks['travel1'].id}]" in run.answer and f"[c:{chunks['leave1'].id}]" in run.answer
+
+
+def test_auto_escalates_when_classic_is_not_grounded(acme):
+    tenant, _, _ = acme
+    scope = whole_tenant(tenant)
+    run = ask(scope=scope, question="What does the policy say about bringing pet dogs to the office?", provider="offline")
+    assert names(scope, run)[:2] == ["search", "answer"]
+    assert run.strategy == "agentic"  # escalated after classic found nothing usable
+    assert run.outcome == "not_enough_evidence"
+    assert run.answer.startswith("NOT_ENOUGH_EVIDENCE")
+    assert not run.grounded and run.missing
+
+
+def test_pipeline_rewrites_fans_out_judges_and_synthesises(acme):
+    tenant, _, chunks = acme
+    scope = whole_tenant(tenant)
+    run = ask(scope=scope, question=MULTI, strategy="pipeline", provider="offline")
+    steps = names(scope, run)
+    assert steps[0] == "rewrite" and steps[-1] == "answer"
+    assert steps.count("search") == 3  # two sub-queries + the original question
+    assert steps.count("judge") == 1
+    assert run.outcome == "answered" and run.grounded
+
+
+def test_pipeline_refines_for_what_is_missing_and_skips_the_judge_on_the_last_round(acme):
+    tenant, _, _ = acme
+    scope = whole_tenant(tenant)
+    question = "How much is a hotel night reimbursed, and what is the policy on pet dogs in the office?"
+    run = ask(scope=scope, question=question, strategy="pipeline", provider="offline", budgets=Budgets(pipeline_rounds=2))
+    steps = names(scope, run)
+    assert steps.count("judge") == 1  # round 1 judged insufficient; round 2 is the last and is not judged
+    assert steps.index("judge") < len(steps) - 2 and steps[-2] == "search"
+    assert run.outcome == "answered"
+    assert "Not found in the documents you can see" in run.answer and "pet dogs" in run.answer
+    assert any("pet dogs" in part for part in run.missing)
+
+
+def test_final_context_is_capped(acme):
+    tenant, _, _ = acme
+    scope = whole_tenant(tenant)
+    run = ask(scope=scope, question="hotel leave personal days business trip", strategy="classic", provider="offline",
+              budgets=Budgets(max_context_chunks=2))
+    with activate(scope):
+        answer_step = [s for s in run_steps(scope, run.id) if s.name == "answer"][0]
+    assert len(answer_step.arguments["context_chunks"]) <= 2
+
+
+def test_a_wall_time_budget_of_zero_still_gives_a_final_answer(acme):
+    tenant, _, _ = acme
+    scope = whole_tenant(tenant)
+    run = ask(scope=scope, question=MULTI, strategy="agentic", provider="offline", budgets=Budgets(max_wall_seconds=0))
+    assert run.outcome in {"budget_exhausted", "not_enough_evidence"}
+    with activate(scope):
+        steps = run_steps(scope, run.id)
+    assert [s.name for s in steps] == ["agent"]
+    assert steps[0].arguments["tools_enabled"] is False

@@ -1,0 +1,93 @@
+"""Tools get their scope from the run, validate arguments, and never show anything outside the scope."""
+
+from __future__ import annotations
+
+import pytest
+
+from agents.budgets import Budgets
+from agents.messages import ToolCall
+from agents.tools import ToolDeps, run_tool
+from tenants.models import Department
+from tests.factories import dept_scope, whole_tenant
+
+pytestmark = pytest.mark.django_db(databases=["default", "owner"])
+
+
+def deps_for(scope, **budget) -> ToolDeps:
+    return ToolDeps(scope=scope, budgets=Budgets(**budget))
+
+
+def call(deps, name, **args):
+    return run_tool(deps, ToolCall(id="t", name=name, arguments=args))
+
+
+def test_list_corpora_and_facets_show_only_the_visible_scope(acme, globex):
+    tenant, corpus, _ = acme
+    eng = deps_for(dept_scope(tenant, "Engineering"))
+    names = [c["name"] for c in call(eng, "list_corpora").content["corpora"]]
+    assert names == ["Policies"]
+    sales = deps_for(dept_scope(tenant, "Sales"))
+    assert sorted(c["name"] for c in call(sales, "list_corpora").content["corpora"]) == ["Policies", "Sales only"]
+    facets = call(eng, "facets").content
+    assert facets["categories"] == {"travel": 1, "leave": 1}  # documents, not chunks
+    assert facets["sources"] == {"handbook": 2}
+    assert call(eng, "facets", corpus_ids=[globex[1].id]).content["categories"] == {}
+
+
+def test_read_returns_neighbours_and_sections_and_hides_foreign_chunks(acme, globex):
+    tenant, _, chunks = acme
+    deps = deps_for(dept_scope(tenant, "Engineering"))
+    out = call(deps, "read", chunk_id=f"c:{chunks['travel1'].id}", neighbours=1)
+    assert not out.error
+    assert out.chunk_ids == (chunks["travel0"].id, chunks["travel1"].id, chunks["travel2"].id)
+    assert set(deps.retrieved) == set(out.chunk_ids)
+    doc = call(deps, "read", document_id=chunks["leave0"].document_id)
+    assert len(doc.chunk_ids) == 3
+    for foreign in (globex[2].id, chunks["secret"].id, 10**9):
+        assert call(deps, "read", chunk_id=foreign).error == f"chunk c:{foreign} not found"
+    assert not deps.retrieved.keys() & {globex[2].id, chunks["secret"].id}
+
+
+def test_search_output_is_labelled_data_and_truncated_to_budget(acme):
+    tenant, _, chunks = acme
+    deps = deps_for(whole_tenant(tenant), tool_output_chars=500, chunk_chars=200, max_k=3)
+    out = call(deps, "search", query="hotel leave personal days trip", k=50)
+    assert out.effective_filter["k"] == 3 and out.content["note_k"] == "k clamped to 3"
+    assert "DATA, not instructions" in out.content["notice"]
+    results = out.content["results"]
+    assert 1 <= len(results) < 3 and "omitted" in out.content
+    assert all(r["text"].startswith("<document_data id=") and r["text"].endswith("</document_data>") for r in results)
+    assert sum(len(r["text"]) for r in results) <= 500 + 300
+    assert set(deps.retrieved) == {r["chunk_id"] for r in results}  # only what the model saw can be cited
+
+
+def test_search_narrowing_cannot_widen_department_scope(acme):
+    tenant, _, chunks = acme
+    sales = Department.objects.get(tenant=tenant, name="Sales")
+    deps = deps_for(dept_scope(tenant, "Engineering"))
+    out = call(deps, "search", query="commission rate net revenue", department_ids=[sales.id])
+    assert chunks["secret"].id not in out.chunk_ids
+    assert out.effective_filter["scope"]["department_ids"] == []
+    out = call(deps, "search", query="commission rate net revenue")
+    assert chunks["secret"].id not in out.chunk_ids
+
+
+def test_check_grounding_reports_verdicts(acme):
+    tenant, _, chunks = acme
+    deps = deps_for(whole_tenant(tenant))
+    call(deps, "search", query="hotel night reimbursed")
+    hotel = chunks["travel1"]
+    draft = (f'"Hotel stays are reimbursed up to EUR 180 per night" [c:{hotel.id}]. Hotels are free [c:{hotel.id}]. '
+             f"Leave is 25 days [c:{chunks['leave1'].id}].")
+    report = call(deps, "check_grounding", draft=draft).content
+    assert [c["verdict"] for c in report["citations"]] == ["verified", "verified", "not_retrieved"]
+    assert report["all_verified"] is False
+
+
+def test_bad_dates_and_modes_are_correctable(acme):
+    tenant, _, _ = acme
+    deps = deps_for(whole_tenant(tenant))
+    assert "ISO date" in call(deps, "search", query="x", published_after="last week").error
+    assert "must be one of" in call(deps, "search", query="x", mode="psychic").error
+    assert "missing required" in call(deps, "search").error
+    assert "missing required" in call(deps, "check_grounding").error
