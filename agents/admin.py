@@ -14,7 +14,8 @@ import json
 
 from django import forms
 from django.contrib import admin, messages
-from django.core.exceptions import PermissionDenied
+from django.contrib.admin.options import IncorrectLookupParameters
+from django.core.exceptions import PermissionDenied, SuspiciousOperation
 from django.db.models import Count, Q
 from django.http import HttpResponse
 from django.template.response import TemplateResponse
@@ -186,7 +187,11 @@ class RunAdmin(TenantScopedAdmin):
     def _filtered(self, request):
         if not self.has_view_permission(request):
             raise PermissionDenied
-        return self.get_changelist_instance(request).get_queryset(request).order_by("tenant_id", "seq")
+        try:
+            changelist = self.get_changelist_instance(request)
+        except IncorrectLookupParameters:  # an unknown filter in the query string: 400, not a 500
+            raise SuspiciousOperation("unknown filter parameter in the export query") from None
+        return changelist.get_queryset(request).order_by("tenant_id", "seq")
 
     def export_csv(self, request):
         out = io.StringIO()

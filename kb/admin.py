@@ -234,6 +234,12 @@ class IngestJobAdmin(TenantScopedAdmin):
     view_roles = EDITORS
     edit_roles = frozenset()
 
+    def get_queryset(self, request):
+        # Jobs carry no department: a department-restricted admin sees them through their corpus, as in the API.
+        qs = super().get_queryset(request)
+        scope = admin_scope(request)
+        return qs.filter(corpus__in=scoped_queryset(request, Corpus)) if scope is not None and not scope.all_departments else qs
+
     @admin.display(description="progress")
     def progress(self, obj) -> str:
         return progress_bar(obj)
