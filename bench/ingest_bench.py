@@ -1,0 +1,169 @@
+"""Ingestion throughput: the real pipeline with the local MiniLM model vs. the model alone.
+
+    .venv/bin/python bench/ingest_bench.py [--chunks 2000] [--corpus ../shared/eval/corpus.jsonl]
+
+Uploads news articles (../shared/eval/corpus.jsonl; a generated corpus when it is absent) one by
+one through `kb.ingest.upload_document` into a scratch database on the embedded PostgreSQL, in
+eager mode (no broker: each upload parses, chunks, embeds and writes before the next one, which
+is what a single worker does). Then it embeds the same chunk texts with the model alone, at the
+same batch size, and prints chunks/s for both and the ratio (target: pipeline <= 1.25x model).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+DB_NAME = "grounded_bench_ingest"
+
+
+def setup_django() -> None:
+    for var in ("REDIS_URL", "CELERY_BROKER_URL", "DATABASE_URL"):
+        os.environ.pop(var, None)  # eager mode on the embedded server
+    os.environ["GROUNDED_DB_NAME"] = DB_NAME
+    os.environ["GROUNDED_EMBEDDER"] = "local"
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kb.settings")
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+    from django.db import connections
+
+    owner = connections["owner"]
+    with owner._nodb_cursor() as cur:
+        cur.execute(f'DROP DATABASE IF EXISTS "{DB_NAME}" WITH (FORCE)')
+        cur.execute(f'CREATE DATABASE "{DB_NAME}"')
+    for alias in ("owner", "default"):
+        connections[alias].close()
+    call_command("migrate", database="owner", verbosity=0)
+
+
+def drop_database() -> None:
+    from django.db import connections
+
+    for alias in ("owner", "default"):
+        connections[alias].close()
+    with connections["owner"]._nodb_cursor() as cur:
+        cur.execute(f'DROP DATABASE IF EXISTS "{DB_NAME}" WITH (FORCE)')
+
+
+def load_articles(path: Path, limit: int) -> list[dict]:
+    if path.exists():
+        with path.open() as f:
+            return [json.loads(line) for _, line in zip(range(limit), f, strict=False)]
+    print(f"({path} not found: using a generated corpus)")
+    rng = random.Random(7)
+    words = [w for w in ("policy employee travel hotel expense manager approval receipt budget contract customer data "
+                         "security laptop office remote leave holiday salary training safety incident report audit "
+                         "vendor invoice payment deadline quarter review meeting project team").split()]
+    return [{"doc_id": f"gen-{i:04d}", "title": f"Generated article {i}", "published_at": "2024-01-01",
+             "text": "\n\n".join(" ".join(rng.choice(words) for _ in range(rng.randint(40, 90))).capitalize() + "."
+                                 for _ in range(rng.randint(8, 20)))}
+            for i in range(limit)]
+
+
+def article_bytes(article: dict) -> bytes:
+    return f"# {article['title']}\n\n{article['text']}".encode()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--chunks", type=int, default=2000, help="ingest articles until at least this many chunks")
+    parser.add_argument("--corpus", default=str(ROOT.parent / "shared" / "eval" / "corpus.jsonl"))
+    parser.add_argument("--keep", action="store_true", help="keep the scratch database")
+    args = parser.parse_args()
+
+    setup_django()
+    import numpy as np
+
+    from kb import embedding, ingest
+    from kb.chunking import chunk_document
+    from kb.models import Chunk, Corpus
+    from kb.parsing import parse
+    from tenants.models import Tenant
+    from tenants.scope import Scope, activate
+
+    embedder = embedding.LocalMiniLMEmbedder()
+    batch = ingest.embed_batch_size()
+    embedder.embed(["warm up the model and the tokenizer"])  # load once, outside every timing
+
+    # Choose the articles (outside the timing): enough for --chunks with the pipeline's own chunker.
+    articles, texts = [], []
+    for article in load_articles(Path(args.corpus), 10_000):
+        parsed = parse(article_bytes(article), f"{article['doc_id']}.md")
+        spans = chunk_document(parsed, target_tokens=200, overlap_tokens=30,
+                               max_tokens=embedder.max_tokens - embedder.reserved_tokens, count_tokens=embedder.count_tokens)
+        articles.append(article)
+        texts.extend(s.text for s in spans)
+        if len(texts) >= args.chunks:
+            break
+    unique_texts = list(dict.fromkeys(texts))
+
+    # The model alone, same texts, same batch size.
+    def model_only() -> float:
+        start = time.perf_counter()
+        for i in range(0, len(unique_texts), batch):
+            embedder.embed_array(unique_texts[i:i + batch])
+        return time.perf_counter() - start
+
+    # The pipeline, with the time spent inside the model measured on the side.
+    in_model = [0.0]
+    original = embedding.LocalMiniLMEmbedder.embed_array
+
+    def timed(self, texts, task="document"):
+        start = time.perf_counter()
+        try:
+            return original(self, texts, task)
+        finally:
+            in_model[0] += time.perf_counter() - start
+
+    tenant = Tenant.objects.create(name="Bench", slug="bench")
+    scope = Scope.system(tenant.id, principal="bench")
+    with activate(scope):
+        corpus = Corpus.objects.create(tenant=tenant, name="News")  # minilm-l6-v2:384, 200/30 tokens
+
+    model_first = model_only()
+    embedding.LocalMiniLMEmbedder.embed_array = timed
+    start = time.perf_counter()
+    for article in articles:
+        ingest.upload_document(scope=scope, corpus=corpus, filename=f"{article['doc_id']}.md", data=article_bytes(article),
+                               metadata={"published_at": article.get("published_at", "")}, title=article["title"])
+    pipeline = time.perf_counter() - start
+    embedding.LocalMiniLMEmbedder.embed_array = original
+    model_second = model_only()
+
+    with activate(scope):
+        written = Chunk.objects.for_scope(scope).filter(corpus=corpus).count()
+        ready = corpus.documents.model.objects.for_scope(scope).filter(corpus=corpus, status="ready").count()
+    model = float(np.mean([model_first, model_second]))
+    rows = [
+        ("articles ingested (ready)", f"{ready}/{len(articles)}"),
+        ("chunks written", f"{written} ({len(unique_texts)} distinct texts)"),
+        ("batch size", f"{batch}"),
+        ("model only: seconds (run 1 / run 2)", f"{model_first:.1f} / {model_second:.1f}"),
+        ("model only: chunks/s", f"{len(unique_texts) / model:.1f}"),
+        ("pipeline end to end: seconds", f"{pipeline:.1f}"),
+        ("pipeline end to end: chunks/s", f"{written / pipeline:.1f}"),
+        ("  of which inside the model: seconds", f"{in_model[0]:.1f}"),
+        ("  of which parse+chunk+DB+bookkeeping: seconds", f"{pipeline - in_model[0]:.1f}"),
+        ("ratio pipeline / model only (target <= 1.25)", f"{pipeline / model:.3f}"),
+        ("ratio pipeline / its own model time", f"{pipeline / in_model[0]:.3f}"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    print(f"\nIngestion benchmark: local MiniLM (all-MiniLM-L6-v2, CPU, {os.cpu_count()} cores), eager mode, embedded PostgreSQL")
+    print("-" * (width + 30))
+    for k, v in rows:
+        print(f"{k:<{width}}  {v}")
+    if not args.keep:
+        drop_database()
+
+
+if __name__ == "__main__":
+    main()
