@@ -32,7 +32,8 @@ def test_split_question(question, parts):
 
 
 def test_sentences_join_wrapped_lines_and_drop_headings():
-    text = "## 3. Hotels\n\nHotel stays are reimbursed up to EUR 180 per night in capital\ncities. Minibar is not.\n- Laundry is never reimbursed."
+    text = ("## 3. Hotels\n\nHotel stays are reimbursed up to EUR 180 per night in capital\ncities. Minibar is not.\n"
+            "- Laundry is never reimbursed.")
     assert sentences(text) == ["Hotel stays are reimbursed up to EUR 180 per night in capital cities.", "Minibar is not.",
                                "Laundry is never reimbursed."]
 

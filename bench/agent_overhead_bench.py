@@ -1,0 +1,283 @@
+"""The agent loop's own overhead per tool call at 100,000 chunks: everything except model time.
+
+    .venv/bin/python bench/agent_overhead_bench.py [--rows 100000] [--runs 20] [--keep-db]
+
+Creates its own database (bench_agents_<pid>), bulk-loads `rows` synthetic policy-like chunks as the
+owner with binary COPY (hash:64 vectors, so query embedding costs microseconds and the measurement
+is the loop and the database, not a neural model), builds the HNSW index and search vectors, then
+runs `agents.services.ask` with a scripted provider that answers instantly. Per run:
+
+    overhead per tool call = (ask() wall time - time inside the provider) / tool calls
+
+which includes tool dispatch and validation, retrieval (real SQL at 100k rows), rendering of tool
+output, citation checks and writing the run + steps + citations with its hash-chain link.
+Target: < 20 ms per tool call. Nothing is written to the repository.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import random
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kb.settings")
+
+MODEL_KEY = "hash:64"
+DOCS_PER_CORPUS = 500
+CHUNKS_PER_DOC = 40
+TOPICS = ("hotel", "flight", "train", "taxi", "meal", "leave", "sick", "parental", "holiday", "password", "laptop", "vpn",
+          "expense", "receipt", "mileage", "insurance", "visa", "conference", "training", "overtime", "allowance", "remote")
+FILLER = ("employees", "must", "submit", "approval", "manager", "policy", "within", "days", "reimbursed", "per", "night",
+          "company", "travel", "business", "trip", "request", "portal", "limit", "EUR", "claim", "annual", "team", "office",
+          "report", "security", "device", "personal", "time", "record", "finance", "department", "rules", "apply")
+
+
+def percentile(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(round(q * (len(s) - 1))))] if s else float("nan")
+
+
+def synthetic_text(rng: random.Random) -> str:
+    topic = rng.choice(TOPICS)
+    words = [rng.choice(FILLER) for _ in range(rng.randint(18, 40))]
+    words[rng.randrange(len(words))] = topic
+    words.insert(0, topic.capitalize())
+    return " ".join(words) + f". Limit {rng.randint(10, 500)} EUR."
+
+
+def setup_database(dbname: str) -> None:
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+    from django.db import connections
+
+    with connections["owner"]._nodb_cursor() as cur:
+        cur.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+        cur.execute(f'CREATE DATABASE "{dbname}"')
+    for alias in ("owner", "default"):
+        connections[alias].close()
+        connections[alias].settings_dict["NAME"] = dbname
+    call_command("migrate", database="owner", verbosity=0)
+
+
+def drop_database(dbname: str) -> None:
+    from django.db import connections
+
+    for alias in ("owner", "default"):
+        connections[alias].close()
+    with connections["owner"]._nodb_cursor() as cur:
+        cur.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+
+
+def load(rows: int, seed: int = 7) -> dict:
+    """One large tenant (two department corpora + a shared one) holds the rows; another tenant exists too."""
+    import numpy as np
+    from django.db import connections
+    from pgvector.psycopg import register_vector
+
+    from kb.embedding import HashEmbedder
+    from kb.models import Corpus, Document
+    from kb.vector_index import ensure_vector_index
+    from tenants.models import Department, Tenant
+
+    rng = random.Random(seed)
+    embedder = HashEmbedder(64)
+    owner = connections["owner"]
+    owner.ensure_connection()
+    conn = owner.connection
+    register_vector(conn)
+    now = dt.datetime.now(dt.UTC)
+    tenant = Tenant.objects.using("owner").create(name="Bench Co", slug="bench-co")
+    Tenant.objects.using("owner").create(name="Other Co", slug="other-co")
+    depts = [Department.objects.using("owner").create(tenant=tenant, name=n) for n in ("Engineering", "Sales")]
+    per_corpus = rows // 3
+    corpora = []
+    t0 = time.perf_counter()
+    for ci, dept in enumerate([None, *depts]):
+        n = per_corpus if ci < 2 else rows - 2 * per_corpus
+        corpus = Corpus.objects.unscoped_dangerously(using="owner").create(
+            tenant=tenant, department=dept, name=f"corpus-{ci}", embedding_model="hash", embedding_dim=64, chunk_count=n)
+        corpora.append(corpus)
+        n_docs = (n + CHUNKS_PER_DOC - 1) // CHUNKS_PER_DOC
+        docs = Document.objects.unscoped_dangerously(using="owner").bulk_create([
+            Document(tenant=tenant, department=dept, corpus=corpus, title=f"Policy {ci}-{j}", source_name=f"p-{ci}-{j}.md",
+                     mime_type="text/markdown", sha256="0" * 64, status="ready", chunk_count=CHUNKS_PER_DOC,
+                     metadata={"category": rng.choice(TOPICS), "source": rng.choice(("HR", "Finance", "IT")),
+                               "published_at": f"2025-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"})
+            for j in range(n_docs)])
+        texts = [synthetic_text(rng) for _ in range(n)]
+        vectors = np.asarray(embedder.embed(texts), dtype=np.float32)
+        with conn.cursor() as cur, cur.copy(
+                "COPY kb_chunk (tenant_id, department_id, corpus_id, document_id, ordinal, text, locator, char_start, char_end, "
+                "token_count, content_hash, embedding, embedding_model, flags, created_at) FROM STDIN WITH (FORMAT BINARY)") as copy:
+            copy.set_types(["int8", "int8", "int8", "int8", "int4", "text", "text", "int4", "int4", "int4", "text", "vector",
+                            "text", "jsonb", "timestamptz"])
+            for i, text in enumerate(texts):
+                copy.write_row([tenant.id, dept.id if dept else None, corpus.id, docs[i // CHUNKS_PER_DOC].id, i % CHUNKS_PER_DOC,
+                                text, f"Section {i % CHUNKS_PER_DOC}", 0, len(text), len(text.split()), f"{i:064x}"[-64:],
+                                vectors[i], MODEL_KEY, "[]", now])
+    conn.commit()
+    load_s = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    with conn.cursor() as cur:
+        cur.execute("UPDATE kb_chunk SET search_vector = to_tsvector('english', text)")
+    conn.commit()
+    ensure_vector_index(MODEL_KEY, 64)
+    with conn.cursor() as cur:
+        for table in ("kb_chunk", "kb_document", "kb_corpus"):
+            cur.execute(f"ANALYZE {table}")
+    conn.commit()
+    return {"tenant": tenant, "depts": depts, "corpora": corpora, "load_s": load_s, "index_s": time.perf_counter() - t1}
+
+
+@dataclass
+class ScriptedProvider:
+    """Returns instantly: `turns` turns of tool calls drawn from `mix`, then an answer citing what it saw."""
+
+    mix: tuple[str, ...]
+    turns: int
+    calls_per_turn: int
+    seed: int = 0
+    name: str = "scripted"
+    model: str = "bench"
+    model_s: float = 0.0
+    _rng: random.Random = field(default_factory=random.Random)
+
+    def generate(self, request):
+        from agents.messages import ModelTurn, ToolCall, ToolResultMessage, Usage
+
+        t = time.perf_counter()
+        seen = [r["chunk_id"] for m in request.messages if isinstance(m, ToolResultMessage)
+                for r in (m.content.get("results") or []) if isinstance(r, dict) and "chunk_id" in r]
+        done = sum(1 for m in request.messages if getattr(m, "tool_calls", ()))
+        if not request.tools_enabled or done >= self.turns:
+            text = " ".join(f"See [c:{cid}]." for cid in seen[:5]) or "NOT_ENOUGH_EVIDENCE: nothing"
+            turn = ModelTurn(text=text, usage=Usage(1000, 50))
+        else:
+            calls = [ToolCall(f"b{done}-{i}", *self._call(self.mix[(done * self.calls_per_turn + i) % len(self.mix)], seen))
+                     for i in range(self.calls_per_turn)]
+            turn = ModelTurn(text="", tool_calls=tuple(calls), usage=Usage(1000, 20))
+        self.model_s += time.perf_counter() - t
+        return turn
+
+    def _call(self, kind: str, seen: list[int]) -> tuple[str, dict]:
+        r = self._rng
+        query = f"{r.choice(TOPICS)} {r.choice(FILLER)} {r.choice(FILLER)}"
+        if kind == "search":
+            return "search", {"query": query, "k": 8}
+        if kind == "search_filtered":
+            return "search", {"query": query, "k": 8, "metadata": {"source": "HR"}, "published_after": "2025-06-01"}
+        if kind == "search_repeat":
+            return "search", {"query": "hotel night reimbursed", "k": 8}
+        if kind == "read":
+            return ("read", {"chunk_id": seen[-1], "neighbours": 1}) if seen else ("list_corpora", {})
+        if kind == "check_grounding":
+            return "check_grounding", {"draft": " ".join(f"Claim about policy [c:{c}]." for c in seen[:4])}
+        return kind, {}
+
+
+SCENARIOS = {
+    "search only (hybrid)": (("search",), 3, 3),
+    "search, filtered": (("search_filtered",), 3, 3),
+    "mixed tools": (("search", "read", "search_repeat", "facets", "list_corpora", "check_grounding", "search_repeat",
+                     "search_filtered"), 4, 3),
+}
+
+
+def run_scenario(scope, name: str, runs: int) -> dict:
+    import agents.services as services
+    from agents.budgets import Budgets
+    from agents.services import ask
+
+    mix, turns, per_turn = SCENARIOS[name]
+    budgets = Budgets(max_tool_calls=100, max_iterations=50, max_tokens=10**6, max_wall_seconds=600)
+    write_ms: list[float] = []
+    real_record = services.record_run
+
+    def timed_record(**kw):
+        t = time.perf_counter()
+        try:
+            return real_record(**kw)
+        finally:
+            write_ms.append((time.perf_counter() - t) * 1000)
+
+    services.record_run = timed_record
+    per_call, step_ms, loop_ms = [], {}, []
+    try:
+        for i in range(runs):
+            provider = ScriptedProvider(mix, turns, per_turn, _rng=random.Random(i))
+            steps = []
+            t = time.perf_counter()
+            run = ask(scope=scope, question=f"bench question {i}", strategy="agentic", provider=provider, on_step=steps.append,
+                      budgets=budgets)
+            wall = time.perf_counter() - t
+            assert run.outcome in ("answered", "not_enough_evidence"), (run.outcome, run.error)
+            n = run.tool_calls
+            per_call.append((wall - provider.model_s) * 1000 / n)
+            tool_total = 0.0
+            for s in steps:
+                if s.kind == "tool_call":
+                    key = s.name + (" (cached)" if s.cached else "")
+                    step_ms.setdefault(key, []).append(s.latency_ms)
+                    tool_total += s.latency_ms
+            loop_ms.append(((wall - provider.model_s) * 1000 - tool_total - write_ms[-1]) / n)
+    finally:
+        services.record_run = real_record
+    return {"per_call": per_call, "steps": step_ms, "write": write_ms, "loop": loop_ms, "calls": n}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--keep-db", action="store_true")
+    args = parser.parse_args()
+    dbname = f"bench_agents_{os.getpid()}"
+    setup_database(dbname)
+    try:
+        data = load(args.rows)
+        from tenants.scope import Scope
+
+        tenant = data["tenant"]
+        scopes = {"whole tenant": Scope(tenant_id=tenant.id, all_departments=True, role="reader", principal="bench"),
+                  "one department": Scope(tenant_id=tenant.id, department_ids=frozenset({data["depts"][0].id}), role="reader",
+                                          principal="bench")}
+        print(f"\n{args.rows:,} chunks loaded in {data['load_s']:.1f}s; search vectors + HNSW + ANALYZE in {data['index_s']:.1f}s")
+        print(f"{args.runs} runs per row; scripted provider (instant); overhead = ask() wall - provider time, per tool call\n")
+        header = f"{'scope':<15} {'scenario':<22} {'calls/run':>9} {'p50 ms':>8} {'p95 ms':>8} {'mean ms':>8} " \
+                 f"{'loop ms':>8} {'write p50':>9} {'< 20 ms':>7}"
+        print(header)
+        print("-" * len(header))
+        detail = {}
+        for scope_name, scope in scopes.items():
+            for name in SCENARIOS:
+                run_scenario(scope, name, 2)  # warm caches (term statistics, connections)
+                r = run_scenario(scope, name, args.runs)
+                p50, p95 = percentile(r["per_call"], 0.5), percentile(r["per_call"], 0.95)
+                print(f"{scope_name:<15} {name:<22} {r['calls']:>9} {p50:>8.2f} {p95:>8.2f} {statistics.mean(r['per_call']):>8.2f} "
+                      f"{statistics.mean(r['loop']):>8.2f} {percentile(r['write'], 0.5):>9.2f} {'yes' if p95 < 20 else 'NO':>7}")
+                for k, v in r["steps"].items():
+                    detail.setdefault((scope_name, k), []).extend(v)
+        print("\nper tool, all scenarios (ms):")
+        print(f"{'scope':<15} {'tool':<20} {'n':>5} {'p50':>8} {'p95':>8}")
+        for (scope_name, tool), v in sorted(detail.items()):
+            print(f"{scope_name:<15} {tool:<20} {len(v):>5} {percentile(v, 0.5):>8.2f} {percentile(v, 0.95):>8.2f}")
+        print("\nloop ms = per-call overhead outside the tools and the trace write (dispatch, validation, rendering, citations).")
+    finally:
+        if args.keep_db:
+            print(f"kept database {dbname}")
+        else:
+            drop_database(dbname)
+
+
+if __name__ == "__main__":
+    main()
