@@ -86,9 +86,14 @@ class SearchResult:
 
 # --- Tunables (measured: docs/retrieval.md; each may be overridden in Django settings) ----------
 DEFAULTS = {
-    # Scopes up to this many rows (per model) are scanned exactly; larger ones use HNSW.
+    # Scopes up to this many rows (per model) are always scanned exactly.
     "RETRIEVAL_EXACT_MAX_ROWS": 4000,
+    # Above it, HNSW is used when its expected work is smaller: it visits about
+    # ef_search + fetch / selectivity index tuples (selectivity = scope rows / rows in the model's
+    # index), each costing about HNSW_TUPLE_COST exact-scan rows.
+    "RETRIEVAL_HNSW_TUPLE_COST": 10.0,
     "RETRIEVAL_HNSW_EF_SEARCH": 100,
+    "RETRIEVAL_HNSW_FETCH": 40,  # in-scope rows taken from the relaxed-order scan before re-sorting
     "RETRIEVAL_HNSW_MAX_SCAN_TUPLES": 40000,
     # Reciprocal rank fusion: score = sum(weight / (RRF_K + rank)).
     "RETRIEVAL_RRF_K": 60,
@@ -137,11 +142,15 @@ def search(scope: Scope, query: str, *, k: int = 10, mode: Mode = "hybrid", filt
         vector_lists: list[list[tuple[int, float]]] = []
         keyword_list: list[tuple[int, float]] = []
         paths: list[str] = []
+        # One list and no re-ranking after it: the ranking query returns the hit rows itself
+        # (one round trip less); otherwise only the winners are loaded afterwards.
+        single = mmr_lambda is None and (mode == "keyword" or (mode == "vector" and len(plan.by_model) == 1))
+        prefetched: dict[int, tuple] | None = {} if single else None
         if mode in ("vector", "hybrid") and not plan.empty:
             t = time.perf_counter()
             for model_key, group in plan.by_model.items():
                 vec = _query_vector(model_key, query, query_vectors)
-                rows, path = _vector_search(plan, model_key, group, vec, pool, using)
+                rows, path = _vector_search(plan, model_key, group, vec, pool, using, prefetched)
                 if max_distance is not None:
                     rows = [(cid, d) for cid, d in rows if d <= max_distance]
                 vector_lists.append(rows)
@@ -149,13 +158,13 @@ def search(scope: Scope, query: str, *, k: int = 10, mode: Mode = "hybrid", filt
             timings["vector"] = _ms(t)
         if mode in ("keyword", "hybrid") and not plan.empty:
             t = time.perf_counter()
-            keyword_list = _keyword_search(plan, query, pool, using)
+            keyword_list = _keyword_search(plan, query, pool, using, prefetched)
             paths.append("bm25")
             timings["keyword"] = _ms(t)
         ranked = _combine(mode, vector_lists, keyword_list)
         t = time.perf_counter()
         hits = _hydrate(plan, ranked, vector_lists, keyword_list, pool if mmr_lambda is not None else k, using,
-                        with_vectors=mmr_lambda is not None)
+                        with_vectors=mmr_lambda is not None, prefetched=prefetched)
         if mmr_lambda is not None:
             hits = _mmr(hits, k, float(mmr_lambda))
         timings["hydrate"] = _ms(t)
@@ -329,8 +338,43 @@ def scope_rows(plan: _Plan, group: list[_Corpus]) -> int:
     return sum(c.chunk_count for c in group)
 
 
+def use_hnsw(rows_in_scope: int, index_rows: int | None, ef: int, fetch: int) -> bool:
+    """The path choice: HNSW only for scopes too big to scan whose share of the index is large enough.
+
+    pgvector applies the tenant/department filter to each tuple the index scan visits, so finding
+    `fetch` in-scope rows costs about ef + fetch / selectivity visits: cheap for a big share of
+    the index, far worse than scanning the scope for a small one. No index: always exact.
+    """
+    if not index_rows or rows_in_scope <= _setting("RETRIEVAL_EXACT_MAX_ROWS"):
+        return False
+    selectivity = min(1.0, rows_in_scope / max(index_rows, rows_in_scope))
+    hnsw_work = (ef + fetch / selectivity) * float(_setting("RETRIEVAL_HNSW_TUPLE_COST"))
+    return hnsw_work < rows_in_scope
+
+
+_index_cache: dict[tuple[str, str], tuple[float, int | None]] = {}
+
+
+def _index_rows(model_key: str, using: str) -> int | None:
+    """Entries in the model's HNSW index (pg_class.reltuples, cached a minute); None when it has none."""
+    key = (connections[using].settings_dict["NAME"], model_key)
+    hit = _index_cache.get(key)
+    if hit and time.monotonic() - hit[0] < 60:
+        return hit[1]
+    with connections[using].cursor() as cur:
+        cur.execute("SELECT max(c.reltuples) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+                    "JOIN pg_am a ON a.oid = c.relam WHERE i.indrelid = 'kb_chunk'::regclass AND a.amname = 'hnsw' "
+                    "AND i.indisvalid AND position(%s in pg_get_expr(i.indpred, i.indrelid)) > 0",
+                    [f"'{model_key}'"])
+        row = cur.fetchone()
+    # A never-analysed index reports -1: count it as present with unknown size (selectivity 1).
+    rows = None if row is None or row[0] is None else max(int(row[0]), 1)
+    _index_cache[key] = (time.monotonic(), rows)
+    return rows
+
+
 def _vector_search(plan: _Plan, model_key: str, group: list[_Corpus], vec: Sequence[float], n: int,
-                   using: str) -> tuple[list[tuple[int, float]], str]:
+                   using: str, prefetched: dict[int, tuple] | None = None) -> tuple[list[tuple[int, float]], str]:
     """Nearest `n` chunks of one model: [(chunk id, cosine distance)], nearest first, and the path used."""
     if not _MODEL_KEY.match(model_key):
         return [], "skipped"
@@ -338,19 +382,20 @@ def _vector_search(plan: _Plan, model_key: str, group: list[_Corpus], vec: Seque
     if len(vec) != dim:
         raise ValueError(f"query vector has {len(vec)} dimensions, model {model_key} has {dim}")
     rows_in_scope = scope_rows(plan, group)
-    if rows_in_scope > _setting("RETRIEVAL_EXACT_MAX_ROWS"):
-        ef = int(_setting("RETRIEVAL_HNSW_EF_SEARCH"))
-        rows = _vector_sql(plan, model_key, group, vec, n, using, hnsw_ef=ef)
+    ef = int(_setting("RETRIEVAL_HNSW_EF_SEARCH"))
+    if use_hnsw(rows_in_scope, _index_rows(model_key, using), ef, max(n, int(_setting("RETRIEVAL_HNSW_FETCH")))):
+        rows = _vector_sql(plan, model_key, group, vec, n, using, hnsw_ef=ef, prefetched=prefetched)
         if len(rows) >= min(n, rows_in_scope):
             return rows, f"hnsw(ef={ef})"
         # Too few in-scope rows met during the scan (scope smaller than its stored count said, or
         # max_scan_tuples reached): the exact scan always returns every row there is.
-        return _vector_sql(plan, model_key, [*group], vec, n, using, hnsw_ef=None), f"exact(after hnsw ef={ef})"
-    return _vector_sql(plan, model_key, group, vec, n, using, hnsw_ef=None), "exact"
+        return (_vector_sql(plan, model_key, group, vec, n, using, hnsw_ef=None, prefetched=prefetched),
+                f"exact(after hnsw ef={ef})")
+    return _vector_sql(plan, model_key, group, vec, n, using, hnsw_ef=None, prefetched=prefetched), "exact"
 
 
 def _vector_sql(plan: _Plan, model_key: str, group: list[_Corpus], vec: Sequence[float], n: int, using: str,
-                hnsw_ef: int | None) -> list[tuple[int, float]]:
+                hnsw_ef: int | None, prefetched: dict[int, tuple] | None = None) -> list[tuple[int, float]]:
     typ = _cast_type(group[0].dim)
     where, params = plan.where("c")
     # Only this model's corpora, and only rows embedded with it (a re-embed may be half done).
@@ -360,29 +405,68 @@ def _vector_sql(plan: _Plan, model_key: str, group: list[_Corpus], vec: Sequence
     # The model key is inlined (validated by _MODEL_KEY) so the partial index predicate is provable
     # and each model and path has its own statement text (no plan reuse across the SETs below).
     model_pred = f"c.embedding_model = '{model_key}'"
-    conn = connections[using]
-    with conn.cursor() as cur:
-        if hnsw_ef is None:
-            # "+ 0" hides the ordering from the HNSW index: an exact, filter-first scan.
-            cur.execute(f"SELECT /* exact */ c.id, {dist} AS d FROM kb_chunk c WHERE {where} AND {model_pred} "
-                        f"ORDER BY ({dist}) + 0 LIMIT %s", [qlit, *params, qlit, n])
-            return [(r[0], float(r[1])) for r in cur.fetchall()]
-        fetch = max(n, 40)
-        max_tuples = int(_setting("RETRIEVAL_HNSW_MAX_SCAN_TUPLES"))
-        cur.execute(f"SET LOCAL hnsw.iterative_scan = relaxed_order; SET LOCAL hnsw.ef_search = {int(hnsw_ef)}; "
-                    f"SET LOCAL hnsw.max_scan_tuples = {max_tuples}; SET LOCAL enable_seqscan = off; "
-                    "SET LOCAL enable_bitmapscan = off; SET LOCAL enable_sort = off")
-        try:
-            cur.execute(f"SELECT /* hnsw */ c.id, {dist} AS d FROM kb_chunk c WHERE {where} AND {model_pred} "
-                        f"ORDER BY {dist} LIMIT %s", [qlit, *params, qlit, fetch])
-            rows = [(r[0], float(r[1])) for r in cur.fetchall()]
-        finally:
-            # SET LOCAL lasts to the end of the transaction, which may be the caller's: put back the defaults.
-            cur.execute("SET LOCAL hnsw.iterative_scan TO DEFAULT; SET LOCAL hnsw.ef_search TO DEFAULT; "
-                        "SET LOCAL hnsw.max_scan_tuples TO DEFAULT; SET LOCAL enable_seqscan TO DEFAULT; "
-                        "SET LOCAL enable_bitmapscan TO DEFAULT; SET LOCAL enable_sort TO DEFAULT")
-    rows.sort(key=lambda r: r[1])  # relaxed order: re-sort
-    return rows[:n]
+    if hnsw_ef is None:
+        # "+ 0" hides the ordering from the HNSW index: an exact, filter-first scan.
+        ranking = (f"SELECT /* exact */ c.id, {dist} AS score FROM kb_chunk c WHERE {where} AND {model_pred} "
+                   f"ORDER BY ({dist}) + 0 LIMIT %s")
+        rparams = [qlit, *params, qlit, n]
+        sql, sparams = _with_hits(ranking, rparams, n, "ASC") if prefetched is not None else (ranking, rparams)
+        with connections[using].cursor() as cur:
+            cur.execute(sql, sparams)
+            return _collect(cur.fetchall(), prefetched)
+    # Relaxed order: take `fetch` in-scope rows from the iterative index scan, keep the n nearest.
+    # "+ 0": the planner would otherwise take the index's (only roughly sorted) order as sorted.
+    fetch = max(n, int(_setting("RETRIEVAL_HNSW_FETCH")))
+    ranking = (f"SELECT /* hnsw */ * FROM (SELECT c.id, {dist} AS score FROM kb_chunk c WHERE {where} AND {model_pred} "
+               f"ORDER BY {dist} LIMIT %s) relaxed ORDER BY score + 0 LIMIT %s")
+    rparams = [qlit, *params, qlit, fetch, n]
+    sql, sparams = _with_hits(ranking, rparams, n, "ASC") if prefetched is not None else (ranking, rparams)
+    max_tuples = int(_setting("RETRIEVAL_HNSW_MAX_SCAN_TUPLES"))
+    # The index scan is forced (never left to the planner) and configured with SET LOCAL, which
+    # lasts to the end of the transaction, which may be the caller's: the defaults are put back in
+    # the same round trip. (A failure aborts the transaction, which undoes the SETs anyway.)
+    script = (f"SET LOCAL hnsw.iterative_scan = relaxed_order; SET LOCAL hnsw.ef_search = {int(hnsw_ef)}; "
+              f"SET LOCAL hnsw.max_scan_tuples = {max_tuples}; SET LOCAL enable_seqscan = off; "
+              f"SET LOCAL enable_bitmapscan = off; SET LOCAL enable_sort = off; {sql}; "
+              "SET LOCAL hnsw.iterative_scan TO DEFAULT; SET LOCAL hnsw.ef_search TO DEFAULT; "
+              "SET LOCAL hnsw.max_scan_tuples TO DEFAULT; SET LOCAL enable_seqscan TO DEFAULT; "
+              "SET LOCAL enable_bitmapscan TO DEFAULT; SET LOCAL enable_sort TO DEFAULT")
+    with connections[using].cursor() as cur:
+        return _collect(_run_script(cur, script, sparams), prefetched)
+
+
+_HIT_COLS = ("c.id, c.document_id, c.corpus_id, c.locator, c.page, c.ordinal, c.text, c.content_hash, c.flags, "
+             "c.embedding_model, d.title, d.metadata")
+_HIT_JOIN = "JOIN kb_document d ON d.id = c.document_id AND d.tenant_id = c.tenant_id"
+
+
+def _with_hits(ranking: str, params: list, n: int, order: str) -> tuple[str, list]:
+    """Wrap a ranking query (id, score) so it also returns the hit columns of its rows."""
+    sql = (f"WITH ranked AS MATERIALIZED ({ranking}) SELECT ranked.score, {_HIT_COLS} FROM ranked "
+           f"JOIN kb_chunk c ON c.id = ranked.id {_HIT_JOIN} ORDER BY ranked.score {order}, c.id")
+    return sql, params
+
+
+def _collect(rows: list[tuple], prefetched: dict[int, tuple] | None) -> list[tuple[int, float]]:
+    """[(id, score)] from ranking rows; with `prefetched`, rows are (score, *hit columns) and are kept."""
+    if prefetched is None:
+        return [(r[0], float(r[1])) for r in rows]
+    for r in rows:
+        prefetched[r[1]] = r[1:]
+    return [(r[1], float(r[0])) for r in rows]
+
+
+def _run_script(cur, sql: str, params: list) -> list[tuple]:
+    """Execute several statements in one round trip (client-side binding); the rows of the one SELECT."""
+    cur.execute(sql, params)
+    raw = getattr(cur, "cursor", cur)
+    rows: list[tuple] | None = None
+    while True:
+        if rows is None and raw.description is not None:
+            rows = raw.fetchall()
+        if not raw.nextset():
+            break
+    return rows or []
 
 
 # --- Keyword side (BM25 in SQL) -----------------------------------------------------------------
@@ -433,7 +517,8 @@ def _query_lexemes(query: str, using: str) -> list[str]:
         return [r[0] for r in cur.fetchall()][:MAX_QUERY_TERMS]
 
 
-def _keyword_search(plan: _Plan, query: str, n: int, using: str) -> list[tuple[int, float]]:
+def _keyword_search(plan: _Plan, query: str, n: int, using: str,
+                    prefetched: dict[int, tuple] | None = None) -> list[tuple[int, float]]:
     """Top `n` chunks by BM25: [(chunk id, score)], best first.
 
     Candidates: chunks matching any query lexeme (GIN). Score: sum over lexemes of
@@ -463,11 +548,14 @@ def _keyword_search(plan: _Plan, query: str, n: int, using: str) -> list[tuple[i
     tf_cols = ", ".join(f"ts_rank_cd('{{1,1,1,1}}', c.search_vector, %s::tsquery, 0) AS tf{i}" for i in range(len(terms)))
     norm = f"{k1} * (1 - {b} + {b} * dl / {avg_len})"
     score = " + ".join(f"{idf!r} * tf{i} * {k1 + 1} / (tf{i} + {norm})" for i, (_, idf) in enumerate(terms))
-    sql = (f"SELECT id, {score} AS s FROM (SELECT c.id, GREATEST(c.char_end - c.char_start, 1) AS dl, {tf_cols} "
-           f"FROM kb_chunk c WHERE {where} AND c.search_vector @@ %s::tsquery) x ORDER BY s DESC, id LIMIT %s")
+    sql = (f"SELECT id, {score} AS score FROM (SELECT c.id, GREATEST(c.char_end - c.char_start, 1) AS dl, {tf_cols} "
+           f"FROM kb_chunk c WHERE {where} AND c.search_vector @@ %s::tsquery) x ORDER BY score DESC, id LIMIT %s")
+    sparams = [*(_tsquery_literal(t) for t, _ in terms), *params, tsq, n]
+    if prefetched is not None:
+        sql, sparams = _with_hits(sql, sparams, n, "DESC")
     with connections[using].cursor() as cur:
-        cur.execute(sql, [*(_tsquery_literal(t) for t, _ in terms), *params, tsq, n])
-        return [(r[0], float(r[1])) for r in cur.fetchall()]
+        cur.execute(sql, sparams)
+        return _collect(cur.fetchall(), prefetched)
 
 
 # --- Fusion, hydration, MMR ---------------------------------------------------------------------
@@ -498,22 +586,23 @@ def _combine(mode: Mode, vector_lists: list[list[tuple[int, float]]],
 
 
 def _hydrate(plan: _Plan, ranked: list[tuple[int, float]], vector_lists: list[list[tuple[int, float]]],
-             keyword_list: list[tuple[int, float]], n: int, using: str,
-             with_vectors: bool) -> list[tuple[SearchHit, list[float] | None]]:
+             keyword_list: list[tuple[int, float]], n: int, using: str, with_vectors: bool,
+             prefetched: dict[int, tuple] | None = None) -> list[tuple[SearchHit, list[float] | None]]:
     """Load the top `n` ranked chunks with their document title and metadata, in ranked order."""
     top = ranked[:n]
     if not top:
         return []
     dist = {cid: d for rows in vector_lists for cid, d in rows}
     kw = dict(keyword_list)
-    vec_col = ", c.embedding::text" if with_vectors else ", NULL"
-    where, params = plan.where("c")
-    with connections[using].cursor() as cur:
-        cur.execute(f"SELECT c.id, c.document_id, c.corpus_id, c.locator, c.page, c.ordinal, c.text, c.content_hash, "
-                    f"c.flags, c.embedding_model, d.title, d.metadata{vec_col} FROM kb_chunk c "
-                    f"JOIN kb_document d ON d.id = c.document_id AND d.tenant_id = c.tenant_id "
-                    f"WHERE {where} AND c.id = ANY(%s)", [*params, [cid for cid, _ in top]])
-        rows = {r[0]: r for r in cur.fetchall()}
+    if prefetched is not None and all(cid in prefetched for cid, _ in top):
+        rows = {cid: (*prefetched[cid], None) for cid, _ in top}
+    else:
+        vec_col = ", c.embedding::text" if with_vectors else ", NULL"
+        where, params = plan.where("c")
+        with connections[using].cursor() as cur:
+            cur.execute(f"SELECT {_HIT_COLS}{vec_col} FROM kb_chunk c {_HIT_JOIN} WHERE {where} AND c.id = ANY(%s)",
+                        [*params, [cid for cid, _ in top]])
+            rows = {r[0]: r for r in cur.fetchall()}
     out = []
     for cid, score in top:
         r = rows.get(cid)

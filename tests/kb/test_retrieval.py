@@ -205,9 +205,15 @@ def one_percent_tenant():
     return data[small.slug], data[big.slug]
 
 
-@pytest.mark.parametrize("exact_max, expected_path", [(10**9, "exact"), (0, "hnsw")])
-def test_k_results_for_a_tenant_holding_one_percent(one_percent_tenant, settings, exact_max, expected_path):
-    settings.RETRIEVAL_EXACT_MAX_ROWS = exact_max
+def force_hnsw(settings) -> None:
+    settings.RETRIEVAL_EXACT_MAX_ROWS = 0
+    settings.RETRIEVAL_HNSW_TUPLE_COST = 0.0
+
+
+@pytest.mark.parametrize("expected_path", ["exact", "hnsw"])
+def test_k_results_for_a_tenant_holding_one_percent(one_percent_tenant, settings, expected_path):
+    if expected_path == "hnsw":
+        force_hnsw(settings)
     (small, c), _ = one_percent_tenant
     q = {"minilm-l6-v2:384": [random.Random(3).gauss(0, 1) for _ in range(384)]}
     res = search(whole_tenant(small), "anything", k=10, mode="vector", query_vectors=q)
@@ -223,7 +229,7 @@ def test_k_results_for_a_tenant_holding_one_percent(one_percent_tenant, settings
 
 
 def test_hnsw_inside_a_caller_transaction_restores_planner_settings(one_percent_tenant, settings):
-    settings.RETRIEVAL_EXACT_MAX_ROWS = 0
+    force_hnsw(settings)
     (small, _), _ = one_percent_tenant
     q = {"minilm-l6-v2:384": [1.0] * 384}
     with activate(whole_tenant(small)):
@@ -235,12 +241,33 @@ def test_hnsw_inside_a_caller_transaction_restores_planner_settings(one_percent_
 
 def test_scope_smaller_than_stored_count_falls_back_to_exact(one_percent_tenant, settings):
     """Stored counts are an upper bound; an HNSW scan that comes back short is redone exactly."""
-    settings.RETRIEVAL_EXACT_MAX_ROWS = 0
-    settings.RETRIEVAL_HNSW_MAX_SCAN_TUPLES = 50  # starve the index scan on purpose
+    force_hnsw(settings)
+    settings.RETRIEVAL_HNSW_MAX_SCAN_TUPLES = 1  # starve the index scan on purpose
+    settings.RETRIEVAL_HNSW_EF_SEARCH = 1
     (small, c), _ = one_percent_tenant
     q = {"minilm-l6-v2:384": [random.Random(5).gauss(0, 1) for _ in range(384)]}
     res = search(whole_tenant(small), "x", k=10, mode="vector", query_vectors=q)
     assert len(res.hits) == 10
+    assert "exact(after hnsw" in res.path
+
+
+def test_path_choice_from_scope_size_and_share_of_the_index(settings):
+    from kb.retrieval import use_hnsw
+
+    assert not use_hnsw(1_000, 100_000, 100, 40)  # small scope: exact
+    assert use_hnsw(20_000, 100_000, 100, 40)  # a fifth of the index: HNSW
+    assert use_hnsw(50_000, 100_000, 100, 40)
+    assert not use_hnsw(20_000, 10_000_000, 100, 40)  # 0.2% of the index: the filtered index scan would crawl
+    assert not use_hnsw(50_000, None, 100, 40)  # the model has no index
+
+
+def test_model_without_an_index_is_searched_exactly(settings):
+    force_hnsw(settings)
+    tenant = make_tenant("NoIndex")
+    c = corpus(tenant, "C", model="noindex", dim=3, chunk_count=5000)
+    chunk(doc(c, "D"), "x", embedding=[1.0, 0, 0])
+    res = search(whole_tenant(tenant), "x", mode="vector", query_vectors={"noindex:3": [1.0, 0, 0]})
+    assert res.path == "noindex:3:exact" and len(res.hits) == 1
 
 
 # --- Models are never compared --------------------------------------------------------------------
