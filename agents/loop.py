@@ -32,7 +32,7 @@ from agents.messages import (
     ToolResultMessage,
     UserMessage,
 )
-from agents.prompts import answer_prompt, budget_note, judge_prompt, render_context, rewrite_prompt, system_prompt
+from agents.prompts import answer_prompt, budget_note, judge_prompt, render_context, repair_prompt, rewrite_prompt, system_prompt
 from agents.providers import Provider
 from agents.text import split_question
 from agents.tools import TOOL_SPECS, ToolDeps, ToolOutcome, run_tool
@@ -144,8 +144,9 @@ class LoopResult:
 
 def call_model(state: RunState, task: Task, messages: list[Message], *, tools_enabled: bool,
                context: tuple[ContextChunk, ...] = ()) -> ModelTurn:
+    conversational = task in ("agent", "repair")  # continues the tool conversation, so tools stay declared
     request = ModelRequest(task=task, system=system_prompt(with_tools=tools_enabled and task == "agent"),
-                           messages=tuple(messages), tools=TOOL_SPECS if task == "agent" else (), tools_enabled=tools_enabled,
+                           messages=tuple(messages), tools=TOOL_SPECS if conversational else (), tools_enabled=tools_enabled,
                            question=state.question, context=context)
     started = time.perf_counter()
     step = StepRecord(ordinal=len(state.steps), kind="model_call", name=task,
@@ -184,7 +185,11 @@ def _summary(outcome: ToolOutcome) -> str:
     if outcome.error:
         return ""
     if "results" in outcome.content:
-        return f"{len(outcome.content['results'])} result(s)" + (" (cached)" if outcome.cached else "")
+        results = outcome.content["results"]
+        # Ingest-time injection flags go into the trace, so an auditor sees which shown chunks were suspect.
+        flagged = [f"c:{r['chunk_id']} {','.join(r['flagged'])}" for r in results if isinstance(r, dict) and r.get("flagged")]
+        return f"{len(results)} result(s)" + (" (cached)" if outcome.cached else "") + \
+            (f"; flagged as possible instructions to the model: {'; '.join(flagged)}" if flagged else "")
     return json.dumps(outcome.content, default=str)[:1000]
 
 
@@ -221,12 +226,29 @@ def run_agentic(state: RunState) -> str:
             case CallTools(calls):
                 execute_calls(state, calls)
             case FinalAnswer(text) if text.strip():
-                return text
+                return repair_citations(state, text)
             case FinalAnswer(_):
-                return final_without_tools(state, "the model returned an empty answer")
+                return repair_citations(state, final_without_tools(state, "the model returned an empty answer"))
             case BudgetSpent(reason):
                 state.budget_reason = reason
-                return final_without_tools(state, reason)
+                return repair_citations(state, final_without_tools(state, reason))
+
+
+def repair_citations(state: RunState, answer: str) -> str:
+    """One chance, tools off, to fix citations that failed verification; the fix is kept only if it verifies."""
+    bad = [c for c in check_citations(answer, state.retrieved) if not c.verified]
+    b = state.budgets
+    if not bad or is_not_enough_evidence(answer) or state.input_tokens + state.output_tokens >= b.max_tokens \
+            or time.monotonic() - state.started >= b.max_wall_seconds:
+        return answer
+    report = "; ".join(f"[c:{c.chunk_id}] {c.verdict} ({c.reason})" for c in bad[:10])
+    state.messages.append(UserMessage(repair_prompt(report)))
+    turn = call_model(state, "repair", state.messages, tools_enabled=False)
+    state.messages.append(AssistantMessage(text=turn.text, raw=turn.raw))
+    fixed = check_citations(turn.text, state.retrieved)
+    if turn.text.strip() and (is_not_enough_evidence(turn.text) or (fixed and all(c.verified for c in fixed))):
+        return turn.text
+    return answer
 
 
 def final_without_tools(state: RunState, reason: str) -> str:

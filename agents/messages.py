@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-Task = Literal["agent", "rewrite", "judge", "answer"]
+Task = Literal["agent", "repair", "rewrite", "judge", "answer"]
 
 
 @dataclass(frozen=True)

@@ -78,6 +78,12 @@ def judge_prompt(question: str, context: str) -> str:
             '{"sufficient": true|false, "why": "...", "missing": ["search query for each missing part"]}')
 
 
+def repair_prompt(report: str) -> str:
+    return ("Citation check failed for: " + report + ". Rewrite the answer citing only chunk ids you were shown, quoting their "
+            "words exactly, and drop any statement you cannot support. If nothing can be supported, reply starting with "
+            f'"{NOT_ENOUGH_EVIDENCE}:".')
+
+
 def budget_note(reason: str) -> str:
     return (f"The research budget is spent ({reason}). No more tools are available. Answer now from what was retrieved, "
             "citing chunk ids, and state explicitly which parts of the question could not be found.")

@@ -46,7 +46,8 @@ class OfflineProvider:
     model = "extractive-v1"
 
     def generate(self, request: ModelRequest) -> ModelTurn:
-        handler = {"agent": self._agent, "rewrite": self._rewrite, "judge": self._judge, "answer": self._answer}[request.task]
+        handler = {"agent": self._agent, "repair": self._answer, "rewrite": self._rewrite, "judge": self._judge,
+                   "answer": self._answer}[request.task]
         text, calls = handler(request)
         prompt_chars = sum(len(getattr(m, "text", "") or json.dumps(getattr(m, "content", {}), default=str)) for m in request.messages)
         return ModelTurn(text=text, tool_calls=tuple(calls),

@@ -224,7 +224,25 @@ def test_strict_mode_withholds_an_answer_with_unverified_citations(acme):
     _, cites = trace(scope, run)
     assert [c.verdict for c in cites] == ["quote_mismatch", "not_retrieved"]
     steps, _ = trace(scope, run)
-    assert "Hotels are free" in steps[-1].output  # the draft stays in the audit trail
+    assert [s.name for s in steps] == ["agent", "search", "agent", "repair"]  # one repair attempt, which did not verify
+    assert "Hotels are free" in steps[2].output  # the draft stays in the audit trail
+
+
+def test_unverified_citations_get_one_repair_turn_with_tools_off(acme):
+    tenant, _, chunks = acme
+    scope = scope_of(tenant)
+    hotel = chunks["travel1"]
+    script = [calls(("search", {"query": "hotel night reimbursed"})),
+              text(f'"Hotels are free" [c:{hotel.id}] and flights too [c:424242].'),
+              text(f'"Hotel stays are reimbursed up to EUR 180 per night" [c:{hotel.id}].')]
+    with FakeGemini(script) as fake:
+        run = ask(scope=scope, question="Hotel?", strategy="agentic", provider=provider(fake))
+    assert run.grounded and "EUR 180" in run.answer
+    assert fake.tool_modes() == ["AUTO", "AUTO", "NONE"]
+    assert "Citation check failed" in json.dumps(fake.requests[-1]["contents"][-1])
+    steps, cites = trace(scope, run)
+    assert [s.name for s in steps] == ["agent", "search", "agent", "repair"]
+    assert [c.verdict for c in cites] == ["verified"]
 
 
 @pytest.mark.parametrize("api_version", ["v1beta", "v1"])
