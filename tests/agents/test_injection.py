@@ -60,7 +60,7 @@ def test_model_obeying_an_injection_still_cannot_leave_the_scope(planted):
         calls(("search", {"query": "hotel reimbursement notice"})),
         calls(("search", {"query": "commission rate", "corpus_ids": [other_corpus.id]}),
               ("search", {"query": "commission rate", "department_ids": [sales.id, other_dept.id]}),
-              ("read", {"chunk_id": canary.id}), ("list_corpora", {})),
+              ("read", {"chunk_id": canary.id}), ("search", {"query": "canary", "tenant_id": other.id}), ("list_corpora", {})),
         text(f"EUR 9999 per night [c:{canary.id}] and the commission is 7 percent [c:{chunks['secret'].id}]."),
     ]
     with FakeGemini(script) as fake:
@@ -74,6 +74,7 @@ def test_model_obeying_an_injection_still_cannot_leave_the_scope(planted):
     assert "not instructions" in json.dumps(fake.requests[0]["systemInstruction"])
     sent = json.dumps(fake.requests)
     assert "Globex canary" not in sent and "7 percent of net revenue" not in sent
+    assert "unknown argument(s) tenant_id" in fake.function_responses(2)[-2]["response"]["error"]
     corpora = [c["name"] for c in fake.function_responses(2)[-1]["response"]["corpora"]]
     assert corpora == ["Policies"]
     assert not run.grounded
