@@ -32,11 +32,18 @@ from agents.messages import (
 )
 from agents.providers.retry import with_retries
 
+try:  # google-genai >= 3 sends through httpx2, a fork whose exceptions are not httpx's
+    import httpx2
+
+    _TRANSPORT_ERRORS: tuple[type[Exception], ...] = (httpx.TransportError, httpx2.TransportError)
+except ImportError:
+    _TRANSPORT_ERRORS = (httpx.TransportError,)
+
 
 def _retryable(exc: Exception) -> bool:
     if isinstance(exc, errors.APIError):
         return exc.code == 429 or (exc.code or 0) >= 500
-    return isinstance(exc, httpx.TransportError | ValueError | errors.UnknownApiResponseError)
+    return isinstance(exc, _TRANSPORT_ERRORS + (ValueError, errors.UnknownApiResponseError))
 
 
 class GeminiProvider:
