@@ -33,24 +33,53 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kb.settings")
 MODEL_KEY = "hash:64"
 DOCS_PER_CORPUS = 500
 CHUNKS_PER_DOC = 40
+VOCABULARY = 8000  # pseudo-words with a Zipf distribution, like real policy text after stopword removal
+ZIPF_S = 1.05
 TOPICS = ("hotel", "flight", "train", "taxi", "meal", "leave", "sick", "parental", "holiday", "password", "laptop", "vpn",
           "expense", "receipt", "mileage", "insurance", "visa", "conference", "training", "overtime", "allowance", "remote")
-FILLER = ("employees", "must", "submit", "approval", "manager", "policy", "within", "days", "reimbursed", "per", "night",
-          "company", "travel", "business", "trip", "request", "portal", "limit", "EUR", "claim", "annual", "team", "office",
-          "report", "security", "device", "personal", "time", "record", "finance", "department", "rules", "apply")
+_SYLLABLES = ("ka", "lo", "mi", "ter", "san", "vo", "pel", "dra", "nu", "bes", "cor", "fin", "gal", "hux", "jor", "lem",
+              "mar", "nod", "pra", "quo", "ris", "sto", "tul", "ven", "wyr", "zan")
+
+
+def vocabulary(rng: random.Random) -> list[str]:
+    words: dict[str, None] = {}
+    while len(words) < VOCABULARY:
+        words.setdefault("".join(rng.choice(_SYLLABLES) for _ in range(rng.randint(2, 4))), None)
+    return list(words)
+
+
+class TextGen:
+    """Chunk texts of 60-120 words drawn from a Zipfian vocabulary, each about one topic; queries of mid-frequency words."""
+
+    def __init__(self, seed: int) -> None:
+        import numpy as np
+
+        self.rng = random.Random(seed)
+        self.np_rng = np.random.default_rng(seed)
+        self.words = vocabulary(self.rng)
+        weights = 1.0 / np.arange(1, VOCABULARY + 1) ** ZIPF_S
+        self.p = weights / weights.sum()
+
+    def texts(self, n: int) -> list[str]:
+        lengths = self.np_rng.integers(60, 121, n)
+        draws = self.np_rng.choice(VOCABULARY, size=int(lengths.sum()), p=self.p)
+        out, at = [], 0
+        for length in lengths:
+            ws = [self.words[i] for i in draws[at:at + length]]
+            at += length
+            topic = self.rng.choice(TOPICS)
+            ws.insert(0, topic.capitalize())
+            ws[self.rng.randrange(1, len(ws))] = topic
+            out.append(" ".join(ws) + f". Limit {self.rng.randint(10, 500)} EUR.")
+        return out
+
+    def query(self, rng: random.Random) -> str:
+        return " ".join([rng.choice(TOPICS), *(self.words[rng.randint(50, 3000)] for _ in range(2))])
 
 
 def percentile(values: list[float], q: float) -> float:
     s = sorted(values)
     return s[min(len(s) - 1, int(round(q * (len(s) - 1))))] if s else float("nan")
-
-
-def synthetic_text(rng: random.Random) -> str:
-    topic = rng.choice(TOPICS)
-    words = [rng.choice(FILLER) for _ in range(rng.randint(18, 40))]
-    words[rng.randrange(len(words))] = topic
-    words.insert(0, topic.capitalize())
-    return " ".join(words) + f". Limit {rng.randint(10, 500)} EUR."
 
 
 def setup_database(dbname: str) -> None:
@@ -90,6 +119,7 @@ def load(rows: int, seed: int = 7) -> dict:
     from tenants.models import Department, Tenant
 
     rng = random.Random(seed)
+    gen = TextGen(seed)
     embedder = HashEmbedder(64)
     owner = connections["owner"]
     owner.ensure_connection()
@@ -114,7 +144,7 @@ def load(rows: int, seed: int = 7) -> dict:
                      metadata={"category": rng.choice(TOPICS), "source": rng.choice(("HR", "Finance", "IT")),
                                "published_at": f"2025-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"})
             for j in range(n_docs)])
-        texts = [synthetic_text(rng) for _ in range(n)]
+        texts = gen.texts(n)
         vectors = np.asarray(embedder.embed(texts), dtype=np.float32)
         with conn.cursor() as cur, cur.copy(
                 "COPY kb_chunk (tenant_id, department_id, corpus_id, document_id, ordinal, text, locator, char_start, char_end, "
@@ -136,7 +166,7 @@ def load(rows: int, seed: int = 7) -> dict:
         for table in ("kb_chunk", "kb_document", "kb_corpus"):
             cur.execute(f"ANALYZE {table}")
     conn.commit()
-    return {"tenant": tenant, "depts": depts, "corpora": corpora, "load_s": load_s, "index_s": time.perf_counter() - t1}
+    return {"tenant": tenant, "depts": depts, "corpora": corpora, "load_s": load_s, "index_s": time.perf_counter() - t1, "gen": gen}
 
 
 @dataclass
@@ -146,6 +176,7 @@ class ScriptedProvider:
     mix: tuple[str, ...]
     turns: int
     calls_per_turn: int
+    gen: TextGen
     seed: int = 0
     name: str = "scripted"
     model: str = "bench"
@@ -171,13 +202,13 @@ class ScriptedProvider:
 
     def _call(self, kind: str, seen: list[int]) -> tuple[str, dict]:
         r = self._rng
-        query = f"{r.choice(TOPICS)} {r.choice(FILLER)} {r.choice(FILLER)}"
+        query = self.gen.query(r)
         if kind == "search":
             return "search", {"query": query, "k": 8}
         if kind == "search_filtered":
             return "search", {"query": query, "k": 8, "metadata": {"source": "HR"}, "published_after": "2025-06-01"}
         if kind == "search_repeat":
-            return "search", {"query": "hotel night reimbursed", "k": 8}
+            return "search", {"query": "hotel " + self.gen.words[100], "k": 8}
         if kind == "read":
             return ("read", {"chunk_id": seen[-1], "neighbours": 1}) if seen else ("list_corpora", {})
         if kind == "check_grounding":
@@ -193,7 +224,7 @@ SCENARIOS = {
 }
 
 
-def run_scenario(scope, name: str, runs: int) -> dict:
+def run_scenario(scope, gen: TextGen, name: str, runs: int) -> dict:
     import agents.services as services
     from agents.budgets import Budgets
     from agents.services import ask
@@ -214,7 +245,7 @@ def run_scenario(scope, name: str, runs: int) -> dict:
     per_call, step_ms, loop_ms = [], {}, []
     try:
         for i in range(runs):
-            provider = ScriptedProvider(mix, turns, per_turn, _rng=random.Random(i))
+            provider = ScriptedProvider(mix, turns, per_turn, gen, _rng=random.Random(i))
             steps = []
             t = time.perf_counter()
             run = ask(scope=scope, question=f"bench question {i}", strategy="agentic", provider=provider, on_step=steps.append,
@@ -260,8 +291,8 @@ def main() -> None:
         detail = {}
         for scope_name, scope in scopes.items():
             for name in SCENARIOS:
-                run_scenario(scope, name, 2)  # warm caches (term statistics, connections)
-                r = run_scenario(scope, name, args.runs)
+                run_scenario(scope, data["gen"], name, 2)  # warm caches (term statistics, connections)
+                r = run_scenario(scope, data["gen"], name, args.runs)
                 p50, p95 = percentile(r["per_call"], 0.5), percentile(r["per_call"], 0.95)
                 print(f"{scope_name:<15} {name:<22} {r['calls']:>9} {p50:>8.2f} {p95:>8.2f} {statistics.mean(r['per_call']):>8.2f} "
                       f"{statistics.mean(r['loop']):>8.2f} {percentile(r['write'], 0.5):>9.2f} {'yes' if p95 < 20 else 'NO':>7}")
