@@ -72,30 +72,25 @@ def ensure_vector_index(model_key: str, dim: int, *, using: str = "owner", lock_
            f"((embedding::{typ}) {opclass}) WHERE embedding_model = '{quoted_key}'")
     try:
         with conn.cursor() as cur:
-            cur.execute("SELECT 1 FROM pg_class WHERE relname = %s AND relkind = 'i'", [name])
-            if cur.fetchone() is None:
+            cur.execute("SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = %s", [name])
+            row = cur.fetchone()
+            if row is None or not row[0]:
                 if conn.in_atomic_block:
                     with transaction.atomic(using=using):
                         cur.execute(f"SET LOCAL lock_timeout = '{int(lock_timeout_s)}s'")
+                        if row is not None:
+                            cur.execute(f'DROP INDEX IF EXISTS "{name}"')
                         cur.execute(sql)
                 else:
                     cur.execute(f"SET lock_timeout = '{int(lock_timeout_s * 12)}s'")
                     try:
+                        if row is not None:  # a failed CONCURRENTLY build leaves an INVALID index behind
+                            cur.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{name}"')
                         cur.execute(sql)
                     finally:
                         cur.execute("RESET lock_timeout")
-                    _drop_if_invalid(cur, name, sql)
     except OperationalError as exc:
         logger.warning("vector index %s not built now (%s); search falls back to exact scan", name, exc)
         return name
     _created.add(marker)
     return name
-
-
-def _drop_if_invalid(cur, name: str, sql: str) -> None:
-    """A failed CONCURRENTLY build leaves an INVALID index that IF NOT EXISTS would keep forever."""
-    cur.execute("SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = %s", [name])
-    row = cur.fetchone()
-    if row is not None and not row[0]:
-        cur.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{name}"')
-        cur.execute(sql)

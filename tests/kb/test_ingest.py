@@ -417,3 +417,17 @@ def test_jobs_queued_together_are_embedded_in_shared_batches(scope, corpus_facto
         assert (job.status, job.attempts, job.chunks_done, job.chunks_total) == ("done", 1, 2, 2)
         assert [c.ordinal for c in chunks_of(scope, doc)] == [0, 1]
     assert refresh(scope, corpus).chunk_count == 10
+
+
+def test_ensure_vector_index_rebuilds_an_invalid_index():
+    """A failed CREATE INDEX CONCURRENTLY leaves an INVALID index; IF NOT EXISTS alone would keep it forever."""
+    from kb import vector_index
+
+    name = ensure_vector_index("broken-model:4", 4)
+    with connections["owner"].cursor() as cur:
+        cur.execute("UPDATE pg_index SET indisvalid = false WHERE indexrelid = %s::regclass", [name])
+    vector_index._created.clear()
+    assert ensure_vector_index("broken-model:4", 4) == name
+    with connections["owner"].cursor() as cur:
+        cur.execute("SELECT indisvalid FROM pg_index WHERE indexrelid = %s::regclass", [name])
+        assert cur.fetchone()[0] is True

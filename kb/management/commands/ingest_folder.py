@@ -11,10 +11,11 @@ import time
 from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
+from django.db import transaction
 from tqdm import tqdm
 
 from kb.embedding import default_model_key, get_embedder
-from kb.ingest import UploadRejected, source_name_for, upload_document
+from kb.ingest import UploadRejected, group_max_jobs, source_name_for, upload_document
 from kb.models import Corpus, Document, IngestJob, JobStatus
 from kb.parsing import SUPPORTED_TYPES
 from tenants.models import Department, Tenant
@@ -49,20 +50,25 @@ class Command(BaseCommand):
         supported = [p for p in files if p.suffix.lower() in SUPPORTED_TYPES]
         skipped = [p for p in files if p.suffix.lower() not in SUPPORTED_TYPES]
         uploaded, unchanged, failed, jobs = 0, 0, [], []
-        bar = tqdm(supported, unit="file", disable=no_progress, desc=f"ingest {target.name}")
-        for path in bar:
-            name = source_name_for(path, root)
-            bar.set_postfix_str(name[-40:])
-            try:
-                doc, job = upload_document(scope=scope, corpus=target, filename=name, data=path.read_bytes())
-            except UploadRejected as exc:
-                failed.append((name, exc.message))
-                continue
-            if job is None:
-                unchanged += 1
-            else:
-                uploaded += 1
-                jobs.append(job.pk)
+        bar = tqdm(total=len(supported), unit="file", disable=no_progress, desc=f"ingest {target.name}")
+        step = group_max_jobs()
+        for first in range(0, len(supported), step):
+            # One transaction per group of files: their jobs start together after the commit and are
+            # embedded in shared full batches (in eager mode, right here).
+            with transaction.atomic():
+                for path in supported[first:first + step]:
+                    name = source_name_for(path, root)
+                    try:
+                        doc, job = upload_document(scope=scope, corpus=target, filename=name, data=path.read_bytes())
+                    except UploadRejected as exc:
+                        failed.append((name, exc.message))
+                        continue
+                    if job is None:
+                        unchanged += 1
+                    else:
+                        uploaded += 1
+                        jobs.append(job.pk)
+            bar.update(len(supported[first:first + step]))
         bar.close()
         if wait and jobs:
             self._wait(scope, jobs, no_progress)
