@@ -19,6 +19,7 @@ from rest_framework.exceptions import NotFound, Throttled, ValidationError
 from rest_framework.response import Response
 
 from agents.models import Citation, Outcome, Run, RunStep, Verdict
+from agents.selectors import run_citations, run_steps
 from api import serializers as s
 from api.permissions import ASK, AUDIT
 from api.ratelimit import consume_daily_run, daily_run_limit
@@ -32,7 +33,8 @@ from tenants.scope import Scope, activate
 
 def visible_runs(scope: Scope) -> QuerySet:
     """Runs the caller may audit. A department-restricted auditor sees only runs whose scope was
-    within their departments (a whole-tenant run could have read any department)."""
+    within their departments (a whole-tenant run could have read any department); this is why
+    agents.services.access_run, which checks the tenant only, is not used here."""
     qs = Run.objects.for_scope(scope)
     if not scope.all_departments:
         qs = qs.filter(scope__all_departments=False).extra(
@@ -151,8 +153,7 @@ class RunDetailSerializer(RunSerializer):
 
 def run_detail(scope: Scope, run: Run) -> dict:
     """The run with its steps, citations and the cited chunks still visible to `scope`. Inside activate(scope)."""
-    steps = list(RunStep.objects.for_scope(scope).filter(run_id=run.id).order_by("ordinal"))
-    citations = list(Citation.objects.for_scope(scope).filter(run_id=run.id).order_by("ordinal"))
+    steps, citations = run_steps(scope, run.id), run_citations(scope, run.id)
     chunks = {c.id: c for c in Chunk.objects.for_scope(scope).filter(id__in=[c.chunk_id for c in citations]).select_related("document")}
     run.unverified_citations = sum(1 for c in citations if c.verdict != Verdict.VERIFIED)
     return RunDetailSerializer(run, context={"steps": steps, "citations": citations, "chunks": chunks}).data

@@ -74,4 +74,5 @@ def world(db) -> World:
         w.keys[f"b-{role}"] = issue(b, role)
     w.keys["a-sales-reader"] = issue(a, "reader", [sales])
     w.keys["a-sales-admin"] = issue(a, "admin", [sales])
+    w.keys["a-sales-auditor"] = issue(a, "auditor", [sales])
     return w

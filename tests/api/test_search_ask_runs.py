@@ -163,3 +163,12 @@ def test_ask_stream_runs_off_the_request_thread(world):
     events = parse_sse(b"".join(r.streaming_content))
     assert [e for e, _ in events][-2:] == ["answer", "done"] and events[0][0] == "step"
     assert world.client("a-auditor").get(f"/api/v1/runs/{events[-1][1]['run_id']}/").status_code == 200
+
+
+def test_department_auditor_sees_only_runs_confined_to_its_departments(world):
+    sales_run = world.client("a-sales-reader").post("/api/v1/ask/", {"question": "discount ceiling?"}, format="json").json()
+    wide_run = world.client("a-reader").post("/api/v1/ask/", {"question": "on-call rotation?"}, format="json").json()
+    c = world.client("a-sales-auditor")
+    assert [r["id"] for r in c.get("/api/v1/runs/").json()["results"]] == [sales_run["id"]]
+    assert c.get(f"/api/v1/runs/{wide_run['id']}/").status_code == 404
+    assert {r["id"] for r in world.client("a-auditor").get("/api/v1/runs/").json()["results"]} == {sales_run["id"], wide_run["id"]}
