@@ -14,4 +14,5 @@ RUN pip install --no-cache-dir "torch==2.13.0" --index-url https://download.pyto
 RUN useradd --create-home grounded
 USER grounded
 EXPOSE 8000
-CMD ["gunicorn", "kb.wsgi:application", "--bind", "0.0.0.0:8000", "--workers", "3"]
+ENV GUNICORN_BIND=0.0.0.0:8000
+CMD ["gunicorn", "-c", "python:kb.gunicorn_conf", "kb.wsgi:application"]
