@@ -227,7 +227,18 @@ class DepartmentAdmin(TenantScopedAdmin):
         return False  # corpora/documents/chunks PROTECT their department
 
 
-class MembershipForm(forms.ModelForm):
+class SameTenantDepartments:
+    """Departments must belong to the row's tenant (a superuser's choices span tenants)."""
+
+    def clean(self):
+        data = super().clean()
+        tenant = data.get("tenant") or (self.instance.tenant if self.instance.tenant_id else None)
+        if tenant is not None and any(d.tenant_id != tenant.pk for d in data.get("departments") or []):
+            self.add_error("departments", "departments must belong to the same tenant")
+        return data
+
+
+class MembershipForm(SameTenantDepartments, forms.ModelForm):
     class Meta:
         model = Membership
         fields = ["user", "tenant", "role", "all_departments", "departments"]
@@ -262,7 +273,7 @@ class MembershipAdmin(TenantScopedAdmin):
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
 
-class ApiKeyForm(forms.ModelForm):
+class ApiKeyForm(SameTenantDepartments, forms.ModelForm):
     class Meta:
         model = ApiKey
         fields = ["tenant", "name", "role", "all_departments", "departments"]

@@ -189,3 +189,14 @@ def test_staff_without_membership_sees_nothing(client, world):
     client.force_login(user)
     assert client.get("/admin/kb/corpus/").status_code == 403
     assert "Corpora" not in client.get("/admin/").content.decode()
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "owner"])
+def test_superuser_cannot_give_a_key_another_tenants_department(client, world):
+    su = get_user_model().objects.create_superuser(username="root2", password="x" * 12, email="r2@x.test")
+    client.force_login(su)
+    b_dept = world.b.departments.first()
+    r = client.post("/admin/tenants/apikey/add/", {"tenant": world.a.id, "name": "mixed", "role": "reader", "departments": [b_dept.id]})
+    assert r.status_code == 200 and r.context["adminform"].form.errors == {
+        "departments": ["departments must belong to the same tenant"]}
+    assert not ApiKey.objects.filter(name="mixed").exists()
