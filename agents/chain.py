@@ -41,7 +41,7 @@ def clean_json(value):
     if isinstance(value, float):
         if not math.isfinite(value):
             return str(value)
-        return int(value) if value.is_integer() and abs(value) < 2**63 else value
+        return int(value) if value.is_integer() else value
     if isinstance(value, dict):
         return {str(k).replace("\x00", ""): clean_json(v) for k, v in value.items()}
     if isinstance(value, list | tuple | set | frozenset):
