@@ -82,6 +82,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI served from our static files, not a CDN
     "tenants",
     "kb",
     "agents",
@@ -212,7 +213,8 @@ REST_FRAMEWORK = {
     "UNAUTHENTICATED_USER": None,
 }
 SPECTACULAR_SETTINGS = {"TITLE": "grounded API", "VERSION": "1.0.0", "SERVE_INCLUDE_SCHEMA": False,
-                        "COMPONENT_SPLIT_REQUEST": True}
+                        "COMPONENT_SPLIT_REQUEST": True, "SWAGGER_UI_DIST": "SIDECAR", "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+                        "REDOC_DIST": "SIDECAR"}
 # Requests per minute per API key (or signed-in user); enforced atomically in Redis when
 # RATE_LIMIT_REDIS_URL (default REDIS_URL) is set, else in the Django cache.
 RATE_LIMIT_PER_MINUTE = env_int("RATE_LIMIT_PER_MINUTE", 120)

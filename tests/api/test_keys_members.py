@@ -111,3 +111,11 @@ def test_departments_list(world):
     assert {d["name"] for d in r.json()["results"]} == {"Sales", "Engineering"}
     assert world.client("a-auditor").get("/api/v1/departments/").status_code == 403
     assert world.client(None).get("/api/v1/departments/").status_code == 401
+
+
+def test_schema_and_docs_are_served_without_a_cdn(client):
+    schema = client.get("/api/v1/schema/?format=json")
+    assert schema.status_code == 200 and "/api/v1/ask/stream/" in schema.json()["paths"]
+    assert "ApiKey" in schema.json()["components"]["securitySchemes"]
+    docs = client.get("/api/v1/docs/").content.decode()
+    assert "swagger-ui" in docs and "cdn.jsdelivr" not in docs
