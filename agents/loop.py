@@ -256,7 +256,7 @@ def final_without_tools(state: RunState, reason: str) -> str:
     state.messages.append(UserMessage(budget_note(reason)))
     turn = call_model(state, "agent", state.messages, tools_enabled=False)
     state.messages.append(AssistantMessage(text=turn.text, raw=turn.raw))
-    return turn.text or f"NOT_ENOUGH_EVIDENCE: the research budget was spent ({reason}) before an answer was found."
+    return turn.text or f"NOT_ENOUGH_EVIDENCE: no answer could be produced ({reason})."
 
 
 def _context(state: RunState, chunk_ids: list[int]) -> tuple[list[RetrievedChunk], tuple[ContextChunk, ...]]:

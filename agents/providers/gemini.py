@@ -95,7 +95,11 @@ def to_contents(messages: tuple[Message, ...] | list[Message]) -> list[types.Con
     contents: list[types.Content] = []
     for m in messages:
         if isinstance(m, UserMessage):
-            contents.append(types.Content(role="user", parts=[types.Part(text=m.text)]))
+            last = contents[-1] if contents else None
+            if last is not None and last.role == "user" and last.parts:
+                last.parts.append(types.Part(text=m.text))  # e.g. the budget note right after function responses
+            else:
+                contents.append(types.Content(role="user", parts=[types.Part(text=m.text)]))
         elif isinstance(m, AssistantMessage):
             if isinstance(m.raw, types.Content):
                 contents.append(m.raw)  # verbatim, with any thought signatures
