@@ -10,7 +10,8 @@ gold fact, whitespace removed) and evidence recall@10 (share of gold facts conta
 
 Compared in the same run: `bm25s` (reference BM25, Lucene idf, k1=1.2 b=0.75, English stop words;
 no stemming unless PyStemmer is installed), PostgreSQL's own ts_rank_cd over an OR tsquery (what a
-plain FTS setup gives), MiniLM vectors, and hybrid RRF at several vector weights. Data and vectors
+plain FTS setup gives), MiniLM vectors, and RRF fusion of our two top-50 lists at several vector
+weights (with the product's own fusion function), then hybrid end to end at the defaults. Data and vectors
 stay outside the repository (MiniLM vectors are cached under ~/.cache/grounded-bench).
 """
 
@@ -167,7 +168,7 @@ def evaluate(name: str, ranked: list[list[str]], questions: list[dict], latencie
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--questions", type=int, default=0, help="limit (0 = all non-null dev questions)")
-    ap.add_argument("--weights", default="0,0.1,0.2,0.3,0.5,0.7,1.0", help="vector weights for hybrid (keyword weight 1)")
+    ap.add_argument("--weights", default="0,0.1,0.2,0.3,0.4,0.5,0.7,1.0,1.5", help="vector weights for hybrid (keyword weight 1)")
     ap.add_argument("--keep-db", action="store_true")
     args = ap.parse_args()
     if not (EVAL / "corpus.jsonl").exists():
@@ -194,7 +195,6 @@ def main() -> None:
 
 
 def run(args, chunks: list[tuple[int, str]], questions: list[dict], query_vecs: np.ndarray) -> list[dict]:
-    from django.conf import settings
     from django.db import connections
 
     from kb.retrieval import search
@@ -241,25 +241,39 @@ def run(args, chunks: list[tuple[int, str]], questions: list[dict], query_vecs: 
     results.append(evaluate("PostgreSQL ts_rank_cd, OR tsquery", ranked, questions, lat))
     print(results[-1], flush=True)
 
-    def ours(name: str, mode: str, **overrides) -> dict:
-        for k, v in overrides.items():
-            setattr(settings, k, v)
-        search(scope, questions[0]["question"], k=10, mode=mode, query_vectors={MODEL_KEY: query_vecs[0]})
-        ranked, lat = [], []
+    def ours(name: str, mode: str, k: int = 10) -> tuple[dict, list[list[tuple[int, float]]], dict[int, str]]:
+        """Through the real entry point; returns the metrics, the ranked (chunk id, score) lists and chunk texts."""
+        search(scope, questions[0]["question"], k=k, mode=mode, query_vectors={MODEL_KEY: query_vecs[0]})
+        lists, lat, text = [], [], {}
         for q, v in zip(questions, query_vecs, strict=True):
             t = time.perf_counter()
-            res = search(scope, q["question"], k=10, mode=mode, query_vectors={MODEL_KEY: v})
+            res = search(scope, q["question"], k=k, mode=mode, query_vectors={MODEL_KEY: v})
             lat.append((time.perf_counter() - t) * 1000)
-            ranked.append([h.text for h in res.hits])
-        r = evaluate(name, ranked, questions, lat)
+            lists.append([(h.chunk_id, h.score) for h in res.hits])
+            text.update({h.chunk_id: h.text for h in res.hits})
+        r = evaluate(name, [[text[c] for c, _ in rows] for rows in lists], questions, lat)
         print(r, flush=True)
-        return r
+        return r, lists, text
 
-    results.append(ours("ours: keyword (BM25 in SQL)", "keyword"))
-    results.append(ours("ours: vector (MiniLM)", "vector"))
+    from kb.retrieval import DEFAULTS, _rrf
+
+    pool = DEFAULTS["RETRIEVAL_CANDIDATES"]
+    kw, kw_lists, kw_text = ours(f"ours: keyword (BM25 in SQL), top {pool}", "keyword", k=pool)
+    kw["name"] = "ours: keyword (BM25 in SQL)"
+    results.append(kw)
+    vec, vec_lists, vec_text = ours(f"ours: vector (MiniLM), top {pool}", "vector", k=pool)
+    vec["name"] = "ours: vector (MiniLM)"
+    results.append(vec)
+    # Hybrid weights: the same fusion function the product uses, over the two candidate lists above.
+    texts = {**kw_text, **vec_text}
     for w in (float(x) for x in args.weights.split(",")):
-        results.append(ours(f"ours: hybrid RRF, keyword 1 / vector {w:g}", "hybrid",
-                            RETRIEVAL_KEYWORD_WEIGHT=1.0, RETRIEVAL_VECTOR_WEIGHT=w))
+        fused = [_rrf([(v, w), (kk, 1.0)], DEFAULTS["RETRIEVAL_RRF_K"])[:10] for kk, v in zip(kw_lists, vec_lists, strict=True)]
+        results.append(evaluate(f"RRF fusion: keyword 1 / vector {w:g} (k={DEFAULTS['RETRIEVAL_RRF_K']})",
+                                [[texts[c] for c, _ in rows] for rows in fused], questions))
+        print(results[-1], flush=True)
+    hybrid, _, _ = ours(f"ours: hybrid (defaults: keyword {DEFAULTS['RETRIEVAL_KEYWORD_WEIGHT']:g} / vector "
+                        f"{DEFAULTS['RETRIEVAL_VECTOR_WEIGHT']:g}), end to end", "hybrid")
+    results.append(hybrid)
     return results
 
 

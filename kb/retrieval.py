@@ -545,12 +545,18 @@ def _keyword_search(plan: _Plan, query: str, n: int, using: str,
         return []
     where, params = plan.where("c")
     tsq = " | ".join(_tsquery_literal(t) for t, _ in terms)
-    tf_cols = ", ".join(f"ts_rank_cd('{{1,1,1,1}}', c.search_vector, %s::tsquery, 0) AS tf{i}" for i in range(len(terms)))
+    tf_cols = ", ".join(f"ts_rank_cd('{{1,1,1,1}}', v, %s::tsquery, 0) AS tf{i}" for i in range(len(terms)))
     norm = f"{k1} * (1 - {b} + {b} * dl / {avg_len})"
     score = " + ".join(f"{idf!r} * tf{i} * {k1 + 1} / (tf{i} + {norm})" for i, (_, idf) in enumerate(terms))
-    sql = (f"SELECT id, {score} AS score FROM (SELECT c.id, GREATEST(c.char_end - c.char_start, 1) AS dl, {tf_cols} "
-           f"FROM kb_chunk c WHERE {where} AND c.search_vector @@ %s::tsquery) x ORDER BY score DESC, id LIMIT %s")
-    sparams = [*(_tsquery_literal(t) for t, _ in terms), *params, tsq, n]
+    # The stored tsvector is decompressed once per candidate and cut down to the query's lexemes
+    # (every call on the stored column would decompress it again); OFFSET 0 keeps each layer
+    # from being flattened into the next, which would repeat the work per reference.
+    sql = (f"SELECT id, {score} AS score FROM (SELECT id, dl, {tf_cols} FROM ("
+           f"SELECT c.id, GREATEST(c.char_end - c.char_start, 1) AS dl, "
+           f"ts_filter(setweight(setweight(c.search_vector, 'D'), 'A', %s::text[]), '{{a}}') AS v "
+           f"FROM kb_chunk c WHERE {where} AND c.search_vector @@ %s::tsquery OFFSET 0) y OFFSET 0) x "
+           f"ORDER BY score DESC, id LIMIT %s")
+    sparams = [*(_tsquery_literal(t) for t, _ in terms), [t for t, _ in terms], *params, tsq, n]
     if prefetched is not None:
         sql, sparams = _with_hits(sql, sparams, n, "DESC")
     with connections[using].cursor() as cur:
