@@ -343,3 +343,48 @@ def test_search_command_prints_hits(two_tenants):
     out = StringIO()
     call_command("search", "travel", tenant=t["a"].slug, corpus=["Eng wiki"], as_json=True, stdout=out)
     assert '"document_title": "Eng travel"' in out.getvalue()
+
+
+# --- BM25 -----------------------------------------------------------------------------------------
+
+def test_keyword_scores_are_bm25():
+    """Scores equal a BM25 computed here from PostgreSQL's own lexemes (Lucene idf, k1=1.2, b=0.75)."""
+    import math
+
+    tenant = make_tenant("BM25")
+    c = corpus(tenant, "C")
+    texts = ["The refund policy covers refunds of damaged goods and refund requests",
+             "Travel policy: hotels, flights and meals",
+             "Damaged goods are replaced within a week",
+             "Security policy for laptops"]
+    d = doc(c, "Doc")
+    chunks = [chunk(d, t) for t in texts]
+    query = "refund for damaged laptops under the policy"
+    scope = whole_tenant(tenant)
+    with activate(scope), connections["default"].cursor() as cur:
+        cur.execute("SELECT lexeme FROM unnest(to_tsvector('english', %s))", [query])
+        terms = [r[0] for r in cur.fetchall()]
+        tfs = []
+        for ch in chunks:
+            cur.execute("SELECT lexeme, array_length(positions, 1) FROM unnest((SELECT search_vector FROM kb_chunk WHERE id = %s))",
+                        [ch.id])
+            tfs.append(dict(cur.fetchall()))
+    n = len(chunks)
+    lengths = [len(t) for t in texts]
+    avg = sum(lengths) / n
+    expected = {}
+    for ch, tf, dl in zip(chunks, tfs, lengths, strict=True):
+        s = 0.0
+        for t in terms:
+            df = sum(1 for x in tfs if t in x)
+            if t in tf:
+                idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
+                s += idf * tf[t] * 2.2 / (tf[t] + 1.2 * (1 - 0.75 + 0.75 * dl / avg))
+        if s:
+            expected[ch.id] = s
+    res = search(scope, query, k=10, mode="keyword")
+    got = {h.chunk_id: h.keyword_score for h in res.hits}
+    assert got.keys() == expected.keys()  # any query word matches (OR), not all of them (AND)
+    for cid, score in expected.items():
+        assert got[cid] == pytest.approx(score, rel=1e-4)
+    assert ids(res)[0] == chunks[0].id  # "refund" twice plus "damaged" and "policy"
