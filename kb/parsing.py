@@ -310,8 +310,12 @@ def _parse_html(data: bytes) -> tuple[_Builder, str]:
     from bs4 import BeautifulSoup, NavigableString, Tag
     from bs4.element import PreformattedString
 
+    try:  # bytes that are valid UTF-8 are read as UTF-8: bs4's charset guess garbles short non-ASCII pages
+        markup: bytes | str = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        markup = data
     try:
-        soup = BeautifulSoup(data, "lxml")
+        soup = BeautifulSoup(markup, "lxml")
     except Exception as exc:  # lxml/bs4 raise assorted types on hostile input
         raise ParseError(f"HTML is malformed: {exc}") from None
     title_tag = soup.find("title")
