@@ -9,10 +9,13 @@ exists without its trace, and a failed run is stored as failed with the steps it
 from __future__ import annotations
 
 import logging
+import queue
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
+from django.db import close_old_connections, connections
 from django.utils import timezone
 
 from agents.budgets import Budgets, budgets_for_tenant
@@ -47,13 +50,7 @@ def ask(*, scope: Scope, question: str, strategy: str = "auto", provider: Provid
     outcome "failed", its error and its partial trace. Read steps and citations inside
     `activate(scope)`: run.steps.all(), run.citations.all().
     """
-    question = (question or "").replace("\x00", "").strip()
-    if not question:
-        raise InvalidQuestion("the question is empty")
-    if len(question) > MAX_QUESTION_CHARS:
-        raise InvalidQuestion(f"the question is longer than {MAX_QUESTION_CHARS} characters")
-    if strategy not in STRATEGIES:
-        raise InvalidQuestion(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
+    question = check_question(question, strategy)
     model = provider if provider is not None and not isinstance(provider, str) else get_provider(provider)
     budgets = budgets or budgets_for_tenant(scope.tenant_id)
     state = RunState(question=question, budgets=budgets, provider=model, deps=ToolDeps(scope=scope, budgets=budgets), on_step=on_step)
@@ -67,6 +64,18 @@ def ask(*, scope: Scope, question: str, strategy: str = "auto", provider: Provid
         error = f"{type(exc).__name__}: {exc}"[:2000]
     return record_run(scope=scope, state=state, result=result, error=error, strategy_requested=strategy,
                       created_at=created_at, latency_ms=(time.perf_counter() - started) * 1000)
+
+
+def check_question(question: str, strategy: str) -> str:
+    """The cleaned question, or InvalidQuestion (empty, too long, unknown strategy)."""
+    question = (question or "").replace("\x00", "").strip()
+    if not question:
+        raise InvalidQuestion("the question is empty")
+    if len(question) > MAX_QUESTION_CHARS:
+        raise InvalidQuestion(f"the question is longer than {MAX_QUESTION_CHARS} characters")
+    if strategy not in STRATEGIES:
+        raise InvalidQuestion(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
+    return question
 
 
 def _grounded(result: LoopResult) -> bool:
@@ -130,3 +139,60 @@ def access_run(scope: Scope, run_id: int) -> Run:
     Must be called inside `activate(scope)`.
     """
     return Run.objects.for_scope(scope).get(pk=run_id)
+
+
+def run_summary(run: Run) -> dict:
+    """The run as a JSON-ready dict (what the API returns and the stream's final event carries)."""
+    return {"id": run.id, "outcome": run.outcome, "answer": run.answer, "grounded": run.grounded, "strict": run.strict,
+            "missing": run.missing, "strategy_requested": run.strategy_requested, "strategy": run.strategy, "provider": run.provider,
+            "model": run.model, "prompt_version": run.prompt_version, "input_tokens": run.input_tokens,
+            "output_tokens": run.output_tokens, "tool_calls": run.tool_calls, "latency_ms": run.latency_ms,
+            "created_at": run.created_at.isoformat(), "seq": run.seq, "hash": run.hash, "error": run.error}
+
+
+_DONE = object()
+
+
+def stream_ask(*, scope: Scope, question: str, strategy: str = "auto", provider: Provider | str | None = None,
+               budgets: Budgets | None = None, heartbeat_s: float = 10.0) -> Iterator[dict]:
+    """Run `ask` in a worker thread and yield events as they happen, for Server-Sent Events:
+
+        {"event": "step", "data": StepRecord.as_dict()}   after every model/tool call
+        {"event": "ping", "data": {}}                     every `heartbeat_s` without a step
+        {"event": "run", "data": run_summary(run)}        last, once the run (and its trace) is stored
+        {"event": "error", "data": {"message": ...}}      last, if the run could not be stored
+
+    Validation errors (InvalidQuestion) are raised by this call itself, before any thread starts or
+    any event is produced. If the consumer stops iterating (client gone), the run still finishes
+    and is stored.
+    """
+    question = check_question(question, strategy)
+    events: queue.Queue = queue.Queue()
+
+    def work() -> None:
+        close_old_connections()
+        try:
+            run = ask(scope=scope, question=question, strategy=strategy, provider=provider, budgets=budgets,
+                      on_step=lambda step: events.put({"event": "step", "data": step.as_dict()}))
+            events.put({"event": "run", "data": run_summary(run)})
+        except Exception as exc:
+            log.exception("streamed run failed")
+            events.put({"event": "error", "data": {"message": f"{type(exc).__name__}: {exc}"[:500]}})
+        finally:
+            connections.close_all()
+            events.put(_DONE)
+
+    threading.Thread(target=work, name="grounded-ask", daemon=True).start()
+    return _drain(events, heartbeat_s)
+
+
+def _drain(events: queue.Queue, heartbeat_s: float) -> Iterator[dict]:
+    while True:
+        try:
+            item = events.get(timeout=heartbeat_s)
+        except queue.Empty:
+            yield {"event": "ping", "data": {}}
+            continue
+        if item is _DONE:
+            return
+        yield item
