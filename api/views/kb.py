@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.db.models import Count, Prefetch
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.response import Response
 
@@ -120,7 +120,7 @@ class DocumentList(ScopedAPIView):
         with activate(self.scope):
             try:
                 corpus = access_corpus(self.scope, data["corpus"])
-            except Exception:
+            except NotFound:
                 raise ValidationError({"corpus": ["corpus not found"]}) from None
             for i, f in enumerate(data["files"]):
                 try:
