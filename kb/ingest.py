@@ -140,7 +140,8 @@ def upload_document(*, scope: Scope, corpus: Corpus, filename: str, data: bytes,
         if title:
             document.title = title
         document.save()
-        DocumentContent.objects.for_scope(scope).filter(document=document).update(data=data)
+        if not DocumentContent.objects.for_scope(scope).filter(document=document).update(data=data):
+            DocumentContent.objects.create(document=document, tenant_id=scope.tenant_id, data=data)
         return document, _queue_ingest(scope, document)
 
 
@@ -411,6 +412,7 @@ def _ingest_group(scope: Scope, jobs: list[IngestJob]) -> dict[int, str]:
 
 def _prepare(scope: Scope, job: IngestJob, corpus: Corpus, embedder: Embedder) -> _Prepared | str:
     from kb.chunking import chunk_document
+    from kb.injection import detect_injection
     from kb.parsing import ParseError, parse
 
     source = _load_source(scope, job)
@@ -424,19 +426,9 @@ def _prepare(scope: Scope, job: IngestJob, corpus: Corpus, embedder: Embedder) -
                            count_tokens=_memo_counter(embedder))
     if not spans:
         return _fail(scope, job, "parse error: the document has no text to index")
-    detect_injection = _injection_detector()
     title = parsed.title if document.title == document.source_name and parsed.title else document.title
     return _Prepared(job=job, source=source, title=title, mime_type=parsed.mime_type, spans=spans,
                      hashes=[content_hash(s.text) for s in spans], flags=[detect_injection(s.text) for s in spans])
-
-
-def _injection_detector():
-    try:
-        from kb.injection import detect_injection
-    except ImportError:  # the detector module is being written; until then no flags
-        logger.warning("kb.injection is missing: chunks get no injection flags")
-        return lambda text: []
-    return detect_injection
 
 
 def _memo_counter(embedder: Embedder):
