@@ -3,6 +3,8 @@ and must run inside `activate(scope)`; an id outside the scope behaves exactly l
 
 from __future__ import annotations
 
+import json
+
 from django.db.models import CharField, Count, F, Func, Max, Min, Q
 from django.db.models.fields.json import KT
 
@@ -65,21 +67,36 @@ def metadata_facets(scope: Scope, corpus_ids: list[int] | None = None, max_value
 # --- Run traces (audit views) --------------------------------------------------------------------
 
 def runs_for(scope: Scope):
-    """The tenant's runs, newest first. Inside activate(scope)."""
+    """The runs `scope` may audit, newest first. Inside activate(scope).
+
+    A department-restricted caller sees only runs that were themselves confined to departments it
+    can see (a whole-tenant run may have read any department)."""
     from agents.models import Run
 
-    return Run.objects.for_scope(scope).order_by("-seq")
+    qs = Run.objects.for_scope(scope)
+    if not scope.all_departments:
+        qs = qs.filter(scope__all_departments=False).extra(
+            where=["(agents_run.scope -> 'department_ids') <@ %s::jsonb"], params=[json.dumps(sorted(scope.department_ids))])
+    return qs.order_by("-seq")
+
+
+def _visible(scope: Scope, run_id: int) -> bool:
+    return scope.all_departments or runs_for(scope).filter(pk=run_id).exists()
 
 
 def run_steps(scope: Scope, run_id: int) -> list:
-    """A run's steps in order (empty for another tenant's run). Inside activate(scope)."""
+    """A run's steps in order ([] for a run the scope may not audit). Inside activate(scope)."""
     from agents.models import RunStep
 
+    if not _visible(scope, run_id):
+        return []
     return list(RunStep.objects.for_scope(scope).filter(run_id=run_id).order_by("ordinal"))
 
 
 def run_citations(scope: Scope, run_id: int) -> list:
-    """A run's citations with verdicts, in answer order. Inside activate(scope)."""
+    """A run's citations with verdicts, in answer order ([] for a run the scope may not audit). Inside activate(scope)."""
     from agents.models import Citation
 
+    if not _visible(scope, run_id):
+        return []
     return list(Citation.objects.for_scope(scope).filter(run_id=run_id).order_by("ordinal"))

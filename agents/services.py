@@ -134,11 +134,11 @@ def _citation_row(pk: int, tenant_id: int, run_id: int, c: CitationCheck) -> Cit
 
 
 def access_run(scope: Scope, run_id: int) -> Run:
-    """A run of the caller's tenant; Run.DoesNotExist for a missing id and for another tenant's alike.
+    """A run the caller may audit; Run.DoesNotExist alike for a missing id, another tenant's run and a
+    run outside the caller's departments (agents.selectors.runs_for). Inside `activate(scope)`."""
+    from agents.selectors import runs_for
 
-    Must be called inside `activate(scope)`.
-    """
-    return Run.objects.for_scope(scope).get(pk=run_id)
+    return runs_for(scope).get(pk=run_id)
 
 
 def run_summary(run: Run) -> dict:

@@ -34,3 +34,25 @@ def test_multi_part_question_is_answered_with_verified_citations(acme):
     assert sum(1 for s in steps if s.name == "search") >= 2
     assert cites and all(c.verdict == "verified" for c in cites)
     assert chunks["secret"].id not in {cid for s in steps for cid in s.chunk_ids}
+
+
+def test_department_auditors_see_only_runs_confined_to_their_departments(acme):
+    from agents.models import Run
+    from agents.selectors import runs_for
+    from agents.services import access_run
+    from tests.factories import whole_tenant
+
+    tenant, _, _ = acme
+    eng, sales, whole = dept_scope(tenant, "Engineering"), dept_scope(tenant, "Sales"), whole_tenant(tenant)
+    eng_run = ask(scope=eng, question="Hotel limit?", strategy="classic", provider="offline")
+    whole_run = ask(scope=whole, question="Hotel limit?", strategy="classic", provider="offline")
+    with activate(eng):
+        assert [r.id for r in runs_for(eng)] == [eng_run.id]
+        assert access_run(eng, eng_run.id).id == eng_run.id
+        with pytest.raises(Run.DoesNotExist):
+            access_run(eng, whole_run.id)
+        assert run_steps(eng, whole_run.id) == [] and run_citations(eng, whole_run.id) == []
+    with activate(sales):
+        assert list(runs_for(sales)) == []
+    with activate(whole):
+        assert {r.id for r in runs_for(whole)} == {eng_run.id, whole_run.id}
