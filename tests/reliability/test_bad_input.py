@@ -323,7 +323,7 @@ def test_question_fuzzing_never_500_and_leaves_data_intact(api, reliability, mon
 
 
 @given(st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=300))
-@FUZZ
+@settings(FUZZ, max_examples=15)
 def test_generated_questions_never_500(api, question):
     """Bad input: generated unicode questions (hypothesis) through ask and search"""
     client, _, _, _ = api

@@ -90,8 +90,10 @@ def _sse_events(raw: bytes) -> list[tuple[str, dict]]:
     return out
 
 
-@pytest.mark.parametrize("fault", list(FAULTS))
-@pytest.mark.parametrize("route", ["ask", "ask/stream"])
+STREAMED = ("500 always", "timeout after a search (partial trace)", "429, 500, malformed, timeout then recovery")
+
+
+@pytest.mark.parametrize("fault,route", [(f, "ask") for f in FAULTS] + [(f, "ask/stream") for f in STREAMED])
 def test_provider_fault_is_stored_as_a_failed_run_with_its_partial_trace(tenant_key, settings, reliability, fault, route):
     """Faults: model provider answering 429 / 500 / timing out / malformed JSON (fake Gemini through the API)"""
     tenant, raw = tenant_key
