@@ -140,6 +140,7 @@ def stop_server(proc: subprocess.Popen) -> None:
 def drive(port: int, key: str, path: str, bodies: list[dict], clients: int, duration: float, warmup: float) -> dict:
     """`clients` threads, each on one keep-alive connection, POSTing as fast as answers come back."""
     latencies: list[float] = []
+    service: list[float] = []  # ask: the run's own latency_ms (agent loop + trace write), to split off HTTP/API time
     errors: dict[int | str, int] = {}
     lock = threading.Lock()
     start = time.perf_counter()
@@ -150,13 +151,14 @@ def drive(port: int, key: str, path: str, bodies: list[dict], clients: int, dura
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
         headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
         mine: list[float] = []
+        my_service: list[float] = []
         my_errors: dict[int | str, int] = {}
         while (now := time.perf_counter()) < stop_at:
             body = json.dumps(rng.choice(bodies))
             try:
                 conn.request("POST", path, body=body, headers=headers)
                 resp = conn.getresponse()
-                resp.read()
+                payload = resp.read()
                 status = resp.status
             except (OSError, http.client.HTTPException) as exc:
                 status = type(exc).__name__
@@ -167,10 +169,13 @@ def drive(port: int, key: str, path: str, bodies: list[dict], clients: int, dura
             if measure_from <= done <= stop_at:
                 if status == 200:
                     mine.append(done - now)
+                    if path.endswith("/ask/"):
+                        my_service.append(float(json.loads(payload).get("latency_ms", 0.0)))
                 else:
                     my_errors[status] = my_errors.get(status, 0) + 1
         with lock:
             latencies.extend(mine)
+            service.extend(my_service)
             for k, v in my_errors.items():
                 errors[k] = errors.get(k, 0) + v
 
@@ -185,7 +190,8 @@ def drive(port: int, key: str, path: str, bodies: list[dict], clients: int, dura
         return lat[min(len(lat) - 1, int(p * len(lat)))] * 1000 if lat else float("nan")
 
     return {"ok": len(lat), "rps": len(lat) / duration, "p50": pct(0.50), "p95": pct(0.95), "p99": pct(0.99),
-            "mean": statistics.fmean(lat) * 1000 if lat else float("nan"), "errors": errors}
+            "mean": statistics.fmean(lat) * 1000 if lat else float("nan"), "errors": errors,
+            "service_p50": statistics.median(service) if service else float("nan")}
 
 
 def warm_up(port: int, key: str, questions: list[str], n: int) -> None:
@@ -251,10 +257,11 @@ def main() -> None:
           f"by server and client; {args.duration:.0f} s per cell after {args.warmup:.0f} s warm-up; {args.embedder} embedder; "
           f"offline answer provider; rate limit {'on (Redis)' if _redis_up() else 'on (cache)'}; "
           f"load average at the end {os.getloadavg()[0]:.1f} (other jobs share the machine)\n")
-    print("| endpoint | clients | req/s | p50 ms | p95 ms | p99 ms | non-200 |")
-    print("|---|---:|---:|---:|---:|---:|---|")
+    print("| endpoint | clients | req/s | p50 ms | p95 ms | p99 ms | run latency p50 ms | non-200 |")
+    print("|---|---:|---:|---:|---:|---:|---:|---|")
     for name, clients, r in rows:
-        print(f"| {name} | {clients} | {r['rps']:.1f} | {r['p50']:.1f} | {r['p95']:.1f} | {r['p99']:.1f} | {r['errors'] or 0} |")
+        svc = "" if r["service_p50"] != r["service_p50"] else f"{r['service_p50']:.1f}"
+        print(f"| {name} | {clients} | {r['rps']:.1f} | {r['p50']:.1f} | {r['p95']:.1f} | {r['p99']:.1f} | {svc} | {r['errors'] or 0} |")
 
 
 if __name__ == "__main__":
