@@ -217,6 +217,23 @@ class TenantAdmin(TenantScopedAdmin):
     def get_readonly_fields(self, request, obj=None):
         return [] if request.user.is_superuser else ["name", "slug"]
 
+    def get_urls(self):
+        from django.urls import path
+
+        return [path("switch/<slug:slug>/", self.admin_site.admin_view(self.switch_view), name="tenants_tenant_switch"),
+                *super().get_urls()]
+
+    def switch_view(self, request, slug: str):
+        """Staff with memberships in several tenants pick the one the admin acts in."""
+        from django.shortcuts import redirect
+
+        if Membership.objects.filter(user=request.user, tenant__slug=slug, role__in=ADMIN_SITE_ROLES).exists():
+            request.session["admin_tenant"] = slug
+            messages.success(request, f"Now acting in tenant {slug}.")
+        else:
+            messages.error(request, "You have no admin-site membership in that tenant.")
+        return redirect("admin:index")
+
 
 @admin.register(Department)
 class DepartmentAdmin(TenantScopedAdmin):

@@ -200,3 +200,15 @@ def test_superuser_cannot_give_a_key_another_tenants_department(client, world):
     assert r.status_code == 200 and r.context["adminform"].form.errors == {
         "departments": ["departments must belong to the same tenant"]}
     assert not ApiKey.objects.filter(name="mixed").exists()
+
+
+def test_staff_with_two_tenants_switches_between_them(client, world):
+    user = staff(world, "admin")
+    Membership.objects.create(user=user, tenant=world.b, role="editor", all_departments=True)
+    client.force_login(user)
+    assert CANARY not in client.get("/admin/kb/corpus/").content.decode()
+    client.get(f"/admin/tenants/tenant/switch/{world.b.slug}/")
+    assert CANARY in client.get("/admin/kb/corpus/").content.decode()
+    assert client.get("/admin/tenants/apikey/").status_code == 403  # an editor in B
+    client.get("/admin/tenants/tenant/switch/nowhere/")
+    assert CANARY in client.get("/admin/kb/corpus/").content.decode()
