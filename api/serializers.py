@@ -44,6 +44,10 @@ class CorpusSerializer(serializers.ModelSerializer):
                         "chunk_overlap_tokens": {"min_value": 0, "max_value": 500}}
 
     def validate_department(self, value):
+        if self.instance is not None and value != self.instance.department_id:
+            # Documents and chunks carry the department too (searches filter on one table): moving a
+            # corpus would leave them visible to the old department.
+            raise serializers.ValidationError("cannot be changed after creation; create a new corpus")
         dept = _department_in_scope(self.context["scope"], value)
         return dept.id if dept else None
 

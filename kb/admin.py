@@ -46,6 +46,10 @@ class CorpusAdmin(TenantScopedAdmin):
     def get_queryset(self, request):
         return super().get_queryset(request).annotate(n_documents=Count("documents"))
 
+    def get_readonly_fields(self, request, obj=None):
+        # Documents and chunks copy the corpus's department; moving the corpus would strand them.
+        return [*self.readonly_fields, "department"] if obj is not None else self.readonly_fields
+
     @admin.display(description="documents", ordering="n_documents")
     def document_count(self, obj) -> int:
         return obj.n_documents

@@ -98,3 +98,11 @@ def test_another_tenants_corpus_is_404_like_a_missing_one(world):
     assert c.delete(f"/api/v1/corpora/{world.b_corpus.id}/").status_code == 404
     r = world.client("b-admin").get(f"/api/v1/corpora/{world.b_corpus.id}/")
     assert r.status_code == 200 and CANARY in r.json()["name"]
+
+
+def test_department_cannot_change_after_creation(world):
+    c = world.client("a-admin")
+    r = c.patch(f"/api/v1/corpora/{world.sales_corpus.id}/", {"department": world.eng.id}, format="json")
+    assert r.status_code == 400 and "department" in r.json()["error"]["fields"]
+    r = c.patch(f"/api/v1/corpora/{world.sales_corpus.id}/", {"department": world.sales.id, "description": "d"}, format="json")
+    assert r.status_code == 200
