@@ -36,3 +36,25 @@ def exception_handler(exc, context):
         body = {"code": code, "message": f"{first[0]}: {first[1][0]}", "fields": fields}
     response.data = {"error": body}
     return response
+
+
+def _json_or_default(request, status: int, code: str, message: str, default):
+    if request.path.startswith("/api/"):
+        from django.http import JsonResponse
+
+        return JsonResponse({"error": {"code": code, "message": message, "fields": {}}}, status=status)
+    return default()
+
+
+def handler404(request, exception=None):
+    """Unknown URLs under /api/ answer in the API's error format (HTML elsewhere)."""
+    from django.views import defaults
+
+    return _json_or_default(request, 404, "not_found", "no such endpoint", lambda: defaults.page_not_found(request, exception))
+
+
+def handler500(request):
+    """Unhandled errors under /api/ answer in the API's error format, without details."""
+    from django.views import defaults
+
+    return _json_or_default(request, 500, "server_error", "internal error", lambda: defaults.server_error(request))

@@ -8,3 +8,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", include("api.urls")),
 ]
+
+# API paths answer 404/500 in the API's JSON error format.
+handler404 = "api.errors.handler404"
+handler500 = "api.errors.handler500"

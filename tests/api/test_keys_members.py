@@ -119,3 +119,8 @@ def test_schema_and_docs_are_served_without_a_cdn(client):
     assert "ApiKey" in schema.json()["components"]["securitySchemes"]
     docs = client.get("/api/v1/docs/").content.decode()
     assert "swagger-ui" in docs and "cdn.jsdelivr" not in docs
+
+
+def test_unknown_api_path_uses_the_error_format(world):
+    r = world.client("a-reader").get("/api/v1/nope/")
+    assert r.status_code == 404 and r.json() == {"error": {"code": "not_found", "message": "no such endpoint", "fields": {}}}
