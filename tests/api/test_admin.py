@@ -212,3 +212,16 @@ def test_staff_with_two_tenants_switches_between_them(client, world):
     assert client.get("/admin/tenants/apikey/").status_code == 403  # an editor in B
     client.get("/admin/tenants/tenant/switch/nowhere/")
     assert CANARY in client.get("/admin/kb/corpus/").content.decode()
+
+
+def test_verify_chain_and_chunk_browser(client, world):
+    _ask(world)
+    client.force_login(staff(world, "admin"))
+    r = client.get("/admin/agents/run/verify-chain/", follow=True)
+    assert f"Tenant {world.a.id}: chain intact (1 runs)." in [str(m) for m in r.context["messages"]]
+    with activate(whole_tenant(world.a)):
+        doc = Document.objects.for_scope(whole_tenant(world.a)).get(title="Travel policy")
+    body = client.get(f"/admin/kb/chunk/?document={doc.id}").content.decode()
+    assert "Employees may book hotels" in body and "On-call engineers" not in body and "Search preview" in body
+    b_doc = _b_doc(world)
+    assert CANARY not in client.get(f"/admin/kb/chunk/?document={b_doc.id}").content.decode()
