@@ -323,6 +323,8 @@ def run_ingest_job(*, job_id: int, tenant_id: int) -> str:
     (parse error, bug) fails that document only, with the reason.
     """
     scope = Scope.system(tenant_id, principal=f"ingest-job:{job_id}")
+    if _finished(scope, job_id):  # a duplicate delivery, or a job a group already took: no lock needed
+        return "skipped"
     with contextlib.ExitStack() as leases:
         if not _take_lease(leases, job_id):
             return "busy"
@@ -342,6 +344,12 @@ def run_ingest_job(*, job_id: int, tenant_id: int) -> str:
                 _fail(scope, member, f"internal error: {type(exc).__name__}: {exc}")
             return "failed"
         return outcomes[job.pk]
+
+
+def _finished(scope: Scope, job_id: int) -> bool:
+    with activate(scope):
+        status = IngestJob.objects.for_scope(scope).filter(pk=job_id).values_list("status", flat=True).first()
+    return status in (JobStatus.DONE, JobStatus.FAILED, None)
 
 
 def _claim_companions(scope: Scope, job: IngestJob, leases: contextlib.ExitStack) -> list[IngestJob]:
