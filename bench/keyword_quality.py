@@ -168,7 +168,7 @@ def evaluate(name: str, ranked: list[list[str]], questions: list[dict], latencie
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--questions", type=int, default=0, help="limit (0 = all non-null dev questions)")
-    ap.add_argument("--weights", default="0,0.1,0.2,0.3,0.4,0.5,0.7,1.0,1.5", help="vector weights for hybrid (keyword weight 1)")
+    ap.add_argument("--weights", default="0,0.05,0.1,0.15,0.2,0.3,0.5,0.7,1.0", help="vector weights for hybrid (keyword weight 1)")
     ap.add_argument("--keep-db", action="store_true")
     args = ap.parse_args()
     if not (EVAL / "corpus.jsonl").exists():
@@ -241,8 +241,12 @@ def run(args, chunks: list[tuple[int, str]], questions: list[dict], query_vecs: 
     results.append(evaluate("PostgreSQL ts_rank_cd, OR tsquery", ranked, questions, lat))
     print(results[-1], flush=True)
 
-    def ours(name: str, mode: str, k: int = 10) -> tuple[dict, list[list[tuple[int, float]]], dict[int, str]]:
+    def ours(name: str, mode: str, k: int = 10, **overrides) -> tuple[dict, list[list[tuple[int, float]]], dict[int, str]]:
         """Through the real entry point; returns the metrics, the ranked (chunk id, score) lists and chunk texts."""
+        from django.conf import settings
+
+        for key, value in overrides.items():
+            setattr(settings, key, value)
         search(scope, questions[0]["question"], k=k, mode=mode, query_vectors={MODEL_KEY: query_vecs[0]})
         lists, lat, text = [], [], {}
         for q, v in zip(questions, query_vecs, strict=True):
@@ -253,13 +257,18 @@ def run(args, chunks: list[tuple[int, str]], questions: list[dict], query_vecs: 
             text.update({h.chunk_id: h.text for h in res.hits})
         r = evaluate(name, [[text[c] for c, _ in rows] for rows in lists], questions, lat)
         print(r, flush=True)
+        for key in overrides:
+            delattr(settings, key)
         return r, lists, text
 
     from kb.retrieval import DEFAULTS, _rrf
 
     pool = DEFAULTS["RETRIEVAL_CANDIDATES"]
+    exact, _, _ = ours("ours: keyword, exact BM25 top 10 (candidates from every lexeme)", "keyword",
+                       RETRIEVAL_BM25_CANDIDATE_SHARE=1.0)
+    results.append(exact)
     kw, kw_lists, kw_text = ours(f"ours: keyword (BM25 in SQL), top {pool}", "keyword", k=pool)
-    kw["name"] = "ours: keyword (BM25 in SQL)"
+    kw["name"] = f"ours: keyword (BM25 in SQL, candidates from the rarest lexemes, share {DEFAULTS['RETRIEVAL_BM25_CANDIDATE_SHARE']:g})"
     results.append(kw)
     vec, vec_lists, vec_text = ours(f"ours: vector (MiniLM), top {pool}", "vector", k=pool)
     vec["name"] = "ours: vector (MiniLM)"

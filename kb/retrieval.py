@@ -98,9 +98,12 @@ DEFAULTS = {
     # Reciprocal rank fusion: score = sum(weight / (RRF_K + rank)).
     "RETRIEVAL_RRF_K": 60,
     "RETRIEVAL_KEYWORD_WEIGHT": 1.0,
-    "RETRIEVAL_VECTOR_WEIGHT": 0.5,
+    "RETRIEVAL_VECTOR_WEIGHT": 0.15,
     # How many candidates each side contributes to fusion / MMR.
     "RETRIEVAL_CANDIDATES": 50,
+    # Keyword candidates come from the rarest query lexemes covering at most this share of the
+    # chunks (1 = every lexeme: exact BM25 top-n).
+    "RETRIEVAL_BM25_CANDIDATE_SHARE": 0.1,
     "RETRIEVAL_BM25_K1": 1.2,
     "RETRIEVAL_BM25_B": 0.75,
     "RETRIEVAL_TERM_STATS_TTL_S": 300,
@@ -158,8 +161,8 @@ def search(scope: Scope, query: str, *, k: int = 10, mode: Mode = "hybrid", filt
             timings["vector"] = _ms(t)
         if mode in ("keyword", "hybrid") and not plan.empty:
             t = time.perf_counter()
-            keyword_list = _keyword_search(plan, query, pool, using, prefetched)
-            paths.append("bm25")
+            keyword_list, label = _keyword_search(plan, query, pool, using, prefetched)
+            paths.append(label)
             timings["keyword"] = _ms(t)
         ranked = _combine(mode, vector_lists, keyword_list)
         t = time.perf_counter()
@@ -518,36 +521,54 @@ def _query_lexemes(query: str, using: str) -> list[str]:
 
 
 def _keyword_search(plan: _Plan, query: str, n: int, using: str,
-                    prefetched: dict[int, tuple] | None = None) -> list[tuple[int, float]]:
-    """Top `n` chunks by BM25: [(chunk id, score)], best first.
+                    prefetched: dict[int, tuple] | None = None) -> tuple[list[tuple[int, float]], str]:
+    """Top `n` chunks by BM25: [(chunk id, score)], best first, and a label for the trace.
 
-    Candidates: chunks matching any query lexeme (GIN). Score: sum over lexemes of
-    idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * len / avglen)), with tf read from the tsvector by
-    ts_rank_cd under unit weights (for a one-lexeme query it is exactly the occurrence count).
+    Score: sum over query lexemes of idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * len / avglen)),
+    with tf read from the tsvector by ts_rank_cd under unit weights (for a one-lexeme query it is
+    exactly the occurrence count). Candidates: chunks containing one of the rarest query lexemes
+    whose document frequencies add up to RETRIEVAL_BM25_CANDIDATE_SHARE of the chunks (a chunk with
+    only common words cannot outrank one with the rare ones in practice; measured in
+    docs/retrieval.md); every lexeme still counts in the score. Fewer than n candidates: all lexemes.
     """
     lexemes = _query_lexemes(query, using)
     if not lexemes:
-        return []
+        return [], "bm25(no terms)"
     stats = [_corpus_term_stats(c, plan.tenant_id, using) for c in plan.corpora.values()]
     n_docs = sum(s.n for s in stats)
     if n_docs == 0:
-        return []
+        return [], "bm25(empty)"
     avg_len = max(sum(s.total_len for s in stats) / n_docs, 1.0)
     k1, b = float(_setting("RETRIEVAL_BM25_K1")), float(_setting("RETRIEVAL_BM25_B"))
-    terms = []
+    terms: list[tuple[str, float, int]] = []
     for lex in lexemes:
         df = sum(s.df.get(lex, 0) for s in stats)
-        if df == 0:
-            continue
-        idf = math.log(1 + (n_docs - df + 0.5) / (df + 0.5))
-        terms.append((lex, idf))
+        if df:
+            terms.append((lex, math.log(1 + (n_docs - df + 0.5) / (df + 0.5)), df))
     if not terms:
-        return []
+        return [], "bm25(no match)"
+    share = float(_setting("RETRIEVAL_BM25_CANDIDATE_SHARE"))
+    generators: list[str] = []
+    budget = 0
+    for lex, _, df in sorted(terms, key=lambda t: t[2]):
+        if generators and 0 < share < 1 and budget + df > share * n_docs:
+            break
+        generators.append(lex)
+        budget += df
+    rows = _bm25_sql(plan, terms, generators, avg_len, k1, b, n, using, prefetched)
+    if len(rows) < n and len(generators) < len(terms):
+        generators = [t for t, _, _ in terms]
+        rows = _bm25_sql(plan, terms, generators, avg_len, k1, b, n, using, prefetched)
+    return rows, f"bm25(candidates from {len(generators)}/{len(terms)} terms)"
+
+
+def _bm25_sql(plan: _Plan, terms: list[tuple[str, float, int]], generators: list[str], avg_len: float, k1: float,
+              b: float, n: int, using: str, prefetched: dict[int, tuple] | None) -> list[tuple[int, float]]:
     where, params = plan.where("c")
-    tsq = " | ".join(_tsquery_literal(t) for t, _ in terms)
+    tsq = " | ".join(_tsquery_literal(t) for t in generators)
     tf_cols = ", ".join(f"ts_rank_cd('{{1,1,1,1}}', v, %s::tsquery, 0) AS tf{i}" for i in range(len(terms)))
     norm = f"{k1} * (1 - {b} + {b} * dl / {avg_len})"
-    score = " + ".join(f"{idf!r} * tf{i} * {k1 + 1} / (tf{i} + {norm})" for i, (_, idf) in enumerate(terms))
+    score = " + ".join(f"{idf!r} * tf{i} * {k1 + 1} / (tf{i} + {norm})" for i, (_, idf, _) in enumerate(terms))
     # The stored tsvector is decompressed once per candidate and cut down to the query's lexemes
     # (every call on the stored column would decompress it again); OFFSET 0 keeps each layer
     # from being flattened into the next, which would repeat the work per reference.
@@ -556,7 +577,7 @@ def _keyword_search(plan: _Plan, query: str, n: int, using: str,
            f"ts_filter(setweight(setweight(c.search_vector, 'D'), 'A', %s::text[]), '{{a}}') AS v "
            f"FROM kb_chunk c WHERE {where} AND c.search_vector @@ %s::tsquery OFFSET 0) y OFFSET 0) x "
            f"ORDER BY score DESC, id LIMIT %s")
-    sparams = [*(_tsquery_literal(t) for t, _ in terms), [t for t, _ in terms], *params, tsq, n]
+    sparams = [*(_tsquery_literal(t) for t, _, _ in terms), [t for t, _, _ in terms], *params, tsq, n]
     if prefetched is not None:
         sql, sparams = _with_hits(sql, sparams, n, "DESC")
     with connections[using].cursor() as cur:

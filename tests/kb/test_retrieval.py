@@ -150,7 +150,7 @@ def test_hit_fields_and_scores(two_tenants):
     assert top.locator == "Travel policy > 0" and top.content_hash and top.text.startswith("Travel")
     kw = search(whole_tenant(t["a"]), "sales staff", k=3, mode="keyword")
     assert ids(kw)[0] == t["sales_chunk"].id and kw.hits[0].keyword_score > 0
-    assert "resolve" in kw.timings_ms and "total" in kw.timings_ms
+    assert "resolve" in kw.timings_ms and "total" in kw.timings_ms and kw.path.startswith("bm25(")
 
 
 # --- Fusion: one mode misses, hybrid finds both -----------------------------------------------
