@@ -262,17 +262,20 @@ def _claim(scope: Scope, job_id: int, kind: str) -> IngestJob | None:
 def _note_transient(scope: Scope, job_id: int, exc: Exception) -> None:
     """Back to queued with the reason; the task retries (and the reaper would resend it)."""
     try:
-        _update_job(scope, job_id, status=JobStatus.QUEUED, stage="retrying", error=f"{type(exc).__name__}: {exc}"[:2000])
+        with activate(scope):  # only a job still running: group members already written stay done
+            IngestJob.objects.for_scope(scope).filter(pk=job_id, status=JobStatus.RUNNING).update(
+                status=JobStatus.QUEUED, stage="retrying", error=f"{type(exc).__name__}: {exc}"[:2000], heartbeat_at=timezone.now())
     except Exception:  # the database itself may be what failed
         logger.warning("could not record transient failure of job %s", job_id, exc_info=True)
 
 
 def _fail(scope: Scope, job: IngestJob, reason: str) -> str:
+    """Fail a job that is not finished yet (a group member already written stays done), and its document."""
     now = timezone.now()
     with activate(scope):
-        IngestJob.objects.for_scope(scope).filter(pk=job.pk).update(
+        failed = IngestJob.objects.for_scope(scope).filter(pk=job.pk).exclude(status__in=[JobStatus.DONE, JobStatus.FAILED]).update(
             status=JobStatus.FAILED, stage="failed", error=reason[:2000], finished_at=now, heartbeat_at=now)
-        if job.document_id:
+        if failed and job.document_id:
             Document.objects.for_scope(scope).filter(pk=job.document_id).update(
                 status=DocumentStatus.FAILED, error=reason[:2000], updated_at=now)
     return "failed"
