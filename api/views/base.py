@@ -36,6 +36,13 @@ class ScopedAPIView(APIView):
         super().initial(request, *args, **kwargs)
         self.scope = request_scope(request)
 
+    def finalize_response(self, request, response, *args, **kwargs):
+        response = super().finalize_response(request, response, *args, **kwargs)
+        # Tenant data: never stored by shared caches or the browser's disk cache.
+        if not response.has_header("Cache-Control") or "no-cache" in response["Cache-Control"]:
+            response["Cache-Control"] = "private, no-store" if not response.streaming else "no-cache, no-store"
+        return response
+
     def paginated(self, queryset: QuerySet, serializer_class, **context) -> Response:
         paginator = self.pagination_class()
         page = paginator.paginate_queryset(queryset, self.request, view=self)

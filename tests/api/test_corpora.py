@@ -106,3 +106,7 @@ def test_department_cannot_change_after_creation(world):
     assert r.status_code == 400 and "department" in r.json()["error"]["fields"]
     r = c.patch(f"/api/v1/corpora/{world.sales_corpus.id}/", {"department": world.sales.id, "description": "d"}, format="json")
     assert r.status_code == 200
+
+
+def test_tenant_data_is_not_cacheable(world):
+    assert world.client("a-reader").get("/api/v1/corpora/")["Cache-Control"] == "private, no-store"
