@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 
 import pytest
@@ -28,6 +29,8 @@ def backend(request, settings):
 
 
 def test_over_limit_is_429_with_retry_after_per_key(world, backend):
+    if time.time() % 60 > 55:  # the fixed window would roll over mid-test
+        time.sleep(60 - time.time() % 60 + 0.1)
     c = world.client("a-reader")
     codes = [c.get("/api/v1/corpora/").status_code for _ in range(4)]
     assert codes == [200, 200, 200, 429]
