@@ -13,7 +13,7 @@ from api import serializers as s
 from api.access import access_corpus, access_document, access_job, visible_corpora, visible_documents, visible_jobs
 from api.permissions import EDIT_DOCUMENTS, MANAGE, READ_KB
 from api.views.base import ScopedAPIView
-from kb.models import Corpus, IngestJob
+from kb.models import Corpus, DocumentStatus, IngestJob, JobStatus
 from tenants.scope import activate
 
 
@@ -83,6 +83,12 @@ def _documents_out(docs) -> list[dict]:
     return s.DocumentSerializer(docs, many=True).data
 
 
+def _choice(value: str, allowed: list[str], field: str) -> str:
+    if value not in allowed:
+        raise ValidationError({field: [f"one of {', '.join(allowed)}"]})
+    return value
+
+
 def _rejected_field(field: str, index: int) -> str:
     return f"files[{index}]" if field in {"file", "files", "data", "filename", "content"} else field
 
@@ -94,7 +100,7 @@ class DocumentList(ScopedAPIView):
     write_roles = EDIT_DOCUMENTS
     parser_classes = [MultiPartParser, FormParser]
 
-    @extend_schema(parameters=[OpenApiParameter("corpus", int), OpenApiParameter("status", str)],
+    @extend_schema(parameters=[OpenApiParameter("corpus", int), OpenApiParameter("status", str, enum=DocumentStatus.values)],
                    responses=s.DocumentSerializer(many=True))
     def get(self, request):
         with activate(self.scope):
@@ -102,7 +108,7 @@ class DocumentList(ScopedAPIView):
             if request.query_params.get("corpus"):
                 qs = qs.filter(corpus=access_corpus(self.scope, request.query_params["corpus"]))
             if request.query_params.get("status"):
-                qs = qs.filter(status=request.query_params["status"])
+                qs = qs.filter(status=_choice(request.query_params["status"], DocumentStatus.values, "status"))
             paginator = self.pagination_class()
             page = paginator.paginate_queryset(qs, request, view=self)
             return paginator.get_paginated_response(_documents_out(page))
@@ -177,13 +183,13 @@ class JobList(ScopedAPIView):
 
     roles = READ_KB
 
-    @extend_schema(parameters=[OpenApiParameter("status", str), OpenApiParameter("document", int)],
+    @extend_schema(parameters=[OpenApiParameter("status", str, enum=JobStatus.values), OpenApiParameter("document", int)],
                    responses=s.IngestJobSerializer(many=True))
     def get(self, request):
         with activate(self.scope):
             qs = visible_jobs(self.scope)
             if request.query_params.get("status"):
-                qs = qs.filter(status=request.query_params["status"])
+                qs = qs.filter(status=_choice(request.query_params["status"], JobStatus.values, "status"))
             if request.query_params.get("document"):
                 qs = qs.filter(document=access_document(self.scope, request.query_params["document"]))
             return self.paginated(qs, s.IngestJobSerializer)

@@ -162,3 +162,10 @@ def test_unauthenticated(world):
                         ("delete", f"/api/v1/documents/{doc.id}/"), ("post", f"/api/v1/documents/{doc.id}/reingest/"),
                         ("get", "/api/v1/jobs/"), ("get", "/api/v1/jobs/1/")]:
         assert getattr(c, method)(url).status_code == 401, (method, url)
+
+
+def test_list_filters_reject_unknown_status(world):
+    c = world.client("a-reader")
+    for url in ("/api/v1/documents/", "/api/v1/jobs/"):
+        r = c.get(url, {"status": "exploded"})
+        assert r.status_code == 400 and "status" in r.json()["error"]["fields"]
