@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from django.conf import settings
+from django.contrib.auth.validators import UnicodeUsernameValidator
 from rest_framework import serializers
 from rest_framework.exceptions import NotFound
 
@@ -238,7 +239,7 @@ class ApiKeyCreatedSerializer(ApiKeySerializer):
 
 
 class MembershipSerializer(serializers.ModelSerializer):
-    username = serializers.CharField(source="user.username", max_length=150)
+    username = serializers.CharField(source="user.username", max_length=150, validators=[UnicodeUsernameValidator()])
     email = serializers.EmailField(source="user.email", required=False, allow_blank=True)
     departments = serializers.ListField(child=serializers.IntegerField(min_value=1), required=False, write_only=True)
     department_ids = serializers.SerializerMethodField()

@@ -124,3 +124,11 @@ def test_schema_and_docs_are_served_without_a_cdn(client):
 def test_unknown_api_path_uses_the_error_format(world):
     r = world.client("a-reader").get("/api/v1/nope/")
     assert r.status_code == 404 and r.json() == {"error": {"code": "not_found", "message": "no such endpoint", "fields": {}}}
+
+
+@pytest.mark.parametrize("body,field", [({"role": "reader"}, "username"), ({"username": "has space", "role": "reader"}, "username"),
+                                        ({"username": "ok", "role": "root"}, "role"), ({"username": "ok", "email": "nope"}, "email"),
+                                        ({"username": "ok", "departments": [99999999]}, "departments")])
+def test_member_bad_input(world, body, field):
+    r = world.client("a-admin").post("/api/v1/members/", body, format="json")
+    assert r.status_code == 400 and field in r.json()["error"]["fields"], r.json()
