@@ -1,0 +1,142 @@
+"""Write an evaluation's figures: report.json, report.md and PNG charts. Pure: no ORM.
+
+Only figures and ids are written, never question or corpus text, so a report can be committed
+beside a benchmark whose texts may not be redistributed.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from agents.evaluation.summary import ALL
+
+# The paper's Table 5 (Tang & Yang 2024), best rows, for context in the Markdown report.
+PAPER_TABLE5 = [
+    ("bge-large-en-v1.5", 0.4298, 0.3423, 0.6718, 0.5221),
+    ("voyage-02 + bge-reranker-large", 0.5860, 0.4795, 0.7467, 0.6625),
+    ("text-embedding-ada-002 + bge-reranker-large", 0.5477, 0.4625, 0.7059, 0.6169),
+]
+TYPE_ORDER = ("inference_query", "comparison_query", "temporal_query", "null_query")
+RETRIEVAL_COLUMNS = [("evidence_recall", "Evidence recall"), ("hits_at_10", "Hits@10"), ("hits_at_4", "Hits@4"),
+                     ("mrr_at_10", "MRR@10"), ("map_at_10", "MAP@10")]
+
+
+def _fmt(value, digits: int = 3) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def _types(summary: dict) -> list[str]:
+    seen = {t for figures in summary.values() for t in figures if t != ALL}
+    return [t for t in TYPE_ORDER if t in seen] + sorted(seen - set(TYPE_ORDER))
+
+
+def markdown(report: dict) -> str:
+    """The Markdown tables of a report (overall, per question type, cost, the paper's anchors)."""
+    summary = report["summary"]
+    meta = report["meta"]
+    lines = [
+        "# Evaluation report", "",
+        f"- command: `{meta['command']}`",
+        f"- questions: {meta['questions']} ({meta['answerable']} with gold evidence), corpus: {meta['corpus_documents']} documents, "
+        f"provider: {meta['provider']}, final context: {meta['context_chunks']} chunks, seed {meta['seed']}",
+        f"- run at {meta['finished_at']} in {meta['elapsed_s']:.0f} s", "",
+        "## Retrieval (answerable questions; official MultiHop-RAG matching)", "",
+        "| strategy | " + " | ".join(label for _, label in RETRIEVAL_COLUMNS) + " | null → not enough evidence |",
+        "|---" * (len(RETRIEVAL_COLUMNS) + 2) + "|",
+    ]
+    for strategy, figures in summary.items():
+        f = figures[ALL]
+        lines.append(f"| {strategy} | " + " | ".join(_fmt(f[key]) for key, _ in RETRIEVAL_COLUMNS) + f" | {_fmt(f['null_abstained'])} |")
+    lines += ["", "## Evidence recall / Hits@10 by question type", ""]
+    types = _types(summary)
+    lines += ["| strategy | " + " | ".join(types) + " |", "|---" * (len(types) + 1) + "|"]
+    for strategy, figures in summary.items():
+        cells = []
+        for t in types:
+            f = figures.get(t)
+            if f is None:
+                cells.append("–")
+            elif f["answerable"]:
+                cells.append(f"{_fmt(f['evidence_recall'])} / {_fmt(f['hits_at_10'])}")
+            else:
+                cells.append(f"abstained {_fmt(f['null_abstained'])}")
+        lines.append(f"| {strategy} | " + " | ".join(cells) + " |")
+    lines += ["", "## Answers, citations and cost", "",
+              "| strategy | accuracy (lenient) | accuracy (strict) | answerable abstained | citations verified | unverified | "
+              "model calls/q | tool calls/q | tokens/q | latency p50 ms | p95 ms | errors |",
+              "|---" * 12 + "|"]
+    for strategy, figures in summary.items():
+        f = figures[ALL]
+        lines.append(f"| {strategy} | {_fmt(f['accuracy_lenient'])} | {_fmt(f['accuracy_strict'])} | {_fmt(f['answerable_abstained'])} | "
+                     f"{_fmt(f['citations_verified_share'])} | {f['citations_unverified']} | {_fmt(f['model_calls_per_question'], 2)} | "
+                     f"{_fmt(f['tool_calls_per_question'], 2)} | {_fmt(f['tokens_per_question'], 0)} | {_fmt(f['latency_ms_p50'], 0)} | "
+                     f"{_fmt(f['latency_ms_p95'], 0)} | {f['errors']} |")
+    lines += ["", "Accuracy is shown only for providers that generate answers (the offline provider quotes sentences).", "",
+              "## Paper anchors (Table 5, 256-token chunks, top-10 retrieval, all 2,255 non-null questions)", "",
+              "| embedding | MRR@10 | MAP@10 | Hits@10 | Hits@4 |", "|---|---|---|---|---|"]
+    lines += [f"| {name} | {a} | {b} | {c} | {d} |" for name, a, b, c, d in PAPER_TABLE5]
+    if report.get("charts"):
+        lines += ["", "## Charts", ""] + [f"![{name}]({name})" for name in report["charts"]]
+    return "\n".join(lines) + "\n"
+
+
+def charts(summary: dict, out: Path) -> list[str]:
+    """PNG charts: evidence recall and Hits@10 by strategy and type; recall against cost."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names: list[str] = []
+    strategies = list(summary)
+    types = [t for t in _types(summary) if any(summary[s].get(t, {}).get("answerable") for s in strategies)] + [ALL]
+    for metric, label in (("evidence_recall", "Evidence recall"), ("hits_at_10", "Hits@10")):
+        fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(types) * max(1, len(strategies)) / 3), 4))
+        width = 0.8 / max(1, len(strategies))
+        for i, strategy in enumerate(strategies):
+            values = [summary[strategy].get(t, {}).get(metric) or 0.0 for t in types]
+            ax.bar([x + i * width for x in range(len(types))], values, width, label=strategy)
+        ax.set_xticks([x + width * (len(strategies) - 1) / 2 for x in range(len(types))], [t.replace("_query", "") for t in types])
+        ax.set_ylim(0, 1)
+        ax.set_ylabel(label)
+        ax.set_title(f"{label} by strategy and question type")
+        ax.legend(fontsize=7, ncol=2)
+        fig.tight_layout()
+        name = f"{metric}_by_type.png"
+        fig.savefig(out / name, dpi=110)
+        plt.close(fig)
+        names.append(name)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, (cost, label) in zip(axes, (("tool_calls_per_question", "searches per question"),
+                                        ("latency_ms_p50", "latency p50 (ms)")), strict=True):
+        for strategy in strategies:
+            f = summary[strategy][ALL]
+            if f["evidence_recall"] is None or f[cost] is None:
+                continue
+            ax.scatter([f[cost]], [f["evidence_recall"]], s=40)
+            ax.annotate(strategy, (f[cost], f["evidence_recall"]), fontsize=7, xytext=(4, 4), textcoords="offset points")
+        ax.set_xlabel(label)
+        ax.set_ylabel("evidence recall")
+        ax.set_ylim(0, 1)
+        ax.grid(alpha=0.3)
+    fig.suptitle("Evidence recall against cost")
+    fig.tight_layout()
+    fig.savefig(out / "recall_vs_cost.png", dpi=110)
+    plt.close(fig)
+    names.append("recall_vs_cost.png")
+    return names
+
+
+def write_report(report: dict, out: Path, *, with_charts: bool = True) -> list[Path]:
+    """Write report.json, report.md and (optionally) the charts into `out`; returns the paths."""
+    out.mkdir(parents=True, exist_ok=True)
+    report = dict(report)
+    report["charts"] = charts(report["summary"], out) if with_charts else []
+    (out / "report.json").write_text(json.dumps(report, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+    (out / "report.md").write_text(markdown(report), encoding="utf-8")
+    return [out / "report.json", out / "report.md", *(out / c for c in report["charts"])]

@@ -1,0 +1,203 @@
+"""Run an evaluation: ingest a corpus into an evaluation tenant, answer questions, score them.
+
+The corpus goes through the real upload -> parse -> chunk -> embed pipeline (kb.ingest), into its
+own tenant, so the product's tenant isolation keeps evaluation data away from everything else.
+Re-running is cheap: unchanged documents are no-ops of `upload_document` (content hashes).
+
+Strategies evaluated side by side, all with a final context of at most 10 chunks:
+- "classic", "pipeline", "agentic", "auto": `agents.services.ask` with the chosen provider.
+- "search:<mode>": one `kb.retrieval.search` call with the whole question, k=10 (baselines).
+- "facets:<mode>": the facet-planning prototype (agents.evaluation.facets) over the same search,
+  using the source values `agents.selectors.metadata_facets` shows the agent.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from agents.evaluation import facets
+from agents.evaluation.dataset import CorpusDoc, Question
+from agents.evaluation.metrics import K_CONTEXT, ContextChunk, retrieval_scores
+from agents.evaluation.summary import QuestionResult, judge_answer
+from agents.models import Citation, RunStep
+from kb.models import Chunk, Corpus, Document, DocumentStatus, IngestJob, JobStatus
+from tenants.models import Tenant
+from tenants.scope import Scope, activate
+
+AGENT_STRATEGIES = ("classic", "pipeline", "agentic", "auto")
+SEARCH_MODES = ("keyword", "vector", "hybrid")
+_SAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+class EvaluationError(RuntimeError):
+    """The evaluation cannot run (bad strategy name, corpus failed to ingest)."""
+
+
+@dataclass(frozen=True)
+class EvalCorpus:
+    """The ingested evaluation corpus: whose scope, and which document holds which doc id."""
+
+    scope: Scope
+    corpus_id: int
+    doc_keys: dict[int, str]  # Document.pk -> corpus doc_id
+    uploaded: int  # documents (re)ingested by this call; 0 when everything was reused
+
+
+def check_strategies(names: Iterable[str]) -> list[str]:
+    out = []
+    for name in names:
+        kind, _, mode = name.partition(":")
+        if name in AGENT_STRATEGIES or (kind in ("search", "facets") and mode in SEARCH_MODES):
+            out.append(name)
+        else:
+            raise EvaluationError(f"unknown strategy {name!r}: use {', '.join(AGENT_STRATEGIES)}, search:<mode> or facets:<mode> "
+                                  f"with mode in {', '.join(SEARCH_MODES)}")
+    return out
+
+
+def filename_for(doc_id: str) -> str:
+    """A stable, safe file name per doc id (the upload's source name, which keys re-ingestion)."""
+    return f"{_SAFE.sub('_', doc_id)[:480]}.txt"
+
+
+def ensure_corpus(docs: list[CorpusDoc], *, tenant_slug: str, corpus_name: str,
+                  progress: Callable[[Iterable], Iterable] = lambda it: it) -> EvalCorpus:
+    """Ingest `docs` into the evaluation tenant's corpus (created on first use) and wait for them.
+
+    Documents no longer in `docs` are deleted so the corpus is exactly the file. Ingest jobs that
+    did not run on commit (no broker and an outer transaction, or a busy worker) are run here: jobs
+    are idempotent and leased, so running one twice changes nothing.
+    """
+    from kb.ingest import run_ingest_job, upload_document
+
+    tenant, _ = Tenant.objects.get_or_create(slug=tenant_slug, defaults={"name": f"Evaluation ({tenant_slug})"})
+    scope = Scope.system(tenant.id, principal="evaluate")
+    with activate(scope):
+        corpus, _ = Corpus.objects.for_scope(scope).get_or_create(tenant=tenant, name=corpus_name)
+    names = {filename_for(d.doc_id): d for d in docs}
+    if len(names) != len(docs):
+        raise EvaluationError("two doc ids map to the same file name")
+    jobs: list[int] = []
+    for doc in progress(docs):
+        _, job = upload_document(scope=scope, corpus=corpus, filename=filename_for(doc.doc_id), data=doc.text.encode("utf-8"),
+                                 metadata=doc.metadata, title=doc.title[:500])
+        if job is not None:
+            jobs.append(job.pk)
+    with activate(scope):
+        stale = Document.objects.for_scope(scope).filter(corpus=corpus).exclude(source_name__in=list(names))
+        if stale.exists():
+            stale.delete()
+        pending = list(IngestJob.objects.for_scope(scope).filter(pk__in=jobs).exclude(status__in=[JobStatus.DONE, JobStatus.FAILED])
+                       .values_list("pk", flat=True))
+    for job_id in pending:
+        run_ingest_job(job_id=job_id, tenant_id=tenant.id)
+    with activate(scope):
+        rows = list(Document.objects.for_scope(scope).filter(corpus=corpus).values_list("pk", "source_name", "status", "error"))
+    failed = [(name, error) for _, name, status, error in rows if status != DocumentStatus.READY]
+    if failed:
+        raise EvaluationError(f"{len(failed)} document(s) did not ingest, e.g. {failed[0][0]}: {failed[0][1] or 'still pending'}")
+    return EvalCorpus(scope=scope, corpus_id=corpus.pk, doc_keys={pk: names[name].doc_id for pk, name, _, _ in rows},
+                      uploaded=len(jobs))
+
+
+# --- One question -----------------------------------------------------------------------------
+
+def _context(ev: EvalCorpus, chunk_ids: list[int]) -> list[ContextChunk]:
+    """Chunk texts in the given order (ids of chunks deleted since are skipped)."""
+    with activate(ev.scope):
+        rows = {pk: (text, doc) for pk, text, doc in
+                Chunk.objects.for_scope(ev.scope).filter(pk__in=chunk_ids).values_list("pk", "text", "document_id")}
+    return [ContextChunk(rows[c][0], ev.doc_keys.get(rows[c][1], "")) for c in chunk_ids if c in rows]
+
+
+def final_context_ids(steps: list[dict]) -> list[int]:
+    """The chunk ids of a run's final context, from its steps.
+
+    classic/pipeline record them on the last "answer" model call (arguments.context_chunks); the
+    agentic loop answers from everything its tool calls returned, which is not recorded as one
+    list, so it is derived: tool results interleaved by rank, capped at 10.
+    """
+    for step in reversed(steps):
+        if step["kind"] == "model_call" and step["name"] == "answer":
+            return list(step["arguments"].get("context_chunks", []))[:K_CONTEXT]
+    lists = [list(s["chunk_ids"]) for s in steps if s["kind"] == "tool_call" and s["chunk_ids"]]
+    return facets.interleave(lists, k=K_CONTEXT, key=lambda c: c)
+
+
+def _score(q: Question, ctx: list[ContextChunk]):
+    return retrieval_scores(ctx, q.gold) if q.answerable else None
+
+
+def run_agent(ev: EvalCorpus, q: Question, strategy: str, provider: str | None, generates_text: bool) -> QuestionResult:
+    from agents.services import ask
+
+    run = ask(scope=ev.scope, question=q.question, strategy=strategy, provider=provider)
+    with activate(ev.scope):
+        steps = list(RunStep.objects.for_scope(ev.scope).filter(run_id=run.pk).order_by("ordinal")
+                     .values("kind", "name", "arguments", "chunk_ids"))
+        verdicts = list(Citation.objects.for_scope(ev.scope).filter(run_id=run.pk).values_list("verdict", flat=True))
+    ctx = _context(ev, final_context_ids(steps))
+    lenient, strict = judge_answer(answer=run.answer, outcome=run.outcome, gold=q.answer, generates_text=generates_text)
+    return QuestionResult(
+        qid=q.qid, question_type=q.question_type, strategy=strategy, answerable=q.answerable, outcome=run.outcome,
+        scores=_score(q, ctx), context_size=len(ctx), lenient=lenient, strict=strict, citations=len(verdicts),
+        citations_verified=sum(v == "verified" for v in verdicts), model_calls=sum(s["kind"] == "model_call" for s in steps),
+        tool_calls=run.tool_calls, input_tokens=run.input_tokens, output_tokens=run.output_tokens, latency_ms=run.latency_ms,
+        error=run.error[:500], extra={"strategy_used": run.strategy})
+
+
+def facet_sources(ev: EvalCorpus) -> list[str]:
+    """The source values the agent's `facets` tool shows for this scope."""
+    from agents.selectors import metadata_facets
+
+    with activate(ev.scope):
+        return list(metadata_facets(ev.scope, max_values=10_000).get("sources", {}))
+
+
+def facet_search(scope: Scope, question: str, sources: list[str], mode: str, *, k: int = K_CONTEXT) -> tuple[list[int], int]:
+    """The facet-planning prototype: (chunk ids best first, number of searches made)."""
+    from kb.retrieval import SearchFilters, search
+
+    lists: list[list[int]] = []
+    calls = 0
+    for sub in facets.plan(question, sources):
+        for source in sub.sources or (None,):
+            meta = {"source": source} if source else None
+            dated = SearchFilters(metadata=meta, published_after=sub.published_after, published_before=sub.published_before)
+            hits = search(scope, sub.text, k=k, mode=mode, filters=dated).hits
+            calls += 1
+            if not hits and (sub.published_after or sub.published_before):  # a date off by a time zone: drop it
+                hits = search(scope, sub.text, k=k, mode=mode, filters=SearchFilters(metadata=meta)).hits
+                calls += 1
+            lists.append([h.chunk_id for h in hits])
+    return facets.interleave(lists, k=k, key=lambda c: c), calls
+
+
+def run_retrieval(ev: EvalCorpus, q: Question, strategy: str, sources: list[str]) -> QuestionResult:
+    from kb.retrieval import search
+
+    kind, _, mode = strategy.partition(":")
+    started = time.perf_counter()
+    if kind == "search":
+        ids, calls = [h.chunk_id for h in search(ev.scope, q.question, k=K_CONTEXT, mode=mode).hits], 1
+    else:
+        ids, calls = facet_search(ev.scope, q.question, sources, mode)
+    latency = (time.perf_counter() - started) * 1000
+    ctx = _context(ev, ids)
+    return QuestionResult(qid=q.qid, question_type=q.question_type, strategy=strategy, answerable=q.answerable,
+                          outcome="retrieved", scores=_score(q, ctx), context_size=len(ctx), tool_calls=calls, latency_ms=latency)
+
+
+def run_one(ev: EvalCorpus, q: Question, strategy: str, *, provider: str | None, generates_text: bool,
+            sources: list[str]) -> QuestionResult:
+    """One question through one strategy; an exception becomes a failed result, not a crashed run."""
+    try:
+        if strategy in AGENT_STRATEGIES:
+            return run_agent(ev, q, strategy, provider, generates_text)
+        return run_retrieval(ev, q, strategy, sources)
+    except Exception as exc:  # noqa: BLE001 - one bad question must not lose the other 1,920
+        return QuestionResult(qid=q.qid, question_type=q.question_type, strategy=strategy, answerable=q.answerable, outcome="failed",
+                              scores=_score(q, []), context_size=0, error=f"{type(exc).__name__}: {exc}"[:500])

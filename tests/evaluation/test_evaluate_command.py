@@ -1,0 +1,80 @@
+"""`manage.py evaluate` end to end on a tiny tenant-style question set (hash embedder, real PostgreSQL)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from agents.evaluation.dataset import load_corpus
+from agents.evaluation.runner import ensure_corpus
+from kb.models import Document
+from tenants.scope import activate
+
+pytestmark = pytest.mark.django_db(databases=["default", "owner"])
+
+DOCS = [
+    {"doc_id": "travel", "title": "Travel policy", "source": "HR Handbook", "published_at": "2024-03-01T09:00:00+00:00",
+     "text": "Hotels are reimbursed up to 150 euros per night.\n\nEconomy class is required for flights under six hours."},
+    {"doc_id": "leave", "title": "Leave policy", "source": "HR Bulletin", "published_at": "2024-05-10T09:00:00+00:00",
+     "text": "Employees receive 25 days of annual leave per calendar year.\n\nSick leave needs a doctor's note from day three."},
+    {"doc_id": "security", "title": "Security policy", "source": "IT Desk", "published_at": "2024-06-01T09:00:00+00:00",
+     "text": "Passwords must be at least 14 characters long and are never shared."},
+]
+QUESTIONS = [
+    {"qid": "q-hotel", "question": "According to the HR Handbook, how much is reimbursed for hotels per night?", "answer": "150 euros",
+     "question_type": "lookup", "evidence": [{"doc_id": "travel", "fact": "Hotels are reimbursed up to 150 euros per night."}]},
+    {"qid": "q-leave", "question": "How many days of annual leave do employees receive?", "question_type": "lookup",
+     "expected_sources": ["Leave policy"]},
+    {"qid": "q-null", "question": "What is the chief executive's favourite colour?", "question_type": "null_query"},
+]
+
+
+@pytest.fixture
+def files(tmp_path):
+    corpus, questions = tmp_path / "corpus.jsonl", tmp_path / "questions.jsonl"
+    corpus.write_text("".join(json.dumps(d) + "\n" for d in DOCS))
+    questions.write_text("".join(json.dumps(q) + "\n" for q in QUESTIONS))
+    return corpus, questions
+
+
+def test_evaluate_writes_report_json_markdown_and_charts(files, tmp_path):
+    corpus, questions = files
+    out = tmp_path / "out"
+    call_command("evaluate", corpus=corpus, questions=questions, out=out, tenant="eval-test", records=True,
+                 strategies="classic,agentic,auto,pipeline,search:keyword,facets:keyword")
+    report = json.loads((out / "report.json").read_text())
+    summary = report["summary"]
+    assert list(summary) == ["classic", "agentic", "auto", "pipeline", "search:keyword", "facets:keyword"]
+    for strategy, figures in summary.items():
+        assert figures["all"]["errors"] == 0, strategy
+        assert figures["all"]["answerable"] == 2 and figures["all"]["unanswerable"] == 1
+        assert figures["all"]["mean_context_size"] <= 10
+    assert summary["classic"]["lookup"]["hits_at_10"] == 1.0  # a three-document corpus: everything is in the top 10
+    assert summary["classic"]["all"]["model_calls"] >= 3 and summary["classic"]["all"]["tool_calls"] >= 3
+    assert report["meta"]["provider"].startswith("offline")
+    markdown = (out / "report.md").read_text()
+    assert "| classic |" in markdown and "Hits@10" in markdown
+    assert {p.name for p in out.glob("*.png")} == {"evidence_recall_by_type.png", "hits_at_10_by_type.png", "recall_vs_cost.png"}
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    assert len(records) == 3 * 6
+    # Reports carry ids and figures only, never question or corpus text.
+    assert "150 euros" not in (out / "report.json").read_text() + markdown + (out / "records.jsonl").read_text()
+
+
+def test_reingest_reuses_unchanged_documents_and_drops_removed_ones(files):
+    corpus, _ = files
+    docs = load_corpus(corpus)
+    first = ensure_corpus(docs, tenant_slug="eval-reuse", corpus_name="c")
+    assert first.uploaded == 3
+    again = ensure_corpus(docs[:2], tenant_slug="eval-reuse", corpus_name="c")
+    assert again.uploaded == 0 and sorted(again.doc_keys.values()) == ["leave", "travel"]
+    with activate(again.scope):
+        assert Document.objects.for_scope(again.scope).count() == 2
+
+
+def test_unknown_strategy_is_refused(files, tmp_path):
+    corpus, questions = files
+    with pytest.raises(CommandError, match="unknown strategy"):
+        call_command("evaluate", corpus=corpus, questions=questions, out=tmp_path, strategies="classic,telepathy")
