@@ -44,6 +44,12 @@ class QuestionResult:
     def as_dict(self) -> dict:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, data: dict) -> QuestionResult:
+        """Inverse of as_dict (records.jsonl back into results, e.g. to merge shards)."""
+        scores = data.get("scores")
+        return cls(**{**data, "scores": RetrievalScores(**scores) if scores else None})
+
 
 def judge_answer(*, answer: str, outcome: str, gold: str | None, generates_text: bool) -> tuple[bool | None, bool | None]:
     """(lenient, strict) correctness of one answer, None when it cannot be judged."""

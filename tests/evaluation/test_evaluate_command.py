@@ -78,3 +78,18 @@ def test_unknown_strategy_is_refused(files, tmp_path):
     corpus, questions = files
     with pytest.raises(CommandError, match="unknown strategy"):
         call_command("evaluate", corpus=corpus, questions=questions, out=tmp_path, strategies="classic,telepathy")
+
+
+def test_shards_merge_into_the_report_of_one_run(files, tmp_path):
+    corpus, questions = files
+    common = {"corpus": corpus, "questions": questions, "tenant": "eval-shards", "strategies": "classic,search:keyword",
+              "no_charts": True}
+    call_command("evaluate", out=tmp_path / "whole", **common)
+    for i in (0, 1):
+        call_command("evaluate", out=tmp_path / f"s{i}", shard=f"{i}/2", **common)
+    call_command("evaluate", merge=[tmp_path / "s0", tmp_path / "s1"], out=tmp_path / "merged", no_charts=True)
+    whole = json.loads((tmp_path / "whole" / "report.json").read_text())["summary"]
+    merged = json.loads((tmp_path / "merged" / "report.json").read_text())["summary"]
+    for strategy in ("classic", "search:keyword"):
+        for metric in ("questions", "evidence_recall", "hits_at_10", "null_abstained", "tool_calls"):
+            assert merged[strategy]["all"][metric] == whole[strategy]["all"][metric], (strategy, metric)

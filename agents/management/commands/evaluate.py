@@ -9,6 +9,7 @@ PNG charts to --out. Tenants can pass their own --corpus and --questions (docs/e
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from datetime import UTC, datetime
@@ -21,7 +22,7 @@ from agents.evaluation.dataset import DatasetError, load_corpus, load_questions,
 from agents.evaluation.metrics import K_CONTEXT
 from agents.evaluation.report import write_report
 from agents.evaluation.runner import EvaluationError, check_strategies, ensure_corpus, facet_sources, run_one
-from agents.evaluation.summary import summarise
+from agents.evaluation.summary import QuestionResult, summarise
 
 SHARED_EVAL = Path(settings.BASE_DIR).parent / "shared" / "eval"
 DEFAULT_STRATEGIES = "classic,pipeline,agentic,auto"
@@ -45,15 +46,22 @@ class Command(BaseCommand):
         parser.add_argument("--corpus-name", default=None, help="corpus name inside the tenant (default: the corpus file's stem)")
         parser.add_argument("--records", action="store_true", help="also write per-question results (ids and numbers) to records.jsonl")
         parser.add_argument("--no-charts", action="store_true")
+        parser.add_argument("--shard", default=None, metavar="I/N",
+                            help="run only every N-th question starting at I (0-based); records are written for --merge")
+        parser.add_argument("--merge", nargs="+", type=Path, default=None, metavar="DIR",
+                            help="do not run: combine the records.jsonl of these shard output dirs into one report in --out")
 
     def handle(self, *args, **opts) -> None:
+        if opts["merge"]:
+            return self._merge(opts)
         from tqdm import tqdm
 
         try:
             strategies = check_strategies(s.strip() for s in opts["strategies"].split(",") if s.strip())
             docs = load_corpus(opts["corpus"])
             questions = sample_questions(load_questions(opts["questions"], docs), limit=opts["limit"], seed=opts["seed"])
-        except (EvaluationError, DatasetError, OSError) as exc:
+            questions = _shard(questions, opts["shard"])
+        except (EvaluationError, DatasetError, OSError, ValueError) as exc:
             raise CommandError(str(exc)) from exc
         if not strategies or not questions:
             raise CommandError("nothing to evaluate: no strategies or no questions")
@@ -76,29 +84,52 @@ class Command(BaseCommand):
                 for strategy in strategies:
                     results.append(run_one(ev, q, strategy, provider=opts["provider"], generates_text=generates_text, sources=sources))
                     bar.update(1)
-        summary = summarise(results)
-        report = {
-            "meta": {
-                "command": _command_line(),
-                "corpus": str(opts["corpus"]), "questions_file": str(opts["questions"]), "corpus_documents": len(docs),
-                "documents_ingested_now": ev.uploaded, "ingest_s": round(ingest_s, 1), "questions": len(questions),
-                "answerable": sum(q.answerable for q in questions), "strategies": strategies,
-                "provider": f"{provider.name}/{provider.model}",
-                "context_chunks": K_CONTEXT, "seed": opts["seed"], "limit": opts["limit"],
-                "finished_at": datetime.now(UTC).isoformat(timespec="seconds"), "elapsed_s": round(time.perf_counter() - started, 1),
-            },
-            "summary": summary,
+        meta = {
+            "command": _command_line(),
+            "corpus": str(opts["corpus"]), "questions_file": str(opts["questions"]), "corpus_documents": len(docs),
+            "documents_ingested_now": ev.uploaded, "ingest_s": round(ingest_s, 1), "questions": len(questions),
+            "answerable": sum(q.answerable for q in questions), "strategies": strategies,
+            "provider": f"{provider.name}/{provider.model}",
+            "context_chunks": K_CONTEXT, "seed": opts["seed"], "limit": opts["limit"], "shard": opts["shard"],
+            "finished_at": datetime.now(UTC).isoformat(timespec="seconds"), "elapsed_s": round(time.perf_counter() - started, 1),
         }
-        paths = write_report(report, opts["out"], with_charts=not opts["no_charts"])
-        if opts["records"]:
-            import json
+        self._write(opts, meta, results, records=opts["records"] or bool(opts["shard"]))
 
+    def _merge(self, opts: dict) -> None:
+        """One report from shard outputs: results concatenated, cost figures recomputed over all of them."""
+        results: list[QuestionResult] = []
+        metas = []
+        for folder in opts["merge"]:
+            try:
+                metas.append(json.loads((folder / "report.json").read_text(encoding="utf-8"))["meta"])
+                lines = (folder / "records.jsonl").read_text(encoding="utf-8").splitlines()
+            except (OSError, ValueError, KeyError) as exc:
+                raise CommandError(f"{folder}: not a shard output ({exc})") from exc
+            results.extend(QuestionResult.from_dict(json.loads(line)) for line in lines if line.strip())
+        meta = {**metas[0], "command": _command_line(), "shard": None, "merged_from": [m.get("shard") for m in metas],
+                "questions": sum(m["questions"] for m in metas), "answerable": sum(m["answerable"] for m in metas),
+                "elapsed_s": max(m["elapsed_s"] for m in metas), "shard_commands": [m["command"] for m in metas],
+                "finished_at": datetime.now(UTC).isoformat(timespec="seconds")}
+        self._write(opts, meta, results, records=opts["records"])
+
+    def _write(self, opts: dict, meta: dict, results: list[QuestionResult], *, records: bool) -> None:
+        report = {"meta": meta, "summary": summarise(results)}
+        paths = write_report(report, opts["out"], with_charts=not opts["no_charts"])
+        if records:
             with (opts["out"] / "records.jsonl").open("w", encoding="utf-8") as fh:
-                for r in results:
-                    fh.write(json.dumps(r.as_dict(), default=lambda o: o.__dict__) + "\n")
+                fh.writelines(json.dumps(r.as_dict()) + "\n" for r in results)
         self.stdout.write((opts["out"] / "report.md").read_text(encoding="utf-8"))
         self.stderr.write("wrote " + ", ".join(str(p) for p in paths))
 
+
+def _shard(questions: list, spec: str | None) -> list:
+    if not spec:
+        return questions
+    index, _, count = spec.partition("/")
+    i, n = int(index), int(count)
+    if not 0 <= i < n:
+        raise ValueError(f"--shard {spec}: expected I/N with 0 <= I < N")
+    return questions[i::n]
 
 def _command_line() -> str:
     """How this run was started, for the report (reproducibility)."""
