@@ -462,3 +462,27 @@ def test_transient_error_mid_group_keeps_written_documents_done(scope, corpus_fa
     assert (j1.status, j1.attempts) == ("done", 1)  # written before the error: not reset, not redone
     assert (j2.status, j2.attempts) == ("done", 2)  # retried in-process after the transient error
     assert len(chunks_of(scope, d1)) == len(chunks_of(scope, d2)) == 1
+
+
+def test_ingest_racing_a_reembed_switch_is_requeued_onto_the_new_model(scope, corpus_factory, upload, monkeypatch):
+    corpus = corpus_factory(model="hash", dim=16)
+    upload(corpus, "old.md", sections("Already here."))
+    real = get_embedder
+    switched = []
+
+    class SwitchesMidway(HashEmbedder):
+        def embed(self, texts, task="document"):
+            if not switched:  # a re-embed finishes while this ingest is embedding with the old model
+                switched.append(1)
+                job = start_reembed(scope=scope, corpus=corpus, model_key="hash:8")
+                assert run_reembed_job(job_id=job.pk, tenant_id=scope.tenant_id) == "done"
+            return super().embed(texts, task)
+
+    monkeypatch.setattr(ingest, "get_embedder", lambda key: SwitchesMidway(16) if key == "hash:16" else real(key))
+    doc, job = upload(corpus, "new.md", sections("Arrives during the switch."))
+    job = refresh(scope, job)
+    assert (job.status, job.attempts) == ("done", 2)
+    assert refresh(scope, corpus).model_key == "hash:8"
+    with activate(scope):
+        assert set(Chunk.objects.for_scope(scope).filter(corpus=corpus).values_list("embedding_model", flat=True)) == {"hash:8"}
+    assert [len(c.embedding) for c in chunks_of(scope, doc)] == [8]
