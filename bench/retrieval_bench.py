@@ -2,10 +2,10 @@
 
     .venv/bin/python bench/retrieval_bench.py [--rows 100000] [--queries 200] [--no-chroma] [--keep-db]
 
-Creates its own database (bench_retrieval_<pid>) on the configured server, loads `rows` chunks per
-vector distribution (clustered and uniformly random, the worst case) with COPY as the owner, builds
-one HNSW index per distribution after loading, then times, for tenant-and-department filtered
-queries at each scope size:
+For each vector distribution (clustered, and uniformly random as the worst case) it creates its own
+database (bench_retrieval_<pid>_<kind>) on the configured server, loads `rows` chunks with COPY as
+the owner, builds the HNSW index after loading, then times, for tenant-and-department filtered
+queries at each scope size, every engine on the same query in turn (interleaved):
 
 - ours: `kb.retrieval.search(scope, ..., mode="vector")`, the real code path through Django (activate,
   SET LOCALs, corpus resolution, hydration), with the path chosen in code; plus each path forced, to
@@ -30,7 +30,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
+# One BLAS thread (set before numpy loads): the floor is a single-core brute force, and on a shared
+# machine threaded BLAS oversubscribes the cores (measured: 100x slower p50 at load 11).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -273,6 +278,7 @@ def main() -> None:
     ap.add_argument("--distributions", default="clustered,uniform")
     ap.add_argument("--no-chroma", action="store_true")
     ap.add_argument("--no-sweep", action="store_true", help="skip the forced-path / ef_search sweep")
+    ap.add_argument("--efs", default="40,100,200", help="ef_search values of the forced-HNSW sweep")
     ap.add_argument("--keep-db", action="store_true")
     args = ap.parse_args()
 
@@ -337,7 +343,7 @@ def report(args, d: dict, chroma_dir: str) -> list:
         engines = [Engine("ours (auto)", ours(scope, mk, k), nq)]
         if not args.no_sweep:
             engines.append(Engine("ours, forced exact", ours(scope, mk, k, RETRIEVAL_EXACT_MAX_ROWS=10**12), nq))
-            for ef in (40, 100, 200):
+            for ef in (int(x) for x in args.efs.split(",")):
                 engines.append(Engine(f"ours, forced HNSW ef={ef}", ours(scope, mk, k, RETRIEVAL_EXACT_MAX_ROWS=0,
                                                                          RETRIEVAL_HNSW_TUPLE_COST=0.0,
                                                                          RETRIEVAL_HNSW_EF_SEARCH=ef), nq))
