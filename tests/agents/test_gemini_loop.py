@@ -91,6 +91,17 @@ def test_parallel_calls_are_all_run_and_answered_together(acme):
     assert fake.tool_modes() == ["AUTO", "AUTO"]
 
 
+def test_parallel_calls_without_ids_round_trip(acme):
+    tenant, _, chunks = acme
+    scope = scope_of(tenant)
+    script = [calls(("search", {"query": "hotel night"}), ("search", {"query": "annual leave days"}), with_ids=False), cite_first]
+    with FakeGemini(script) as fake:
+        run = ask(scope=scope, question="Hotel and leave?", strategy="agentic", provider=provider(fake))
+    responses = fake.function_responses(1)
+    assert [r["name"] for r in responses] == ["search", "search"] and all("id" not in r for r in responses)
+    assert run.outcome == "answered" and run.grounded
+
+
 def test_bad_arguments_and_unknown_tool_come_back_as_correctable_errors(acme):
     tenant, _, chunks = acme
     scope = scope_of(tenant)

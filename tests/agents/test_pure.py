@@ -6,6 +6,8 @@ import json
 
 import httpx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agents.budgets import Budgets, budgets_from_settings
 from agents.chain import clean_json
@@ -139,3 +141,13 @@ def test_openai_compatible_provider_gives_up_on_client_errors():
     with pytest.raises(ProviderError, match="HTTP 400"):
         _openai(handler).generate(ModelRequest(task="answer", system="s", messages=(UserMessage("q"),)))
     assert len(calls) == 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=300))
+def test_parsers_never_fail_on_arbitrary_text(text_):
+    parts = split_question(text_)
+    assert parts and all(isinstance(p, str) for p in parts)
+    checks = check_citations(text_ + " [c:7]", CHUNKS)
+    assert checks and checks[-1].chunk_id == 7
+    assert isinstance(sentences(text_), list)
