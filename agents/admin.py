@@ -37,8 +37,7 @@ def runs_for(request):
     qs = scoped_queryset(request, Run)
     scope = admin_scope(request)
     if scope is not None and not scope.all_departments:
-        qs = qs.filter(scope__all_departments=False).extra(
-            where=["(agents_run.scope -> 'department_ids') <@ %s::jsonb"], params=[json.dumps(sorted(scope.department_ids))])
+        qs = qs.filter(scope__all_departments=False, scope__department_ids__contained_by=sorted(scope.department_ids))
     return qs
 
 

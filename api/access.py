@@ -7,6 +7,7 @@ from __future__ import annotations
 from django.db.models import QuerySet
 from rest_framework.exceptions import NotFound
 
+from agents.models import Run
 from kb.models import Corpus, Document, IngestJob
 from tenants.models import ApiKey, Department, Membership
 from tenants.scope import Scope
@@ -62,3 +63,17 @@ def access_api_key(scope: Scope, key_id) -> ApiKey:
 
 def access_membership(scope: Scope, membership_id) -> Membership:
     return _one(Membership.objects.filter(tenant_id=scope.tenant_id).select_related("user"), membership_id, "member")
+
+
+def visible_runs(scope: Scope) -> QuerySet:
+    """Runs the caller may audit. A department-restricted auditor sees only runs whose own scope was
+    within its departments (a whole-tenant run could have read any department), which is why
+    agents.services.access_run (tenant check only) is not used here."""
+    qs = Run.objects.for_scope(scope)
+    if not scope.all_departments:
+        qs = qs.filter(scope__all_departments=False, scope__department_ids__contained_by=sorted(scope.department_ids))
+    return qs
+
+
+def access_run(scope: Scope, run_id) -> Run:
+    return _one(visible_runs(scope), run_id, "run")

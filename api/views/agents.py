@@ -11,16 +11,18 @@ from datetime import datetime, time
 from django.db import connections
 from django.db.models import Count, Q, QuerySet
 from django.http import StreamingHttpResponse
+from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers, status
-from rest_framework.exceptions import NotFound, Throttled, ValidationError
+from rest_framework.exceptions import Throttled, ValidationError
 from rest_framework.response import Response
 
 from agents.models import Citation, Outcome, Run, RunStep, Verdict
 from agents.selectors import run_citations, run_steps
 from api import serializers as s
+from api.access import access_run, visible_runs
 from api.permissions import ASK, AUDIT
 from api.ratelimit import consume_daily_run, daily_run_limit
 from api.views.base import ScopedAPIView
@@ -28,29 +30,7 @@ from kb.models import Chunk
 from tenants.models import Tenant
 from tenants.scope import Scope, activate
 
-# --- Selectors over the trace ----------------------------------------------------------------------
-
-
-def visible_runs(scope: Scope) -> QuerySet:
-    """Runs the caller may audit. A department-restricted auditor sees only runs whose scope was
-    within their departments (a whole-tenant run could have read any department); this is why
-    agents.services.access_run, which checks the tenant only, is not used here."""
-    qs = Run.objects.for_scope(scope)
-    if not scope.all_departments:
-        qs = qs.filter(scope__all_departments=False).extra(
-            where=["(agents_run.scope -> 'department_ids') <@ %s::jsonb"], params=[json.dumps(sorted(scope.department_ids))])
-    return qs
-
-
-def access_run(scope: Scope, run_id) -> Run:
-    try:
-        pk = int(run_id)
-    except (TypeError, ValueError):
-        raise NotFound("run not found") from None
-    run = visible_runs(scope).filter(pk=pk).first() if 0 < pk < 2**63 else None
-    if run is None:
-        raise NotFound("run not found")
-    return run
+# --- Run filters ----------------------------------------------------------------------------------
 
 
 def _bound(raw: str | None, field: str, end: bool) -> datetime | None:
@@ -61,12 +41,8 @@ def _bound(raw: str | None, field: str, end: bool) -> datetime | None:
         day = parse_date(raw)
         if day is None:
             raise ValidationError({field: ["expected an ISO date or datetime"]})
-        from django.utils import timezone
-
         value = timezone.make_aware(datetime.combine(day, time.max if end else time.min))
     elif value.tzinfo is None:
-        from django.utils import timezone
-
         value = timezone.make_aware(value)
     return value
 
