@@ -21,7 +21,7 @@ def _check_name(item) -> str:
     doc = (fn.__doc__ or "").strip() if fn is not None else ""
     if not doc:
         doc = (getattr(item.module, "__doc__", "") or "").strip()
-    return doc.splitlines()[0].rstrip(".") if doc else item.name
+    return " ".join(doc.split("\n\n")[0].split()).rstrip(".") if doc else item.name
 
 
 def pytest_collection_modifyitems(config, items):

@@ -68,7 +68,7 @@ def _fmt(value) -> str:
     if isinstance(value, dict):
         return ", ".join(f"{k}: {_fmt(v)}" for k, v in value.items())
     if isinstance(value, list | tuple):
-        return "; ".join(_fmt(v) for v in value)
+        return "; ".join(f"({', '.join(str(x) for x in v if x != '')})" if isinstance(v, list | tuple) else _fmt(v) for v in value)
     return str(value)
 
 
@@ -105,7 +105,7 @@ def render(data: dict) -> str:
     for row in data["rows"]:
         totals[row["outcome"]] += 1
     lines = [INTRO, f"Last run: {data['finished_at']}, slow parts {'included' if data['runslow'] else 'NOT included'}; "
-             f"tests: " + ", ".join(f"{v} {k}" for k, v in sorted(totals.items())) + ".", "",
+             f"test items: " + ", ".join(f"{v} {k}" for k, v in sorted(totals.items())) + ".", "",
              "| Area | Check | Tried | Result | Measured | Time |", "|---|---|---|---|---|---|"]
     details, gaps, failures = [], [], []
     for (module, _function), rows in ordered:

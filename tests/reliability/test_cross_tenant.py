@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.cache import cache
+from django.db import IntegrityError
 from django.urls import URLPattern, URLResolver, get_resolver
 from rest_framework.test import APIClient
 
@@ -26,7 +27,7 @@ from agents.messages import ToolCall
 from agents.tools import TOOLS, ToolDeps, run_tool
 from kb.celery import app as celery_app
 from tenants.models import Membership
-from tenants.scope import Scope
+from tenants.scope import Scope, ScopeRequired
 from tests.reliability.world import B_QUESTION, E_QUESTION, CanaryWorld, Side, leaks, run_ids_of, snapshot, trace_text
 
 pytestmark = pytest.mark.django_db(databases=["default", "owner"])
@@ -512,7 +513,7 @@ def test_admin_pages_with_foreign_ids_leak_nothing(canary_world, captured_logs, 
     client = Client()
     client.force_login(user)
     before_b, before_e = snapshot(w.b.id), e_snapshot(w)
-    failures, n, statuses = [], 0, {}
+    failures, n, statuses, add_crashes = [], 0, {}, []
     for side in w.foreign("a-sales-admin" if departments else "a-admin"):
         subs = {"canary_word": "Globex", "corpus": side.corpus_ids[0], "document": side.document_ids[0],
                 "department": side.department_ids[0], "run": (side.run_ids or [1])[0], "tenant": side.tenant_id}
@@ -535,9 +536,16 @@ def test_admin_pages_with_foreign_ids_leak_nothing(canary_world, captured_logs, 
                     failures.append(f"{label}: server error")
                 if found := leaks(text, prefixes):
                     failures.append(f"{label}: canary {found[:1]}")
-            if "/change/" in url or "/delete/" in url:
+            if "/change/" in url or "/delete/" in url or url.endswith("/add/"):
                 n += 1
-                response = client.post(url, {"post": "yes", "name": "probe", "description": "probe"})
+                # Foreign foreign keys in every field a form might take: the scoped choices must refuse them.
+                try:
+                    response = client.post(url, {"post": "yes", "name": f"probe {n}", "description": "probe", "tenant": side.tenant_id,
+                                                 "department": side.department_ids[0], "departments": side.department_ids,
+                                                 "corpus": side.corpus_ids[0], "user": (side.user_ids or [1])[0], "role": "admin"})
+                except ScopeRequired:  # the admin-add crash of test_admin_can_add_a_corpus (xfail), not a leak
+                    add_crashes.append(url)
+                    continue
                 if response.status_code >= 500 or leaks(body_text(response), prefixes):
                     failures.append(f"{who} POST {url} -> {response.status_code}")
     if snapshot(w.b.id) != before_b:
@@ -547,5 +555,38 @@ def test_admin_pages_with_foreign_ids_leak_nothing(canary_world, captured_logs, 
     if found := leaks("\n".join(captured_logs), ("CNRYB",)):
         failures.append(f"canary of B in log lines: {found[:2]}")
     reliability.tried(n, "admin requests")
+    reliability.figure("add forms crashing with ScopeRequired (known gap)", sorted(set(add_crashes)))
     reliability.figure(f"statuses ({who})", dict(sorted(statuses.items())))
     assert not failures, "\n".join(failures[:40])
+
+
+@pytest.mark.xfail(strict=True, raises=ScopeRequired, reason="tenants/admin.py: admin model validation runs Django's UniqueConstraint "
+                   "check through Corpus._default_manager, the TenantScopedManager, which raises ScopeRequired: adding or editing "
+                   "a corpus (any model with a unique constraint) in the admin is a 500")
+def test_admin_can_add_a_corpus(canary_world):
+    """Admin: a tenant admin adds a corpus through the admin form (no foreign ids involved)"""
+    w = canary_world
+    user = get_user_model().objects.create_user(username="acme-plain-admin", password="pw-probe-123", is_staff=True)
+    Membership.objects.create(user=user, tenant=w.a, role="admin", all_departments=True)
+    from django.test import Client
+
+    client = Client()
+    client.force_login(user)
+    response = client.post("/admin/kb/corpus/add/", {"name": "Added in the admin", "description": "", "chunk_target_tokens": 200,
+                                                     "chunk_overlap_tokens": 30, "embedding_model": "hash", "embedding_dim": 64})
+    assert response.status_code in (200, 302)
+
+
+@pytest.mark.xfail(strict=True, raises=IntegrityError, reason="tenants/admin.py: the department form leaves out `tenant` (set from the "
+                   "scope on save), so Django skips the (tenant, name) unique check and a duplicate name is an IntegrityError: a 500")
+def test_admin_duplicate_department_name_is_a_form_error(canary_world):
+    """Admin: adding a department whose name exists in the tenant is a form error, not a 500"""
+    w = canary_world
+    user = get_user_model().objects.create_user(username="acme-dept-admin", password="pw-probe-123", is_staff=True)
+    Membership.objects.create(user=user, tenant=w.a, role="admin", all_departments=True)
+    from django.test import Client
+
+    client = Client()
+    client.force_login(user)
+    response = client.post("/admin/tenants/department/add/", {"name": "Sales"})
+    assert response.status_code == 200 and b"already exists" in response.content
