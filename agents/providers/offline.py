@@ -22,6 +22,7 @@ PART_COVERED = 0.5  # share of a part's terms one retrieved chunk must contain
 SENTENCE_MIN = 0.25  # share of a part's terms a quoted sentence must contain
 MAX_ROUNDS = 3
 SENTENCES_PER_PART = 3
+RELATIVE_MIN = 0.6  # a quoted sentence scores at least this share of the part's best sentence
 
 
 @dataclass(frozen=True)
@@ -152,9 +153,14 @@ def compose_answer(parts: list[str], chunks: list[SeenChunk], context: str = "")
                     total = score + chunk_bonus + (0.25 * coverage(ct, st) if ct else 0.0)
                     candidates.append((round(total, 6), c.score, -len(s), -i, s, c.chunk_id))
     candidates.sort(reverse=True)
+    best: dict[int, float] = {}
+    for total, *_, neg_i, _s, _cid in candidates:
+        best.setdefault(-neg_i, total)
     picked: dict[int, list[tuple[str, int]]] = {i: [] for i in covered}
     used: set[str] = set()
-    for *_, neg_i, s, cid in candidates:
+    for total, *_, neg_i, s, cid in candidates:
+        if total < RELATIVE_MIN * best[-neg_i]:
+            continue  # far weaker than the part's best sentence: noise, not evidence
         if s not in used and len(picked[-neg_i]) < SENTENCES_PER_PART:
             picked[-neg_i].append((s, cid))
             used.add(s)
