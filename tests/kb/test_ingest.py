@@ -486,3 +486,22 @@ def test_ingest_racing_a_reembed_switch_is_requeued_onto_the_new_model(scope, co
     with activate(scope):
         assert set(Chunk.objects.for_scope(scope).filter(corpus=corpus).values_list("embedding_model", flat=True)) == {"hash:8"}
     assert [len(c.embedding) for c in chunks_of(scope, doc)] == [8]
+
+
+def test_embedding_cache_is_per_tenant(scope, counting, upload, django_capture_on_commit_callbacks):
+    text = "The same sentence in two companies."
+    upload(counting, "a.md", sections(text))
+    other_tenant = make_tenant("Other")
+    other = whole_tenant(other_tenant)
+    with activate(other):
+        theirs = Corpus.objects.create(tenant=other_tenant, name="B", embedding_model="hash-counting", embedding_dim=64,
+                                       chunk_target_tokens=40, chunk_overlap_tokens=0)
+    with django_capture_on_commit_callbacks(execute=True):
+        upload_document(scope=other, corpus=theirs, filename="a.md", data=sections(text))
+    with activate(other):
+        their_hashes = set(Chunk.objects.for_scope(other).values_list("content_hash", flat=True))
+        assert EmbeddingCache.objects.for_scope(other).filter(text_sha256__in=their_hashes).count() == len(their_hashes)
+    counts = fake_embedders.embed_counts()
+    assert all(counts[h] == 2 for h in their_hashes)  # embedded once per tenant: no timing side channel
+    with activate(scope):
+        assert not EmbeddingCache.objects.for_scope(scope).filter(tenant_id=other_tenant.id).exists()
