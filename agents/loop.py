@@ -147,7 +147,7 @@ def call_model(state: RunState, task: Task, messages: list[Message], *, tools_en
     conversational = task in ("agent", "repair")  # continues the tool conversation, so tools stay declared
     request = ModelRequest(task=task, system=system_prompt(with_tools=tools_enabled and task == "agent"),
                            messages=tuple(messages), tools=TOOL_SPECS if conversational else (), tools_enabled=tools_enabled,
-                           question=state.question, context=context)
+                           question=state.question, context=context, deadline=state.started + state.budgets.max_wall_seconds)
     started = time.perf_counter()
     step = StepRecord(ordinal=len(state.steps), kind="model_call", name=task,
                       arguments={"provider": state.provider.name, "model": state.provider.model, "tools_enabled": tools_enabled,

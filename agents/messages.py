@@ -73,6 +73,7 @@ class ModelRequest:
     tools_enabled: bool = True
     question: str = ""  # the user's original question
     context: tuple[ContextChunk, ...] = ()  # already rendered into `messages`; structured copy for local reasoning
+    deadline: float | None = None  # time.monotonic() value after which no retry should start (the run's wall budget)
 
 
 @dataclass(frozen=True)

@@ -86,7 +86,7 @@ class GeminiProvider:
             return response
 
         response = with_retries(call, attempts=self.max_attempts, backoff_s=self.backoff_s, classify=_retryable,
-                                sleep=self.sleep, what=f"gemini {self.model}")
+                                sleep=self.sleep, deadline=request.deadline, what=f"gemini {self.model}")
         return from_response(response)
 
 

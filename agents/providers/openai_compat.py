@@ -76,7 +76,7 @@ class OpenAICompatProvider:
             return data
 
         data = with_retries(call, attempts=self.max_attempts, backoff_s=self.backoff_s, classify=_retryable, sleep=self.sleep,
-                            what=f"openai-compatible {self.model}")
+                            deadline=request.deadline, what=f"openai-compatible {self.model}")
         return from_openai(data)
 
 

@@ -18,10 +18,12 @@ class Retryable(Exception):
 
 
 def with_retries(fn: Callable[[], T], *, attempts: int, backoff_s: float, classify: Callable[[Exception], bool],
-                 sleep: Callable[[float], None] = time.sleep, max_backoff_s: float = 30.0, what: str = "model call") -> T:
+                 sleep: Callable[[float], None] = time.sleep, max_backoff_s: float = 30.0, what: str = "model call",
+                 deadline: float | None = None) -> T:
     """Call `fn` up to `attempts` times, sleeping backoff_s * 2**n between tries when `classify(exc)` says retry.
 
-    Raises ProviderError with the last cause when attempts run out or the error is permanent.
+    No retry starts after `deadline` (a time.monotonic() value: the run's wall budget). Raises
+    ProviderError with the last cause when attempts run out or the error is permanent.
     """
     last: Exception | None = None
     for attempt in range(max(1, attempts)):
@@ -35,6 +37,9 @@ def with_retries(fn: Callable[[], T], *, attempts: int, backoff_s: float, classi
                 raise ProviderError(f"{what} failed: {type(exc).__name__}: {str(exc)[:500]}") from exc
             if attempt + 1 < attempts:
                 delay = min(backoff_s * (2**attempt), max_backoff_s)
+                if deadline is not None and time.monotonic() + delay >= deadline:
+                    raise ProviderError(f"{what} failed and the run's time budget leaves no room to retry: "
+                                        f"{type(exc).__name__}: {str(exc)[:500]}") from exc
                 log.warning("%s failed (%s), retrying in %.1fs", what, type(exc).__name__, delay)
                 sleep(delay)
     raise ProviderError(f"{what} failed after {attempts} attempts: {type(last).__name__}: {str(last)[:500]}") from last

@@ -151,3 +151,19 @@ def test_parsers_never_fail_on_arbitrary_text(text_):
     checks = check_citations(text_ + " [c:7]", CHUNKS)
     assert checks and checks[-1].chunk_id == 7
     assert isinstance(sentences(text_), list)
+
+
+def test_no_retry_starts_past_the_run_deadline():
+    import time as _time
+
+    attempts = []
+
+    def handler(request):
+        attempts.append(1)
+        return httpx.Response(503, text="busy")
+
+    provider = OpenAICompatProvider(base_url="http://llm.local/v1", model="m", backoff_s=5, transport=httpx.MockTransport(handler),
+                                    sleep=lambda s: None)
+    with pytest.raises(ProviderError, match="time budget"):
+        provider.generate(ModelRequest(task="answer", system="s", messages=(UserMessage("q"),), deadline=_time.monotonic() + 1))
+    assert len(attempts) == 1
