@@ -9,3 +9,8 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kb.settings")
 app = Celery("grounded")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+# `celery -A kb beat` re-enqueues ingestion jobs whose worker died (heartbeat older than 10 min).
+app.conf.beat_schedule = {
+    "reap-stuck-ingest-jobs": {"task": "kb.reap_stuck_jobs", "schedule": 300.0, "kwargs": {"older_than": 600}},
+}
