@@ -35,6 +35,9 @@ errorlog = "-"
 loglevel = os.environ.get("GUNICORN_LOG_LEVEL", "info")
 access_log_format = '%(h)s "%(r)s" %(s)s %(b)s %(M)sms'
 proc_name = "grounded-web"
+# gunicorn's control socket defaults to one path per user, shared by every instance on the machine.
+control_socket_disable = os.environ.get("GUNICORN_CONTROL_SOCKET", "") == ""
+control_socket = os.environ.get("GUNICORN_CONTROL_SOCKET", "") or None
 
 
 def post_worker_init(worker) -> None:
