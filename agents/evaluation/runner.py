@@ -64,12 +64,13 @@ def filename_for(doc_id: str) -> str:
 
 
 def ensure_corpus(docs: list[CorpusDoc], *, tenant_slug: str, corpus_name: str,
-                  progress: Callable[[Iterable], Iterable] = lambda it: it) -> EvalCorpus:
+                  progress: Callable[[Iterable], Iterable] = lambda it: it, wait_s: float = 3600.0) -> EvalCorpus:
     """Ingest `docs` into the evaluation tenant's corpus (created on first use) and wait for them.
 
     Documents no longer in `docs` are deleted so the corpus is exactly the file. Ingest jobs that
     did not run on commit (no broker and an outer transaction, or a busy worker) are run here: jobs
-    are idempotent and leased, so running one twice changes nothing.
+    are idempotent and leased, so running one twice changes nothing. Documents another process is
+    ingesting (a Celery worker, a parallel `--shard`) are waited for, up to `wait_s`.
     """
     from kb.ingest import run_ingest_job, upload_document
 
@@ -94,8 +95,14 @@ def ensure_corpus(docs: list[CorpusDoc], *, tenant_slug: str, corpus_name: str,
                        .values_list("pk", flat=True))
     for job_id in pending:
         run_ingest_job(job_id=job_id, tenant_id=tenant.id)
-    with activate(scope):
-        rows = list(Document.objects.for_scope(scope).filter(corpus=corpus).values_list("pk", "source_name", "status", "error"))
+    deadline = time.monotonic() + wait_s
+    while True:  # documents another process (a worker, a parallel shard) is still ingesting
+        with activate(scope):
+            rows = list(Document.objects.for_scope(scope).filter(corpus=corpus).values_list("pk", "source_name", "status", "error"))
+        busy = [name for _, name, status, _ in rows if status in (DocumentStatus.PENDING, DocumentStatus.PROCESSING)]
+        if not busy or time.monotonic() > deadline:
+            break
+        time.sleep(2)
     failed = [(name, error) for _, name, status, error in rows if status != DocumentStatus.READY]
     if failed:
         raise EvaluationError(f"{len(failed)} document(s) did not ingest, e.g. {failed[0][0]}: {failed[0][1] or 'still pending'}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from contextlib import nullcontext
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -79,10 +80,17 @@ class Command(BaseCommand):
         generates_text = provider.name != "offline"
         sources = facet_sources(ev)
         results = []
-        with tqdm(total=len(questions) * len(strategies), desc="evaluate", unit="run", file=sys.stderr) as bar:
+        records = opts["records"] or bool(opts["shard"])
+        opts["out"].mkdir(parents=True, exist_ok=True)
+        # Records are appended as they come, so an interrupted run can still be merged into a report.
+        with tqdm(total=len(questions) * len(strategies), desc="evaluate", unit="run", file=sys.stderr) as bar, \
+                (opts["out"] / "records.jsonl").open("w", encoding="utf-8") if records else nullcontext() as sink:
             for q in questions:
                 for strategy in strategies:
                     results.append(run_one(ev, q, strategy, provider=opts["provider"], generates_text=generates_text, sources=sources))
+                    if sink is not None:
+                        sink.write(json.dumps(results[-1].as_dict()) + "\n")
+                        sink.flush()
                     bar.update(1)
         meta = {
             "command": _command_line(),
@@ -93,7 +101,7 @@ class Command(BaseCommand):
             "context_chunks": K_CONTEXT, "seed": opts["seed"], "limit": opts["limit"], "shard": opts["shard"],
             "finished_at": datetime.now(UTC).isoformat(timespec="seconds"), "elapsed_s": round(time.perf_counter() - started, 1),
         }
-        self._write(opts, meta, results, records=opts["records"] or bool(opts["shard"]))
+        self._write(opts, meta, results, records=False)  # already written
 
     def _merge(self, opts: dict) -> None:
         """One report from shard outputs: results concatenated, cost figures recomputed over all of them."""
@@ -101,11 +109,13 @@ class Command(BaseCommand):
         metas = []
         for folder in opts["merge"]:
             try:
-                metas.append(json.loads((folder / "report.json").read_text(encoding="utf-8"))["meta"])
                 lines = (folder / "records.jsonl").read_text(encoding="utf-8").splitlines()
-            except (OSError, ValueError, KeyError) as exc:
+                shard = [QuestionResult.from_dict(json.loads(line)) for line in lines if line.strip()]
+                report = folder / "report.json"
+                metas.append(json.loads(report.read_text(encoding="utf-8"))["meta"] if report.exists() else _partial_meta(folder, shard))
+            except (OSError, ValueError, KeyError, TypeError) as exc:
                 raise CommandError(f"{folder}: not a shard output ({exc})") from exc
-            results.extend(QuestionResult.from_dict(json.loads(line)) for line in lines if line.strip())
+            results.extend(shard)
         meta = {**metas[0], "command": _command_line(), "shard": None, "merged_from": [m.get("shard") for m in metas],
                 "questions": sum(m["questions"] for m in metas), "answerable": sum(m["answerable"] for m in metas),
                 "elapsed_s": max(m["elapsed_s"] for m in metas), "shard_commands": [m["command"] for m in metas],
@@ -120,6 +130,14 @@ class Command(BaseCommand):
                 fh.writelines(json.dumps(r.as_dict()) + "\n" for r in results)
         self.stdout.write((opts["out"] / "report.md").read_text(encoding="utf-8"))
         self.stderr.write("wrote " + ", ".join(str(p) for p in paths))
+
+
+def _partial_meta(folder: Path, results: list[QuestionResult]) -> dict:
+    """Meta of an interrupted shard (records but no report): counts from its complete questions."""
+    qids = {r.qid for r in results}
+    answerable = {r.qid for r in results if r.answerable}
+    return {"command": f"interrupted shard in {folder}", "questions": len(qids), "answerable": len(answerable), "elapsed_s": 0.0,
+            "shard": f"partial:{folder.name}", "corpus_documents": None, "provider": "?", "context_chunks": K_CONTEXT, "seed": None}
 
 
 def _shard(questions: list, spec: str | None) -> list:
