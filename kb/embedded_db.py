@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -80,13 +81,22 @@ def stop_server(pgdata: Path | None = None) -> int | None:
 
 
 _socket_dir: str | None = None
+_start_lock = threading.Lock()
 
 
 def ensure_server() -> str:
-    """Start (or join) the embedded server; returns its unix socket directory. Idempotent."""
-    global _socket_dir
+    """Start (or join) the embedded server; returns its unix socket directory. Idempotent and
+    thread-safe (threaded gunicorn workers may open their first connections at the same time)."""
     if _socket_dir is not None:
         return _socket_dir
+    with _start_lock:
+        if _socket_dir is not None:
+            return _socket_dir
+        return _start()
+
+
+def _start() -> str:
+    global _socket_dir
     import pgserver  # heavy import, only in embedded mode
 
     pgdata = data_dir()
@@ -94,9 +104,9 @@ def ensure_server() -> str:
     if pgdata.exists():
         stop_stale_server(pgdata)
     server = pgserver.get_server(pgdata, cleanup_mode="stop")
-    _socket_dir = server.get_postmaster_info().socket_dir
     _bootstrap(server)
-    return str(_socket_dir)
+    _socket_dir = str(server.get_postmaster_info().socket_dir)  # published only once usable
+    return _socket_dir
 
 
 def _bootstrap(server) -> None:
