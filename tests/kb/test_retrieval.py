@@ -388,3 +388,19 @@ def test_keyword_scores_are_bm25():
     for cid, score in expected.items():
         assert got[cid] == pytest.approx(score, rel=1e-4)
     assert ids(res)[0] == chunks[0].id  # "refund" twice plus "damaged" and "policy"
+
+
+def test_keyword_candidates_from_rare_terms_with_fallback():
+    tenant = make_tenant("Rare")
+    c = corpus(tenant, "C")
+    d = doc(c, "Doc")
+    for i in range(20):
+        chunk(d, f"common words in chunk {i}")
+    rare = [chunk(d, "common words and the zebra"), chunk(d, "a zebra only")]
+    scope = whole_tenant(tenant)
+    res = search(scope, "zebra common", k=2, mode="keyword")
+    assert set(ids(res)) == {r.id for r in rare}
+    assert res.path == "bm25(candidates from 1/2 terms)"  # "zebra" only: "common" is in every chunk
+    more = search(scope, "zebra common", k=5, mode="keyword")  # two zebra chunks < 5: every term generates
+    assert len(more.hits) == 5 and more.path == "bm25(candidates from 2/2 terms)"
+    assert ids(more)[:2] == ids(res)
