@@ -98,7 +98,7 @@ DEFAULTS = {
     # Reciprocal rank fusion: score = sum(weight / (RRF_K + rank)).
     "RETRIEVAL_RRF_K": 60,
     "RETRIEVAL_KEYWORD_WEIGHT": 1.0,
-    "RETRIEVAL_VECTOR_WEIGHT": 0.15,
+    "RETRIEVAL_VECTOR_WEIGHT": 0.1,
     # How many candidates each side contributes to fusion / MMR.
     "RETRIEVAL_CANDIDATES": 50,
     # Keyword candidates come from the rarest query lexemes covering at most this share of the
