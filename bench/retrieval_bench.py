@@ -283,7 +283,7 @@ def main() -> None:
     args = ap.parse_args()
 
     print(f"{args.rows:,} rows per distribution; {args.queries} queries per scope ({args.chroma_queries} for Chroma); "
-          f"k={args.k}; engines interleaved query by query (rotating who goes first) so machine noise and cache "
+          f"k={args.k}; engines interleaved query by query in a random order so machine noise and cache "
           "warmth hit all alike")
     summary = []
     for kind in args.distributions.split(","):
@@ -354,10 +354,11 @@ def report(args, d: dict, chroma_dir: str) -> list:
         engines.append(floor)
         for e in engines:  # warm-up
             e.fn(queries[0])
+        order = np.random.default_rng(args.seed + 2)
         for i, (q, gold) in enumerate(zip(queries, truth, strict=True)):
-            # Rotate who goes first: the first engine on a query pays for the pages the others reuse.
-            for e in engines[i % len(engines):] + engines[:i % len(engines)]:
-                e.run(i, q, gold, k)
+            # Shuffle who goes first: the first engine on a query pays for the pages the others reuse.
+            for j in order.permutation(len(engines)):
+                engines[j].run(i, q, gold, k)
         f = floor.row()
         for e in engines:
             r = e.row()
