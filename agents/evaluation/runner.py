@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from agents.evaluation import facets
 from agents.evaluation.dataset import CorpusDoc, Question
 from agents.evaluation.metrics import K_CONTEXT, ContextChunk, retrieval_scores
-from agents.evaluation.summary import QuestionResult, judge_answer
+from agents.evaluation.summary import RETRIEVAL_ONLY, QuestionResult, judge_answer
 from agents.models import Citation, RunStep
 from kb.models import Chunk, Corpus, Document, DocumentStatus, IngestJob, JobStatus
 from tenants.models import Tenant
@@ -195,7 +195,7 @@ def run_retrieval(ev: EvalCorpus, q: Question, strategy: str, sources: list[str]
     latency = (time.perf_counter() - started) * 1000
     ctx = _context(ev, ids)
     return QuestionResult(qid=q.qid, question_type=q.question_type, strategy=strategy, answerable=q.answerable,
-                          outcome="retrieved", scores=_score(q, ctx), context_size=len(ctx), tool_calls=calls, latency_ms=latency)
+                          outcome=RETRIEVAL_ONLY, scores=_score(q, ctx), context_size=len(ctx), tool_calls=calls, latency_ms=latency)
 
 
 def run_one(ev: EvalCorpus, q: Question, strategy: str, *, provider: str | None, generates_text: bool,

@@ -15,6 +15,7 @@ from agents.evaluation.metrics import RetrievalScores, lenient_correct, mean, pe
 
 ABSTAIN_OUTCOME = "not_enough_evidence"
 ABSTAIN_TEXT = "Insufficient information."
+RETRIEVAL_ONLY = "retrieved"  # outcome of the search:/facets: baselines, which retrieve but do not answer
 ALL = "all"
 
 
@@ -60,6 +61,7 @@ def judge_answer(*, answer: str, outcome: str, gold: str | None, generates_text:
 
 
 def _figures(results: list[QuestionResult]) -> dict:
+    """Figures of one group; abstention only for strategies that answer (retrieval-only baselines do not)."""
     answerable = [r for r in results if r.answerable and r.scores is not None]
     unanswerable = [r for r in results if not r.answerable]
     judged = [r for r in results if r.lenient is not None]
@@ -79,8 +81,8 @@ def _figures(results: list[QuestionResult]) -> dict:
         "mrr_at_10": score("mrr_at_10"),
         "map_at_10": score("map_at_10"),
         "evidence_recall": score("evidence_recall"),
-        "null_abstained": mean(float(r.outcome == ABSTAIN_OUTCOME) for r in unanswerable),
-        "answerable_abstained": mean(float(r.outcome == ABSTAIN_OUTCOME) for r in answerable),
+        "null_abstained": mean(float(r.outcome == ABSTAIN_OUTCOME) for r in unanswerable if r.outcome != RETRIEVAL_ONLY),
+        "answerable_abstained": mean(float(r.outcome == ABSTAIN_OUTCOME) for r in answerable if r.outcome != RETRIEVAL_ONLY),
         "accuracy_lenient": mean(float(bool(r.lenient)) for r in judged),
         "accuracy_strict": mean(float(bool(r.strict)) for r in judged),
         "citations": citations,

@@ -115,3 +115,9 @@ def test_summary_splits_by_type_and_applies_each_figure_where_it_belongs():
 def test_judging_answers_treats_abstention_as_insufficient_information():
     assert judge_answer(answer="", outcome="not_enough_evidence", gold="Insufficient information.", generates_text=True) == (True, True)
     assert judge_answer(answer="Sam Altman", outcome="answered", gold="Sam Altman", generates_text=False) == (None, None)
+
+
+def test_retrieval_only_baselines_have_no_abstention_figures():
+    results = [QuestionResult("q1", "null_query", "search:keyword", False, "retrieved", None, 10)]
+    figures = summarise(results)["search:keyword"]["all"]
+    assert figures["null_abstained"] is None and figures["answerable_abstained"] is None
