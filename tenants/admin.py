@@ -19,7 +19,7 @@ from django.http import HttpRequest
 from django.utils.html import format_html
 
 from tenants.models import ApiKey, Department, Membership, Tenant
-from tenants.scope import Scope, TenantScopedManager, activate
+from tenants.scope import Scope, TenantScopedManager, activate, validating_tenant
 
 ADMIN_SITE_ROLES = frozenset({"admin", "editor", "auditor"})
 
@@ -176,6 +176,37 @@ class TenantScopedAdmin(admin.ModelAdmin):
         if not request.user.is_superuser and any(f.name == "tenant" for f in self.model._meta.fields):
             exclude.append("tenant")  # set from the scope in save_model
         return exclude
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        """The model form, with Django's unique/constraint validation made tenant-aware.
+
+        `tenant` is left out of the form for tenant admins (set from the scope), so Django would skip
+        every (tenant, ...) unique check and a duplicate would reach the database as an IntegrityError
+        (a 500). The form sets the tenant from the scope before validation and keeps `tenant` in the
+        checks; the checks query through `_default_manager`, a TenantScopedManager that refuses
+        unscoped queries, so they run inside `validating_tenant(<the row's tenant>)`.
+        """
+        form = super().get_form(request, obj, change=change, **kwargs)
+        if not any(f.name == "tenant" for f in self.model._meta.fields):
+            return form
+        scope = admin_scope(request)
+
+        class TenantValidatedForm(form):
+            def _get_validation_exclusions(self):
+                exclude = super()._get_validation_exclusions()
+                if scope is not None:
+                    exclude.discard("tenant")
+                return exclude
+
+            def _post_clean(self):
+                if scope is not None:
+                    self.instance.tenant_id = scope.tenant_id
+                chosen = getattr(self, "cleaned_data", {}).get("tenant")  # a superuser's pick
+                with validating_tenant(chosen.pk if chosen is not None else self.instance.tenant_id):
+                    super()._post_clean()
+
+        TenantValidatedForm.__name__ = form.__name__
+        return TenantValidatedForm
 
     def save_model(self, request, obj, form, change):
         scope = admin_scope(request)

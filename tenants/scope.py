@@ -11,6 +11,7 @@ for the surrounding transaction and is safe under connection pooling.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -98,6 +99,32 @@ def activate(scope: Scope, using: str = "default") -> Iterator[Scope]:
                 _set_tenant(using, previous)
 
 
+# Tenant whose rows Django's model validation may query (see `validating_tenant`); None outside it.
+_VALIDATING_TENANT: contextvars.ContextVar[int | None] = contextvars.ContextVar("validating_tenant", default=None)
+
+
+@contextlib.contextmanager
+def validating_tenant(tenant_id: int | None) -> Iterator[None]:
+    """Let Django's unique/constraint validation (`validate_unique`, `validate_constraints`), which
+    queries through `Model._default_manager`, run against one tenant's rows.
+
+    Inside the block a TenantScopedManager's plain queryset is `filter(tenant_id=tenant_id)` (all
+    departments: uniqueness is per tenant, and the database would refuse a duplicate in another
+    department anyway), with RLS activated for that tenant so superusers (no admin scope) see the
+    same rows. Only for validation of an instance whose tenant is already fixed from the caller's
+    scope; never wrap reads in it. A `None` tenant (not chosen yet) validates against no rows.
+    """
+    token = _VALIDATING_TENANT.set(tenant_id or 0)
+    try:
+        if tenant_id:
+            with activate(Scope.system(int(tenant_id), principal="validation")):
+                yield
+        else:
+            yield
+    finally:
+        _VALIDATING_TENANT.reset(token)
+
+
 class TenantScopedQuerySet(models.QuerySet):
     def for_scope(self, scope: Scope) -> TenantScopedQuerySet:
         if not isinstance(scope, Scope):
@@ -124,6 +151,9 @@ class TenantScopedManager(models.Manager.from_queryset(TenantScopedQuerySet)):
     """
 
     def get_queryset(self) -> TenantScopedQuerySet:
+        validating = _VALIDATING_TENANT.get()
+        if validating is not None:  # inside `validating_tenant`: Django's unique/constraint checks
+            return self._plain().filter(tenant_id=validating) if validating else self._plain().none()
         raise ScopeRequired(
             f"{self.model.__name__}.objects needs a scope: use .for_scope(scope) "
             "or .unscoped_dangerously() in maintenance code"

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.cache import cache
-from django.db import IntegrityError
 from django.urls import URLPattern, URLResolver, get_resolver
 from rest_framework.test import APIClient
 
@@ -26,8 +25,9 @@ from agents.budgets import Budgets
 from agents.messages import ToolCall
 from agents.tools import TOOLS, ToolDeps, run_tool
 from kb.celery import app as celery_app
+from kb.models import Corpus
 from tenants.models import Membership
-from tenants.scope import Scope, ScopeRequired
+from tenants.scope import Scope, ScopeRequired, activate
 from tests.reliability.world import B_QUESTION, E_QUESTION, CanaryWorld, Side, leaks, run_ids_of, snapshot, trace_text
 
 pytestmark = pytest.mark.django_db(databases=["default", "owner"])
@@ -543,8 +543,9 @@ def test_admin_pages_with_foreign_ids_leak_nothing(canary_world, captured_logs, 
                     response = client.post(url, {"post": "yes", "name": f"probe {n}", "description": "probe", "tenant": side.tenant_id,
                                                  "department": side.department_ids[0], "departments": side.department_ids,
                                                  "corpus": side.corpus_ids[0], "user": (side.user_ids or [1])[0], "role": "admin"})
-                except ScopeRequired:  # the admin-add crash of test_admin_can_add_a_corpus (xfail), not a leak
+                except ScopeRequired:  # Django's unique checks through the raising manager (fixed: a 500 again)
                     add_crashes.append(url)
+                    failures.append(f"{who} POST {url}: ScopeRequired")
                     continue
                 if response.status_code >= 500 or leaks(body_text(response), prefixes):
                     failures.append(f"{who} POST {url} -> {response.status_code}")
@@ -555,14 +556,11 @@ def test_admin_pages_with_foreign_ids_leak_nothing(canary_world, captured_logs, 
     if found := leaks("\n".join(captured_logs), ("CNRYB",)):
         failures.append(f"canary of B in log lines: {found[:2]}")
     reliability.tried(n, "admin requests")
-    reliability.figure("add forms crashing with ScopeRequired (known gap)", sorted(set(add_crashes)))
+    reliability.figure("add forms crashing with ScopeRequired", sorted(set(add_crashes)))
     reliability.figure(f"statuses ({who})", dict(sorted(statuses.items())))
     assert not failures, "\n".join(failures[:40])
 
 
-@pytest.mark.xfail(strict=True, raises=ScopeRequired, reason="tenants/admin.py: admin model validation runs Django's UniqueConstraint "
-                   "check through Corpus._default_manager, the TenantScopedManager, which raises ScopeRequired: adding or editing "
-                   "a corpus (any model with a unique constraint) in the admin is a 500")
 def test_admin_can_add_a_corpus(canary_world):
     """Admin: a tenant admin adds a corpus through the admin form (no foreign ids involved)"""
     w = canary_world
@@ -572,13 +570,22 @@ def test_admin_can_add_a_corpus(canary_world):
 
     client = Client()
     client.force_login(user)
-    response = client.post("/admin/kb/corpus/add/", {"name": "Added in the admin", "description": "", "chunk_target_tokens": 200,
-                                                     "chunk_overlap_tokens": 30, "embedding_model": "hash", "embedding_dim": 64})
-    assert response.status_code in (200, 302)
+    form = {"name": "Added in the admin", "description": "", "chunk_target_tokens": 200, "chunk_overlap_tokens": 30,
+            "embedding_model": "hash", "embedding_dim": 64}
+    scope = Scope.system(w.a.id)
+
+    def added() -> int:
+        with activate(scope):
+            return Corpus.objects.for_scope(scope).filter(name="Added in the admin").count()
+
+    response = client.post("/admin/kb/corpus/add/", form)
+    assert response.status_code == 302, body_text(response)[:2000]
+    assert added() == 1
+    again = client.post("/admin/kb/corpus/add/", form)  # same name in the same tenant: a form error, not a 500
+    assert again.status_code == 200 and b"already exists" in again.content
+    assert added() == 1
 
 
-@pytest.mark.xfail(strict=True, raises=IntegrityError, reason="tenants/admin.py: the department form leaves out `tenant` (set from the "
-                   "scope on save), so Django skips the (tenant, name) unique check and a duplicate name is an IntegrityError: a 500")
 def test_admin_duplicate_department_name_is_a_form_error(canary_world):
     """Admin: adding a department whose name exists in the tenant is a form error, not a 500"""
     w = canary_world
