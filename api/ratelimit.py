@@ -3,19 +3,65 @@
 Both are fixed-window counters consumed atomically: in Redis by one Lua script (check, INCR and
 PEXPIRE in a single round trip, so concurrent workers can't overshoot), or, with no Redis
 configured (the embedded default), in the Django cache. A rejected request does not consume.
+
+When the rate-limit Redis is unreachable (down, restarting, timing out) the API keeps serving: a
+rate limit is a guard rail, not a reason to take every request down with a 500. Behaviour:
+
+* the counter falls back to the Django cache (`_consume_cache`) for `REDIS_RETRY_SECONDS`, then
+  Redis is tried again, so recovery needs no restart and a dead Redis costs no connect timeout per
+  request. Limits stay enforced, per cache (per process with the local-memory cache; the windows
+  restart from zero, so a caller may get up to one extra window's worth during the switch);
+* a warning is logged at most once per `WARN_INTERVAL_SECONDS`, not once per request;
+* if the Django cache fails too (e.g. it lives on the same Redis): the per-caller per-minute limit
+  fails open (the request is allowed, warning logged); the tenant's daily agent-run budget, which
+  caps spending, fails closed with 503 + Retry-After (`RateLimitUnavailable`), never a 500.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import math
+import threading
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.core.cache import cache
-from rest_framework import throttling
+from rest_framework import status, throttling
+from rest_framework.exceptions import APIException
+
+logger = logging.getLogger(__name__)
+
+REDIS_RETRY_SECONDS = 5.0  # after a Redis error, count in the Django cache this long before trying Redis again
+WARN_INTERVAL_SECONDS = 60.0  # at most one outage warning per interval and kind
+
+_state_lock = threading.Lock()
+_redis_down_until: dict[str, float] = {}  # Redis URL -> monotonic time before which it is not tried
+_last_warning: dict[str, float] = {}
+
+
+class RateLimitUnavailable(APIException):
+    """Neither Redis nor the Django cache could count a fail-closed budget: 503 with Retry-After."""
+
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_detail = "rate-limit storage is unavailable, retry shortly"
+    default_code = "rate_limit_unavailable"
+    wait = 30
+
+    def __init__(self, detail=None, code=None, wait: int = 30):
+        super().__init__(detail, code)
+        self.wait = wait
+
+
+def _warn(kind: str, message: str, *args) -> None:
+    now = time.monotonic()
+    with _state_lock:
+        if now - _last_warning.get(kind, -WARN_INTERVAL_SECONDS) < WARN_INTERVAL_SECONDS:
+            return
+        _last_warning[kind] = now
+    logger.warning(message, *args)
 
 _CONSUME = """
 local current = tonumber(redis.call('GET', KEYS[1]) or '0')
@@ -44,15 +90,35 @@ def _redis(url: str):
     return client, client.register_script(_CONSUME)
 
 
-def consume(key: str, limit: int, window_seconds: int, reset_in: float | None = None) -> Decision:
-    """Take one unit from `key`'s window unless `limit` is reached. `reset_in`: seconds left in the window."""
+def consume(key: str, limit: int, window_seconds: int, reset_in: float | None = None, fail_open: bool = True) -> Decision:
+    """Take one unit from `key`'s window unless `limit` is reached. `reset_in`: seconds left in the window.
+
+    Redis errors fall back to the Django cache (module docstring); if that fails too, `fail_open`
+    allows the unit, otherwise `RateLimitUnavailable` (503) is raised."""
     ttl_ms = max(1, int((reset_in if reset_in is not None else window_seconds) * 1000))
     url = settings.RATE_LIMIT_REDIS_URL
-    if url:
-        _, script = _redis(url)
-        allowed, count, pttl = script(keys=[key], args=[limit, ttl_ms])
-        return Decision(bool(allowed), int(count), max(1, math.ceil((pttl if pttl > 0 else ttl_ms) / 1000)))
-    return _consume_cache(key, limit, ttl_ms)
+    if url and time.monotonic() >= _redis_down_until.get(url, 0.0):
+        import redis
+
+        try:
+            _, script = _redis(url)
+            allowed, count, pttl = script(keys=[key], args=[limit, ttl_ms])
+            return Decision(bool(allowed), int(count), max(1, math.ceil((pttl if pttl > 0 else ttl_ms) / 1000)))
+        except redis.RedisError as exc:
+            with _state_lock:
+                _redis_down_until[url] = time.monotonic() + REDIS_RETRY_SECONDS
+            _warn("redis", "rate-limit Redis unavailable (%s: %s): counting in the Django cache, retrying Redis every %ss",
+                  type(exc).__name__, exc, REDIS_RETRY_SECONDS)
+    try:
+        return _consume_cache(key, limit, ttl_ms)
+    except Exception as exc:  # the cache may live on the same Redis
+        if not fail_open:
+            _warn("cache-closed", "rate-limit fallback cache unavailable (%s: %s): refusing budgeted requests with 503",
+                  type(exc).__name__, exc)
+            raise RateLimitUnavailable() from exc
+        _warn("cache-open", "rate-limit fallback cache unavailable (%s: %s): allowing requests without a per-key limit",
+              type(exc).__name__, exc)
+        return Decision(True, 0, 1)
 
 
 def _consume_cache(key: str, limit: int, ttl_ms: int) -> Decision:
@@ -116,4 +182,4 @@ def consume_daily_run(tenant_id: int, limit: int) -> Decision:
         return Decision(True, 0, 0)
     now = datetime.now(UTC)
     midnight = datetime(now.year, now.month, now.day, tzinfo=UTC) + timedelta(days=1)
-    return consume(f"runs:{tenant_id}:{now:%Y%m%d}", limit, 86400, reset_in=(midnight - now).total_seconds())
+    return consume(f"runs:{tenant_id}:{now:%Y%m%d}", limit, 86400, reset_in=(midnight - now).total_seconds(), fail_open=False)

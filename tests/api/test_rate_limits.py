@@ -78,3 +78,18 @@ def test_daily_run_limit_reads_tenant_settings(settings):
     assert ratelimit.daily_run_limit({}) == 7
     assert ratelimit.daily_run_limit({"daily_runs": 3}) == 3
     assert ratelimit.daily_run_limit({"daily_runs": "bad"}) == 7
+
+
+def test_storage_outage_fails_open_per_key_and_closed_for_the_daily_budget(settings, monkeypatch):
+    """Redis down (nothing listens) and the fallback cache failing too: the per-minute limit allows,
+    the daily agent-run budget answers 503 (RateLimitUnavailable), never an unhandled error."""
+    settings.RATE_LIMIT_REDIS_URL = "redis://127.0.0.1:1/0"
+
+    def broken(*args, **kwargs):
+        raise ConnectionError("cache down")
+
+    monkeypatch.setattr(ratelimit, "_consume_cache", broken)
+    assert ratelimit.consume(f"rl:test:{uuid.uuid4().hex}", 1, 60).allowed
+    with pytest.raises(ratelimit.RateLimitUnavailable) as exc:
+        ratelimit.consume_daily_run(10**9, 5)
+    assert exc.value.status_code == 503 and exc.value.wait > 0
