@@ -282,7 +282,11 @@ def _actors(request):
     members = Membership.objects.select_related("user", "tenant").order_by("tenant_id", "id")
     keys = ApiKey.objects.filter(revoked_at__isnull=True).select_related("tenant").order_by("tenant_id", "id")
     if scope is not None:
-        members, keys = members.filter(tenant_id=scope.tenant_id), keys.filter(tenant_id=scope.tenant_id)
+        # Act only as members/keys the admin may manage (api.access: within its departments when restricted).
+        from api.access import visible_api_keys, visible_memberships
+
+        members = members.filter(pk__in=visible_memberships(scope).values("pk"))
+        keys = keys.filter(pk__in=visible_api_keys(scope).values("pk"))
     return members, keys
 
 

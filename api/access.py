@@ -57,12 +57,33 @@ def access_department(scope: Scope, department_id) -> Department:
     return _one(qs, department_id, "department")
 
 
+def _within_departments(qs: QuerySet, scope: Scope) -> QuerySet:
+    """Principals (keys, memberships) a caller may see and manage: all of the tenant's for a whole-tenant
+    caller; for a department-restricted one only those whose departments are a subset of its own visible
+    departments, never an all-departments one (managing it would reach departments the caller can't see)."""
+    qs = qs.filter(tenant_id=scope.tenant_id)
+    if scope.all_departments:
+        return qs
+    through = qs.model.departments.through
+    owner = f"{qs.model._meta.model_name}_id"
+    outside = through.objects.exclude(department_id__in=sorted(scope.department_ids)).values(owner)
+    return qs.filter(all_departments=False).exclude(pk__in=outside)
+
+
+def visible_api_keys(scope: Scope) -> QuerySet:
+    return _within_departments(ApiKey.objects.all(), scope)
+
+
+def visible_memberships(scope: Scope) -> QuerySet:
+    return _within_departments(Membership.objects.all(), scope)
+
+
 def access_api_key(scope: Scope, key_id) -> ApiKey:
-    return _one(ApiKey.objects.filter(tenant_id=scope.tenant_id), key_id, "API key")
+    return _one(visible_api_keys(scope), key_id, "API key")
 
 
 def access_membership(scope: Scope, membership_id) -> Membership:
-    return _one(Membership.objects.filter(tenant_id=scope.tenant_id).select_related("user"), membership_id, "member")
+    return _one(visible_memberships(scope).select_related("user"), membership_id, "member")
 
 
 def visible_runs(scope: Scope) -> QuerySet:

@@ -104,6 +104,11 @@ def scoped_queryset(request: HttpRequest, model: type[models.Model]) -> models.Q
     if model is Department:
         qs = Department.objects.filter(tenant_id=scope.tenant_id)
         return qs if scope.all_departments else qs.filter(id__in=scope.department_ids)
+    if model is ApiKey or model is Membership:
+        # The same rule as the API: a department-restricted admin manages only keys/members within its departments.
+        from api.access import visible_api_keys, visible_memberships
+
+        return visible_api_keys(scope) if model is ApiKey else visible_memberships(scope)
     return model._default_manager.filter(tenant_id=scope.tenant_id)
 
 
@@ -316,7 +321,11 @@ class MembershipAdmin(TenantScopedAdmin):
             scope = admin_scope(request)
             if scope is not None:
                 # Other tenants' users stay invisible: members of this tenant, or users without any membership.
-                users = users.filter(models.Q(memberships__tenant_id=scope.tenant_id) | models.Q(memberships__isnull=True)).distinct()
+                # A department-restricted admin sees only the members it may manage (api.access.visible_memberships).
+                from api.access import visible_memberships
+
+                members = visible_memberships(scope).values("user_id")
+                users = users.filter(models.Q(pk__in=members) | models.Q(memberships__isnull=True)).distinct()
             kwargs["queryset"] = users
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
 

@@ -10,7 +10,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 
 from api import serializers as s
-from api.access import access_api_key, access_membership
+from api.access import access_api_key, access_membership, visible_api_keys, visible_memberships
 from api.permissions import ASK, MANAGE
 from api.views.base import ScopedAPIView
 from tenants.models import ApiKey, Department, Membership
@@ -30,13 +30,14 @@ class DepartmentList(ScopedAPIView):
 
 
 class ApiKeyList(ScopedAPIView):
-    """List the tenant's keys (never their secrets); create one (the raw key is in this response only)."""
+    """List the keys the caller may manage (api.access.visible_api_keys; never their secrets); create one
+    (the raw key is in this response only)."""
 
     roles = MANAGE
 
     @extend_schema(responses=s.ApiKeySerializer(many=True))
     def get(self, request):
-        qs = ApiKey.objects.filter(tenant_id=self.scope.tenant_id).prefetch_related("departments")
+        qs = visible_api_keys(self.scope).prefetch_related("departments")
         return self.paginated(qs, s.ApiKeySerializer)
 
     @extend_schema(request=s.ApiKeySerializer, responses={201: s.ApiKeyCreatedSerializer})
@@ -77,13 +78,14 @@ class ApiKeyDetail(ScopedAPIView):
 
 
 class MemberList(ScopedAPIView):
-    """Members of the tenant; admins add one by username (the user is created, without a password, if new)."""
+    """Members the caller may manage (api.access.visible_memberships); admins add one by username (the user is
+    created, without a password, if new)."""
 
     roles = MANAGE
 
     @extend_schema(responses=s.MembershipSerializer(many=True))
     def get(self, request):
-        qs = Membership.objects.filter(tenant_id=self.scope.tenant_id).select_related("user").prefetch_related("departments")
+        qs = visible_memberships(self.scope).select_related("user").prefetch_related("departments")
         return self.paginated(qs, s.MembershipSerializer)
 
     @extend_schema(request=s.MembershipSerializer, responses={201: s.MembershipSerializer})

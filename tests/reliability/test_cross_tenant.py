@@ -33,10 +33,10 @@ from tests.reliability.world import B_QUESTION, E_QUESTION, CanaryWorld, Side, l
 pytestmark = pytest.mark.django_db(databases=["default", "owner"])
 
 PRINCIPALS = ("a-admin", "a-sales-admin", "a-sales-reader")
-# Keys and members are tenant-wide today: a department-restricted admin lists and revokes every key and
-# member of the tenant. Probed separately (xfail) below, so the main suite stays a regression guard.
-TENANT_WIDE_ROUTES = frozenset({"key-list", "key-detail", "member-list", "member-detail"})
-TENANT_WIDE_ADMIN = ("/admin/tenants/apikey/", "/admin/tenants/membership/", "/admin/agents/run/ask/")
+# Keys and members are filtered by department like everything else (api.access.visible_api_keys/visible_memberships,
+# also used by the admin's key/member pages and the ask playground), so no route or admin page is exempt any more.
+TENANT_WIDE_ROUTES: frozenset[str] = frozenset()
+TENANT_WIDE_ADMIN: tuple[str, ...] = ()
 ROLE_DENIED = "your role does not allow this"
 
 
@@ -329,8 +329,6 @@ def test_api_routes_answer_not_found_and_leak_nothing(canary_world, captured_log
     assert not failures, f"{len(failures)} of {n} probes failed:\n" + "\n".join(failures[:40])
 
 
-@pytest.mark.xfail(strict=True, reason="api/views/tenants.py + api/access.py: keys and members are filtered by tenant only, "
-                   "so a department-restricted admin lists, reads and revokes keys/members of other departments")
 def test_department_admin_cannot_reach_other_departments_keys_and_members(canary_world):
     """Cross-department: a Sales-only admin cannot list, read, revoke or edit Engineering's keys and members"""
     w = canary_world
