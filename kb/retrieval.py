@@ -14,8 +14,10 @@ How a search runs (docs/retrieval.md has the measurements behind each choice):
    rows only. Small scopes are scanned exactly (the HNSW index cannot be used: pgvector filters
    after the index scan, so a selective filter would starve it); large ones use HNSW with
    iterative relaxed-order scanning, re-sorted, and fall back to exact when short of k.
-3. Keyword: BM25 computed in SQL over the GIN candidates of an OR tsquery, with per-corpus
-   document frequencies from ts_stat (cached) and per-term frequencies via ts_rank_cd.
+3. Keyword: BM25 computed in SQL over the GIN candidates of an OR tsquery of the rarest lexemes
+   (at most 10% of the chunks and 1,000 by document frequency), with per-corpus document
+   frequencies from ts_stat (cached) and per-term frequencies via ts_rank_cd. The GIN index is
+   usable under RLS only because migration kb 0003 marks ts_match_vq LEAKPROOF.
 4. Hybrid: weighted reciprocal rank fusion of the two lists. Optional MMR diversification.
 
 Raw SQL lives here only; the tenant id in every statement is a parameter taken from the scope.
@@ -102,8 +104,11 @@ DEFAULTS = {
     # How many candidates each side contributes to fusion / MMR.
     "RETRIEVAL_CANDIDATES": 50,
     # Keyword candidates come from the rarest query lexemes covering at most this share of the
-    # chunks (1 = every lexeme: exact BM25 top-n).
+    # chunks (1 = every lexeme: exact BM25 top-n, no cap either)
     "RETRIEVAL_BM25_CANDIDATE_SHARE": 0.1,
+    # ... and at most this many chunks (estimated from document frequencies): the cost of keyword
+    # search is per candidate (heap row + tsvector), so large corpora need an absolute cap too.
+    "RETRIEVAL_BM25_MAX_CANDIDATES": 1000,
     "RETRIEVAL_BM25_K1": 1.2,
     "RETRIEVAL_BM25_B": 0.75,
     "RETRIEVAL_TERM_STATS_TTL_S": 300,
@@ -527,7 +532,8 @@ def _keyword_search(plan: _Plan, query: str, n: int, using: str,
     Score: sum over query lexemes of idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * len / avglen)),
     with tf read from the tsvector by ts_rank_cd under unit weights (for a one-lexeme query it is
     exactly the occurrence count). Candidates: chunks containing one of the rarest query lexemes
-    whose document frequencies add up to RETRIEVAL_BM25_CANDIDATE_SHARE of the chunks (a chunk with
+    whose document frequencies add up to RETRIEVAL_BM25_CANDIDATE_SHARE of the chunks and at most
+    RETRIEVAL_BM25_MAX_CANDIDATES (a chunk with
     only common words cannot outrank one with the rare ones in practice; measured in
     docs/retrieval.md); every lexeme still counts in the score. Fewer than n candidates: all lexemes.
     """
@@ -548,10 +554,11 @@ def _keyword_search(plan: _Plan, query: str, n: int, using: str,
     if not terms:
         return [], "bm25(no match)"
     share = float(_setting("RETRIEVAL_BM25_CANDIDATE_SHARE"))
+    limit = min(share * n_docs, float(_setting("RETRIEVAL_BM25_MAX_CANDIDATES") or math.inf)) if 0 < share < 1 else math.inf
     generators: list[str] = []
     budget = 0
     for lex, _, df in sorted(terms, key=lambda t: t[2]):
-        if generators and 0 < share < 1 and budget + df > share * n_docs:
+        if generators and budget + df > limit:
             break
         generators.append(lex)
         budget += df

@@ -404,3 +404,43 @@ def test_keyword_candidates_from_rare_terms_with_fallback():
     more = search(scope, "zebra common", k=5, mode="keyword")  # two zebra chunks < 5: every term generates
     assert len(more.hits) == 5 and more.path == "bm25(candidates from 2/2 terms)"
     assert ids(more)[:2] == ids(res)
+
+
+def test_keyword_candidates_capped_by_count(settings):
+    settings.RETRIEVAL_BM25_MAX_CANDIDATES = 3
+    tenant = make_tenant("Capped")
+    c = corpus(tenant, "C")
+    d = doc(c, "Doc")
+    for i in range(6):
+        chunk(d, f"walrus notes {i}")
+    for i in range(4):
+        chunk(d, f"otter notes {i}")
+    chunk(d, "the narwhal")
+    scope = whole_tenant(tenant)
+    # narwhal (df 1) fits the cap of 3, otter (df 4) would exceed it; share 0.1 alone would allow 1.1.
+    res = search(scope, "narwhal otter walrus", k=1, mode="keyword")
+    assert res.path == "bm25(candidates from 1/3 terms)"
+    settings.RETRIEVAL_BM25_CANDIDATE_SHARE = 0.9
+    res = search(scope, "narwhal otter walrus", k=1, mode="keyword")
+    assert res.path == "bm25(candidates from 1/3 terms)"  # the cap, not the share (9.9), stops at otter
+    settings.RETRIEVAL_BM25_MAX_CANDIDATES = 5
+    res = search(scope, "narwhal otter walrus", k=1, mode="keyword")
+    assert res.path == "bm25(candidates from 2/3 terms)"
+
+
+def test_keyword_match_uses_the_gin_index_under_rls():
+    """Under RLS a condition can only drive an index when its function is LEAKPROOF (migration kb 0003)."""
+    tenant = make_tenant("Gin")
+    c = corpus(tenant, "C")
+    d = doc(c, "Doc")
+    chunk(d, "a penguin colony")
+    scope = whole_tenant(tenant)
+    with activate(scope), connections["default"].cursor() as cur:
+        cur.execute("SELECT current_setting('is_superuser')")
+        assert cur.fetchone()[0] == "off"  # the app role: RLS applies
+        cur.execute("SELECT proleakproof FROM pg_proc WHERE oid = 'ts_match_vq'::regproc")
+        assert cur.fetchone()[0] is True
+        # (EXPLAIN on a table this small picks the tenant index whatever the marking; measured at
+        # 100,000 chunks in docs/retrieval.md: a sequential scan of every tsvector without it.)
+        cur.execute("SELECT count(*) FROM kb_chunk WHERE search_vector @@ 'penguin'::tsquery")
+        assert cur.fetchone()[0] == 1
