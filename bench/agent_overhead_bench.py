@@ -28,6 +28,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from benchdb import create_database, drop_database  # noqa: E402  (bench/ is on sys.path when run as a script)
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kb.settings")
 
 MODEL_KEY = "hash:64"
@@ -82,22 +85,6 @@ def percentile(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(round(q * (len(s) - 1))))] if s else float("nan")
 
 
-def setup_database(dbname: str) -> None:
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-    from django.db import connections
-
-    with connections["owner"]._nodb_cursor() as cur:
-        cur.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
-        cur.execute(f'CREATE DATABASE "{dbname}"')
-    for alias in ("owner", "default"):
-        connections[alias].close()
-        connections[alias].settings_dict["NAME"] = dbname
-    call_command("migrate", database="owner", verbosity=0)
-
-
 def use_database(dbname: str) -> None:
     import django
 
@@ -117,15 +104,6 @@ def reuse(rows: int) -> dict:
     return {"tenant": tenant, "depts": list(Department.objects.filter(tenant=tenant).order_by("id")),
             "corpora": list(Corpus.objects.unscoped_dangerously("owner").filter(tenant=tenant)), "load_s": 0.0, "index_s": 0.0,
             "gen": TextGen(7)}
-
-
-def drop_database(dbname: str) -> None:
-    from django.db import connections
-
-    for alias in ("owner", "default"):
-        connections[alias].close()
-    with connections["owner"]._nodb_cursor() as cur:
-        cur.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
 
 
 def load(rows: int, seed: int = 7) -> dict:
@@ -314,7 +292,7 @@ def main() -> None:
     if args.reuse_db:
         use_database(dbname)
     else:
-        setup_database(dbname)
+        create_database(dbname)
     try:
         data = reuse(args.rows) if args.reuse_db else load(args.rows)
         from tenants.scope import Scope

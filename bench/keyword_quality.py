@@ -32,6 +32,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from benchdb import create_database, drop_database  # noqa: E402  (bench/ is on sys.path when run as a script)
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kb.settings")
 EVAL = ROOT.parent / "shared" / "eval"
 MODEL_KEY = "minilm-l6-v2:384"
@@ -82,31 +85,6 @@ def embed(texts: list[str], what: str) -> np.ndarray:
     print(f"embedded {len(texts)} {what} in {time.perf_counter() - t:.0f}s")
     np.save(path, x)
     return x
-
-
-def setup_db(dbname: str):
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-    from django.db import connections
-
-    with connections["owner"]._nodb_cursor() as cur:
-        cur.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
-        cur.execute(f'CREATE DATABASE "{dbname}"')
-    for alias in ("owner", "default"):
-        connections[alias].close()
-        connections[alias].settings_dict["NAME"] = dbname
-    call_command("migrate", database="owner", verbosity=0)
-
-
-def drop_db(dbname: str) -> None:
-    from django.db import connections
-
-    for alias in ("owner", "default"):
-        connections[alias].close()
-    with connections["owner"]._nodb_cursor() as cur:
-        cur.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
 
 
 def ingest(docs: list[dict], chunks: list[tuple[int, str]], vecs: np.ndarray):
@@ -180,13 +158,13 @@ def main() -> None:
     chunk_vecs = embed([c for _, c in chunks], "chunks")
     query_vecs = embed([q["question"] for q in questions], "questions")
     dbname = f"bench_keyword_{os.getpid()}"
-    setup_db(dbname)
+    create_database(dbname)
     try:
         ingest(docs, chunks, chunk_vecs)
         results = run(args, chunks, questions, query_vecs)
     finally:
         if not args.keep_db:
-            drop_db(dbname)
+            drop_database(dbname)
     print("\n| method | Hits@10 | evidence recall@10 | p50 ms | p95 ms |")
     print("|---|---:|---:|---:|---:|")
     for r in results:

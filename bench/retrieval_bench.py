@@ -39,6 +39,9 @@ import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from benchdb import create_database, drop_database  # noqa: E402  (bench/ is on sys.path when run as a script)
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kb.settings")
 
 DIM = 384
@@ -77,32 +80,6 @@ def vectors(kind: str, n: int, rng: np.random.Generator, centers: np.ndarray | N
         assign = rng.integers(0, len(centers), n)
         x = centers[assign] + rng.standard_normal((n, DIM), dtype=np.float32) * (0.6 / np.sqrt(DIM))
     return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
-
-
-def setup_django(dbname: str) -> None:
-    import django
-
-    django.setup()
-    from django.db import connections
-
-    with connections["owner"]._nodb_cursor() as cur:
-        cur.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
-        cur.execute(f'CREATE DATABASE "{dbname}"')
-    for alias in ("owner", "default"):
-        connections[alias].close()
-        connections[alias].settings_dict["NAME"] = dbname
-    from django.core.management import call_command
-
-    call_command("migrate", database="owner", verbosity=0)
-
-
-def drop_database(dbname: str) -> None:
-    from django.db import connections
-
-    for alias in ("owner", "default"):
-        connections[alias].close()
-    with connections["owner"]._nodb_cursor() as cur:
-        cur.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
 
 
 def load(kind: str, rows: int, seed: int) -> dict:
@@ -289,7 +266,7 @@ def main() -> None:
     for kind in args.distributions.split(","):
         dbname = f"bench_retrieval_{os.getpid()}_{kind}"
         t = time.perf_counter()
-        setup_django(dbname)
+        create_database(dbname)
         chroma_dir = tempfile.mkdtemp(prefix="bench_chroma_")
         try:
             d = load(kind, args.rows, args.seed)
