@@ -98,11 +98,16 @@ def ensure_server() -> str:
 def _start() -> str:
     global _socket_dir
     import pgserver  # heavy import, only in embedded mode
+    from pgserver.postgres_server import PostgresServer
 
     pgdata = data_dir()
     pgdata.parent.mkdir(parents=True, exist_ok=True)
     if pgdata.exists():
-        stop_stale_server(pgdata)
+        # Under pgserver's own inter-process lock, which also covers its start + holder registration:
+        # otherwise a second process (e.g. another gunicorn worker) could see a server just started by
+        # the first, not yet registered as held, and stop it as stale.
+        with PostgresServer._lock:
+            stop_stale_server(pgdata)
     server = pgserver.get_server(pgdata, cleanup_mode="stop")
     _bootstrap(server)
     _socket_dir = str(server.get_postmaster_info().socket_dir)  # published only once usable
