@@ -145,3 +145,25 @@ def restore_celery(saved: dict) -> None:
 
 def new_queue() -> str:
     return f"grounded-rel-{uuid.uuid4().hex[:10]}"
+
+
+def api_tenant_with_fast_gemini(settings, monkeypatch, **provider_kwargs):
+    """A tenant with the policy corpus and a reader key, rate limits out of the way, and the Gemini
+    provider built without retry back-off (plus `provider_kwargs`). Returns (tenant, raw key)."""
+    from django.core.cache import cache
+
+    from agents.providers.gemini import GeminiProvider
+    from tenants.models import ApiKey
+    from tests.agents.conftest import make_policy_corpus
+    from tests.factories import make_tenant
+
+    settings.RATE_LIMIT_REDIS_URL = ""
+    settings.RATE_LIMIT_PER_MINUTE = 100_000
+    cache.clear()
+    tenant = make_tenant("Acme")
+    make_policy_corpus(tenant)
+    _, raw = ApiKey.issue(tenant=tenant, name="reader", role="reader", all_departments=True)
+    original = GeminiProvider.from_settings.__func__
+    monkeypatch.setattr(GeminiProvider, "from_settings",
+                        classmethod(lambda cls, **kw: original(cls, backoff_s=0, **provider_kwargs, **kw)))
+    return tenant, raw

@@ -16,14 +16,12 @@ import logging
 
 import psycopg
 import pytest
-from django.core.cache import cache
 from django.db import connections
 from rest_framework.test import APIClient
 
 import tests.kb._transactional  # noqa: F401 - flush through the owner after transactional tests
 from agents.chain import verify_tenant_chain
 from agents.models import Run, RunStep
-from agents.providers.gemini import GeminiProvider
 from kb.chunking import chunk_document
 from kb.embedding import HashEmbedder
 from kb.ingest import resume_stuck_jobs, upload_document
@@ -31,11 +29,20 @@ from kb.models import Chunk, Corpus, Document, IngestJob
 from kb.parsing import parse
 from tenants.models import ApiKey
 from tenants.scope import activate
-from tests.agents.conftest import make_policy_corpus
 from tests.factories import make_tenant, whole_tenant
 from tests.fakes import embedders as fake_embedders
 from tests.fakes.fake_gemini import FakeGemini, calls, text
-from tests.reliability.infra import SHARED_REDIS, PrivateRedis, Workers, free_port, new_queue, point_celery_at, restore_celery, wait_for
+from tests.reliability.infra import (
+    SHARED_REDIS,
+    PrivateRedis,
+    Workers,
+    api_tenant_with_fast_gemini,
+    free_port,
+    new_queue,
+    point_celery_at,
+    restore_celery,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.worker, pytest.mark.django_db(databases=["default", "owner"], transaction=True)]
 
@@ -249,14 +256,7 @@ def test_db_connection_of_the_leaseholder_terminated_mid_job_is_retried_to_exact
 
 def test_db_connection_terminated_during_a_request_leaves_no_half_trace_and_service_recovers(settings, monkeypatch, reliability):
     """Faults: the request's database connection terminated (pg_terminate_backend) while the model call is in flight"""
-    settings.RATE_LIMIT_REDIS_URL = ""
-    settings.RATE_LIMIT_PER_MINUTE = 100_000
-    cache.clear()
-    tenant = make_tenant("Acme")
-    make_policy_corpus(tenant)
-    _, raw = ApiKey.issue(tenant=tenant, name="reader", role="reader", all_departments=True)
-    original = GeminiProvider.from_settings.__func__
-    monkeypatch.setattr(GeminiProvider, "from_settings", classmethod(lambda cls, **kw: original(cls, backoff_s=0, **kw)))
+    tenant, raw = api_tenant_with_fast_gemini(settings, monkeypatch)
     connections["default"].ensure_connection()
     with connections["default"].cursor() as cur:
         cur.execute("SELECT pg_backend_pid()")

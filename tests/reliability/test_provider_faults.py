@@ -13,17 +13,14 @@ import json
 import time
 
 import pytest
-from django.core.cache import cache
 from rest_framework.test import APIClient
 
 from agents.chain import verify_tenant_chain
 from agents.models import Run, RunStep
-from agents.providers.gemini import GeminiProvider
-from tenants.models import ApiKey
 from tenants.scope import activate
-from tests.agents.conftest import make_policy_corpus
-from tests.factories import make_tenant, whole_tenant
+from tests.factories import whole_tenant
 from tests.fakes.fake_gemini import FakeGemini, calls, malformed, status, text
+from tests.reliability.infra import api_tenant_with_fast_gemini
 
 pytestmark = pytest.mark.django_db(databases=["default", "owner"])
 
@@ -59,15 +56,7 @@ FAULTS = {  # name -> (script, the fake's answer once the script is used up, exp
 
 @pytest.fixture
 def tenant_key(db, settings, monkeypatch):
-    settings.RATE_LIMIT_REDIS_URL = ""
-    settings.RATE_LIMIT_PER_MINUTE = 100_000
-    cache.clear()
-    tenant = make_tenant("Acme")
-    make_policy_corpus(tenant)
-    _, raw = ApiKey.issue(tenant=tenant, name="reader", role="reader", all_departments=True)
-    original = GeminiProvider.from_settings.__func__
-    monkeypatch.setattr(GeminiProvider, "from_settings",
-                        classmethod(lambda cls, **kw: original(cls, backoff_s=0, timeout_s=TIMEOUT_S, **kw)))
+    tenant, raw = api_tenant_with_fast_gemini(settings, monkeypatch, timeout_s=TIMEOUT_S)
     from api.views import agents as agent_views
 
     monkeypatch.setattr(agent_views, "start_background", lambda target: target())
