@@ -104,8 +104,12 @@ def validate_arguments(spec: ToolSpec, arguments: Any) -> dict[str, Any]:
                 value = [value]
             value = [_as_int(name, v) for v in value][:50]
         elif kind == "object":
-            if not isinstance(value, dict) or not all(isinstance(v, str | int | float | bool) for v in value.values()):
-                raise ToolArgumentError(f"'{name}' must be an object of simple values, e.g. {{\"category\": \"travel\"}}")
+            simple = (str, int, float, bool)
+            if not isinstance(value, dict) or not all(
+                    isinstance(v, simple) or (isinstance(v, list) and 0 < len(v) <= 50 and all(isinstance(x, simple) for x in v))
+                    for v in value.values()):
+                raise ToolArgumentError(f"'{name}' must be an object of simple values or lists of them, "
+                                        f"e.g. {{\"category\": \"travel\"}} or {{\"source\": [\"A\", \"B\"]}}")
         if "enum" in schema and value not in schema["enum"]:
             raise ToolArgumentError(f"'{name}' must be one of {schema['enum']}, got {value!r}")
         clean[name] = value
@@ -244,7 +248,8 @@ TOOLS: dict[str, Tool] = {t.spec.name: t for t in (
                           "corpus_ids": {**_ID_LIST, "description": "Only these corpora (ids from list_corpora)."},
                           "document_ids": {**_ID_LIST, "description": "Only these documents."},
                           "department_ids": {**_ID_LIST, "description": "Only documents of these departments."},
-                          "metadata": {"type": "object", "description": "Exact metadata matches, e.g. {\"category\": \"travel\"}."},
+                          "metadata": {"type": "object", "description": "Exact metadata matches, e.g. {\"category\": \"travel\"}; "
+                                       "a list means any of, e.g. {\"source\": [\"A\", \"B\"]}."},
                           "published_after": {"type": "string", "description": "ISO date; only documents published on/after it."},
                           "published_before": {"type": "string", "description": "ISO date; only documents published before it."},
                       }}), search),

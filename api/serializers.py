@@ -164,8 +164,10 @@ class SearchFiltersSerializer(serializers.Serializer):
 
     def validate_metadata(self, value: dict) -> dict:
         for key, v in value.items():
-            if not isinstance(v, str | int | float | bool) or v is None:
-                raise serializers.ValidationError(f"{key}: values must be strings, numbers or booleans")
+            values = v if isinstance(v, list) else [v]
+            if (isinstance(v, list) and not 1 <= len(v) <= 50) or not all(isinstance(x, str | int | float | bool) for x in values):
+                raise serializers.ValidationError(
+                    f"{key}: values must be strings, numbers or booleans, or a list of 1-50 of them (any of)")
         return value
 
 

@@ -52,7 +52,9 @@ class SearchFilters:
     # Only chunks of these departments (intersected with the scope). Tenant-wide chunks (no
     # department) are excluded unless include_tenant_wide is set.
     department_ids: tuple[int, ...] | None = None
-    metadata: dict[str, str | int | float | bool] | None = None  # equality on Document.metadata keys
+    # Equality on Document.metadata keys; a list value means "any of these" (one publisher may have
+    # several source names).
+    metadata: dict[str, str | int | float | bool | list | tuple] | None = None
     published_after: str | None = None  # ISO date/datetime on Document.metadata["published_at"], inclusive
     published_before: str | None = None  # exclusive
     include_tenant_wide: bool = False
@@ -289,8 +291,14 @@ def _resolve_documents(plan: _Plan, f: SearchFilters, using: str) -> tuple[tuple
         sql.append("AND d.id = ANY(%s)")
         params.append([int(d) for d in f.document_ids])
     if f.metadata:
-        sql.append("AND d.metadata @> %s::jsonb")
-        params.append(json.dumps(f.metadata))
+        scalars = {key: v for key, v in f.metadata.items() if not isinstance(v, list | tuple)}
+        if scalars:
+            sql.append("AND d.metadata @> %s::jsonb")
+            params.append(json.dumps(scalars))
+        for key, values in f.metadata.items():
+            if isinstance(values, list | tuple):  # any of these values; an empty list matches nothing
+                sql.append("AND d.metadata @> ANY(%s::jsonb[])")
+                params.append([json.dumps({key: v}) for v in values])
     published = ("CASE WHEN pg_input_is_valid(d.metadata->>'published_at', 'timestamptz') "
                  "THEN (d.metadata->>'published_at')::timestamptz END")
     if f.published_after:

@@ -108,6 +108,9 @@ def test_narrowing_filters(two_tenants, mode):
     assert run(corpus_ids=(t["ca_sales"].id,)) == {t["sales_chunk"].id}
     assert run(document_ids=(t["eng_chunk"].document_id,)) == {t["eng_chunk"].id}
     assert run(metadata={"source": "HR"}) == {t["wide"].id}
+    # A list is "any of"; an unknown value in it adds nothing.
+    assert run(metadata={"source": ["HR", "Eng", "Nowhere"]}) == {t["wide"].id, t["eng_chunk"].id}
+    assert run(metadata={"source": ["Nowhere"]}) == set()
     assert run(published_after="2023-11-01", published_before="2023-12-01") == {t["sales_chunk"].id}
     assert run(published_after="2023-11-01T00:00:00Z") == {t["sales_chunk"].id, t["eng_chunk"].id}
     assert run(department_ids=(t["eng"].id,)) == {t["eng_chunk"].id}
