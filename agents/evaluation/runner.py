@@ -7,7 +7,7 @@ Re-running is cheap: unchanged documents are no-ops of `upload_document` (conten
 Strategies evaluated side by side, all with a final context of at most 10 chunks:
 - "classic", "pipeline", "agentic", "auto": `agents.services.ask` with the chosen provider.
 - "search:<mode>": one `kb.retrieval.search` call with the whole question, k=10 (baselines).
-- "facets:<mode>": the facet-planning prototype (agents.evaluation.facets) over the same search,
+- "facets:<mode>": the offline provider's facet plan (agents.planning) as one-shot searches,
   using the source values `agents.selectors.metadata_facets` shows the agent.
 """
 
@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from agents.evaluation import facets
+from agents import planning
 from agents.evaluation.dataset import CorpusDoc, Question
 from agents.evaluation.metrics import K_CONTEXT, ContextChunk, retrieval_scores
 from agents.evaluation.summary import RETRIEVAL_ONLY, QuestionResult, judge_answer
@@ -131,7 +131,7 @@ def final_context_ids(steps: list[dict]) -> list[int]:
         if step["kind"] == "model_call" and step["name"] == "answer":
             return list(step["arguments"].get("context_chunks", []))[:K_CONTEXT]
     lists = [list(s["chunk_ids"]) for s in steps if s["kind"] == "tool_call" and s["chunk_ids"]]
-    return facets.interleave(lists, k=K_CONTEXT, key=lambda c: c)
+    return planning.interleave(lists, k=K_CONTEXT, key=lambda c: c)
 
 
 def _score(q: Question, ctx: list[ContextChunk]):
@@ -165,22 +165,21 @@ def facet_sources(ev: EvalCorpus) -> list[str]:
 
 
 def facet_search(scope: Scope, question: str, sources: list[str], mode: str, *, k: int = K_CONTEXT) -> tuple[list[int], int]:
-    """The facet-planning prototype: (chunk ids best first, number of searches made)."""
+    """The facet plan alone, without the agent loop: (chunk ids best first, number of searches made)."""
     from kb.retrieval import SearchFilters, search
 
     lists: list[list[int]] = []
     calls = 0
-    for sub in facets.plan(question, sources):
-        for source in sub.sources or (None,):
-            meta = {"source": source} if source else None
-            dated = SearchFilters(metadata=meta, published_after=sub.published_after, published_before=sub.published_before)
-            hits = search(scope, sub.text, k=k, mode=mode, filters=dated).hits
+    for sub in planning.plan(question, sources):
+        meta = {"source": list(sub.sources)} if sub.sources else None
+        dated = SearchFilters(metadata=meta, published_after=sub.published_after, published_before=sub.published_before)
+        hits = search(scope, sub.text, k=k, mode=mode, filters=dated).hits
+        calls += 1
+        if not hits and (sub.published_after or sub.published_before):  # a date off by a time zone: drop it
+            hits = search(scope, sub.text, k=k, mode=mode, filters=SearchFilters(metadata=meta)).hits
             calls += 1
-            if not hits and (sub.published_after or sub.published_before):  # a date off by a time zone: drop it
-                hits = search(scope, sub.text, k=k, mode=mode, filters=SearchFilters(metadata=meta)).hits
-                calls += 1
-            lists.append([h.chunk_id for h in hits])
-    return facets.interleave(lists, k=k, key=lambda c: c), calls
+        lists.append([h.chunk_id for h in hits])
+    return planning.interleave(lists, k=k, key=lambda c: c), calls
 
 
 def run_retrieval(ev: EvalCorpus, q: Question, strategy: str, sources: list[str]) -> QuestionResult:

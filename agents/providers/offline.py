@@ -1,26 +1,34 @@
 """The offline provider: deterministic, local, no model. Drives the same loop through the same tools.
 
-It splits the question into parts (clauses, comparisons), searches for each part, judges
-sufficiency by term overlap between every part and the retrieved text, searches again (with
-only the content terms) for what is missing, and composes an extractive answer: the best
-sentences of the retrieved chunks, each quoted with its citation. Parts nothing covers are
-named; if nothing is covered the answer is NOT_ENOUGH_EVIDENCE. Chunks flagged at ingest as
-containing instructions to a model are never quoted, nor is any sentence that reads like one.
+It first asks the `facets` tool which sources and dates the caller's documents have. A question
+that names some of those sources ("the TechCrunch report on October 31, 2023 ... and the Fortune
+article ...") is planned into one search per named source, filtered to it and to the date named
+next to it (agents.planning); otherwise it splits the question into parts (clauses, comparisons)
+and searches for each. It judges sufficiency by term overlap between every part and the
+retrieved text, and by whether every name the question uses occurs in it; searches again for
+what is missing; and composes an extractive answer: the best sentences of the retrieved chunks,
+each quoted with its citation. Parts nothing covers are named; if nothing is covered, or a name
+the question asks about occurs in nothing retrieved, the answer is NOT_ENOUGH_EVIDENCE. Chunks
+flagged at ingest as containing instructions to a model are never quoted, nor is any sentence
+that reads like one.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 
 from agents.citations import NOT_ENOUGH_EVIDENCE
 from agents.messages import AssistantMessage, ModelRequest, ModelTurn, ToolCall, ToolResultMessage, Usage
+from agents.planning import named_terms, plan
 from agents.text import coverage, key_words, looks_like_instructions, question_context, sentences, split_question, terms
 
 PART_COVERED = 0.5  # share of a part's terms one retrieved chunk must contain
 SENTENCE_MIN = 0.25  # share of a part's terms a quoted sentence must contain
-MAX_ROUNDS = 3
+MAX_ROUNDS = 4  # tool rounds: facets, the planned searches, up to two refinements
+CONTEXT_CHUNKS = 10  # what the planned searches share between them
 SENTENCES_PER_PART = 3
 RELATIVE_MIN = 0.6  # a quoted sentence scores at least this share of the part's best sentence
 
@@ -59,24 +67,39 @@ class OfflineProvider:
     def _agent(self, request: ModelRequest) -> tuple[str, list[ToolCall]]:
         parts = split_question(request.question)
         if not request.tools_enabled:
-            return compose_answer(parts, _chunks_from(request), question_context(request.question)), []
+            return self._compose(request, parts), []
         asked = _queries_asked(request)
         rounds = sum(1 for m in request.messages if isinstance(m, AssistantMessage) and m.tool_calls)
         if rounds == 0:
-            return "", [ToolCall(f"offline-0-{i}", "search", {"query": with_context(p, request.question), "k": 5})
-                        for i, p in enumerate(parts)]
-        missing = uncovered_parts(parts, _chunks_from(request))
-        if not missing or rounds >= MAX_ROUNDS:
-            return compose_answer(parts, _chunks_from(request), question_context(request.question)), []
-        calls = []
+            return "", [ToolCall("offline-0-0", "facets", {})]
+        sources = _facet_sources(request)
+        if rounds == 1:
+            return "", planned_searches(request.question, parts, sources)
+        chunks = _chunks_from(request)
+        missing = uncovered_parts(parts, chunks)
+        absent = absent_names(request.question, sources, chunks)
+        if (not missing and not absent) or rounds >= MAX_ROUNDS:
+            return self._compose(request, parts), []
+        calls = _retry_undated(request, asked)
         for part in missing:
             for query, mode in ((with_context(" ".join(key_words(part)), request.question), "hybrid"), (part, "keyword")):
                 if query and (query.casefold(), mode) not in asked:
                     calls.append(ToolCall(f"offline-{rounds}-{len(calls)}", "search", {"query": query, "k": 5, "mode": mode}))
                     break
+        names_query = " ".join(absent)
+        if absent and (names_query.casefold(), "keyword") not in asked:
+            calls.append(ToolCall(f"offline-{rounds}-{len(calls)}", "search", {"query": names_query, "k": 5, "mode": "keyword"}))
         if not calls:
-            return compose_answer(parts, _chunks_from(request), question_context(request.question)), []
+            return self._compose(request, parts), []
         return "", calls
+
+    def _compose(self, request: ModelRequest, parts: list[str]) -> str:
+        chunks = _chunks_from(request)
+        absent = absent_names(request.question, _facet_sources(request), chunks)
+        if absent:
+            listed = ", ".join(f'"{n}"' for n in absent)
+            return f"{NOT_ENOUGH_EVIDENCE}: nothing in the documents you can see mentions {listed}, which the question asks about."
+        return compose_answer(parts, chunks, question_context(request.question))
 
     def _rewrite(self, request: ModelRequest) -> tuple[str, list[ToolCall]]:
         parts = split_question(request.question)
@@ -93,7 +116,64 @@ class OfflineProvider:
         return json.dumps({"sufficient": not missing, "why": why, "missing": queries}), []
 
     def _answer(self, request: ModelRequest) -> tuple[str, list[ToolCall]]:
-        return compose_answer(split_question(request.question), _chunks_from(request), question_context(request.question)), []
+        return self._compose(request, split_question(request.question)), []
+
+
+def planned_searches(question: str, parts: list[str], sources: list[str]) -> list[ToolCall]:
+    """The first searches: one per source the question names (filtered to it and its date), or one per part."""
+    subs = plan(question, sources)
+    if len(subs) == 1 and not subs[0].sources:
+        return [ToolCall(f"offline-1-{i}", "search", {"query": with_context(p, question), "k": 5}) for i, p in enumerate(parts)]
+    k = min(10, max(5, math.ceil(CONTEXT_CHUNKS / len(subs))))
+    calls = []
+    for sub in subs:
+        arguments: dict = {"query": sub.text, "k": k, "metadata": {"source": list(sub.sources)}}
+        if sub.published_after:
+            arguments["published_after"] = sub.published_after
+        if sub.published_before:
+            arguments["published_before"] = sub.published_before
+        calls.append(ToolCall(f"offline-1-{len(calls)}", "search", arguments))
+    return calls
+
+
+def _retry_undated(request: ModelRequest, asked: set[tuple[str, str]]) -> list[ToolCall]:
+    """A dated, source-filtered search that found nothing, again without the date (a time zone can move a day)."""
+    results = {m.call_id: m.content for m in request.messages if isinstance(m, ToolResultMessage)}
+    calls = []
+    for m in request.messages:
+        if not isinstance(m, AssistantMessage):
+            continue
+        for c in m.tool_calls:
+            a = c.arguments
+            dated = c.name == "search" and ("published_after" in a or "published_before" in a)
+            if dated and not (results.get(c.id) or {}).get("results"):
+                undated = {k: v for k, v in a.items() if k not in ("published_after", "published_before")}
+                if not any(undated == d.arguments for m2 in request.messages if isinstance(m2, AssistantMessage)
+                           for d in m2.tool_calls):
+                    calls.append(ToolCall(f"{c.id}-undated", "search", undated))
+    return calls
+
+
+def _facet_sources(request: ModelRequest) -> list[str]:
+    for m in request.messages:
+        if isinstance(m, ToolResultMessage) and m.name == "facets" and isinstance(m.content.get("sources"), dict):
+            return list(m.content["sources"])
+    return []
+
+
+def absent_names(question: str, sources: list[str], chunks: list[SeenChunk]) -> list[str]:
+    """Names the question asks about that occur in no usable retrieved chunk.
+
+    Names in its statement sentences ("I'm extending a trip to Lisbon.") are context, not asked about."""
+    context = set(named_terms(question_context(question), sources))
+    names = [n for n in named_terms(question, sources) if n not in context]
+    if not names:
+        return []
+    words: set[str] = set()
+    for c in chunks:
+        if not c.flagged:
+            words.update(re.findall(r"[a-z0-9]+", c.text.lower()))
+    return [n for n in names if n not in words]
 
 
 def with_context(query: str, question: str, max_terms: int = 6) -> str:

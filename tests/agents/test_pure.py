@@ -92,11 +92,15 @@ def test_parse_json_object_tolerates_prose_and_fences():
 def test_offline_provider_searches_each_part_then_answers():
     provider = OfflineProvider()
     q = "What is the hotel limit, and how many days of annual leave do employees get?"
-    first = provider.generate(ModelRequest(task="agent", system="", messages=(UserMessage(q),), tools=TOOL_SPECS, question=q))
+    facets = provider.generate(ModelRequest(task="agent", system="", messages=(UserMessage(q),), tools=TOOL_SPECS, question=q))
+    assert [c.name for c in facets.tool_calls] == ["facets"]  # first: what sources and dates exist
+    seen = (UserMessage(q), AssistantMessage("", facets.tool_calls),
+            ToolResultMessage(facets.tool_calls[0].id, "facets", {"sources": {}, "categories": {}}))
+    first = provider.generate(ModelRequest(task="agent", system="", messages=seen, tools=TOOL_SPECS, question=q))
     assert [c.arguments["query"] for c in first.tool_calls] == ["What is the hotel limit", "how many days of annual leave do employees get"]
     results = [ToolResultMessage("a", "search", {"results": [{"chunk_id": 7, "text": CHUNKS[7].text, "score": 1.0}]}),
                ToolResultMessage("b", "search", {"results": [{"chunk_id": 8, "text": CHUNKS[8].text, "score": 1.0}]})]
-    msgs = (UserMessage(q), AssistantMessage("", first.tool_calls), *results)
+    msgs = (*seen, AssistantMessage("", first.tool_calls), *results)
     final = provider.generate(ModelRequest(task="agent", system="", messages=msgs, tools=TOOL_SPECS, question=q))
     assert not final.tool_calls
     assert '"Hotel stays are reimbursed up to EUR 180 per night in capital cities." [c:7]' in final.text
@@ -167,3 +171,29 @@ def test_no_retry_starts_past_the_run_deadline():
     with pytest.raises(ProviderError, match="time budget"):
         provider.generate(ModelRequest(task="answer", system="s", messages=(UserMessage("q"),), deadline=_time.monotonic() + 1))
     assert len(attempts) == 1
+
+
+def test_offline_provider_plans_searches_by_the_sources_a_question_names():
+    provider = OfflineProvider()
+    q = ("Did the TechCrunch report on October 31, 2023 about Zorblax's funding agree with the Fortune article "
+         "about its valuation?")
+    facets = ToolResultMessage("f", "facets", {"sources": {"TechCrunch": 9, "Fortune": 3, "The Verge": 2}})
+    seen = (UserMessage(q), AssistantMessage("", (ToolCall("f", "facets", {}),)), facets)
+    first = provider.generate(ModelRequest(task="agent", system="", messages=seen, tools=TOOL_SPECS, question=q))
+    args = [c.arguments for c in first.tool_calls]
+    assert [a["metadata"] for a in args] == [{"source": ["TechCrunch"]}, {"source": ["Fortune"]}]
+    assert (args[0]["published_after"], args[0]["published_before"]) == ("2023-10-31", "2023-11-01")
+    assert "published_after" not in args[1]
+    # The dated search found nothing: it is retried without the date. The name the question asks about
+    # occurs in nothing retrieved: it is searched for on its own, then the answer is "not enough evidence".
+    text = "Fortune says the startup is valued at two billion dollars after its funding round."
+    results = (AssistantMessage("", first.tool_calls), ToolResultMessage(first.tool_calls[0].id, "search", {"results": []}),
+               ToolResultMessage(first.tool_calls[1].id, "search", {"results": [{"chunk_id": 5, "text": text, "score": 1.0}]}))
+    second = provider.generate(ModelRequest(task="agent", system="", messages=(*seen, *results), tools=TOOL_SPECS, question=q))
+    retried = [c.arguments for c in second.tool_calls]
+    assert {"query": args[0]["query"], "k": args[0]["k"], "metadata": {"source": ["TechCrunch"]}} in retried
+    assert {"query": "zorblax", "k": 5, "mode": "keyword"} in retried
+    done = (*seen, *results, AssistantMessage("", second.tool_calls),
+            *(ToolResultMessage(c.id, "search", {"results": []}) for c in second.tool_calls))
+    final = provider.generate(ModelRequest(task="agent", system="", messages=done, tools=TOOL_SPECS, question=q, tools_enabled=False))
+    assert final.text.startswith("NOT_ENOUGH_EVIDENCE") and '"zorblax"' in final.text

@@ -35,7 +35,7 @@ def test_auto_escalates_multi_part_questions_to_the_agentic_loop(acme):
     scope = whole_tenant(tenant)
     run = ask(scope=scope, question=MULTI, provider="offline")
     assert run.strategy == "agentic"
-    assert names(scope, run)[:3] == ["agent", "search", "search"]
+    assert names(scope, run)[:5] == ["agent", "facets", "agent", "search", "search"]
     assert run.grounded and f"[c:{chunks['travel1'].id}]" in run.answer and f"[c:{chunks['leave1'].id}]" in run.answer
 
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from agents.evaluation import facets
+from agents import planning
 from agents.evaluation.dataset import DatasetError, load_corpus, load_questions, sample_questions
 from agents.evaluation.metrics import GoldItem
 from agents.evaluation.runner import final_context_ids
@@ -15,17 +15,17 @@ SOURCES = ["TechCrunch", "The Verge", "The Age", "FOX News - Health", "FOX News 
 
 
 def test_sources_are_found_by_full_name_or_short_name_and_only_as_proper_nouns():
-    aliases = facets.source_aliases(SOURCES)
+    aliases = planning.source_aliases(SOURCES)
     assert aliases["FOX News"] == ("FOX News - Health", "FOX News - Lifestyle")
-    found = facets.find_sources("Did The Roar report it, and what did FOX News say at the age of 30?", aliases)
+    found = planning.find_sources("Did The Roar report it, and what did FOX News say at the age of 30?", aliases)
     assert [values for _, _, values in found] == [("The Roar | Sports Writers Blog",), ("FOX News - Health", "FOX News - Lifestyle")]
-    assert facets.find_sources("What did The Roar | Sports Writers Blog say?", aliases)[0][2] == ("The Roar | Sports Writers Blog",)
+    assert planning.find_sources("What did The Roar | Sports Writers Blog say?", aliases)[0][2] == ("The Roar | Sports Writers Blog",)
 
 
 def test_plan_gives_each_named_source_its_clause_and_date_window():
     q = ("Was the TechCrunch report published on October 31, 2023 consistent with the report from The Verge "
          "published after December 5, 2023?")
-    subs = facets.plan(q, SOURCES)
+    subs = planning.plan(q, SOURCES)
     assert [s.sources for s in subs] == [("TechCrunch",), ("The Verge",)]
     assert (subs[0].published_after, subs[0].published_before) == ("2023-10-31", "2023-11-01")
     assert (subs[1].published_after, subs[1].published_before) == ("2023-12-06", None)
@@ -33,11 +33,11 @@ def test_plan_gives_each_named_source_its_clause_and_date_window():
 
 
 def test_a_question_naming_no_source_is_searched_as_is():
-    assert facets.plan("Who won the match?", SOURCES) == [facets.SubQuery("Who won the match?")]
+    assert planning.plan("Who won the match?", SOURCES) == [planning.SubQuery("Who won the match?")]
 
 
 def test_interleave_takes_rank_one_of_every_list_first_without_duplicates():
-    assert facets.interleave([[1, 2, 3], [4, 1, 5], [6]], k=5, key=lambda x: x) == [1, 4, 6, 2, 3]
+    assert planning.interleave([[1, 2, 3], [4, 1, 5], [6]], k=5, key=lambda x: x) == [1, 4, 6, 2, 3]
 
 
 def test_final_context_comes_from_the_answer_step_or_is_derived_from_tool_results():

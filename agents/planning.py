@@ -1,14 +1,14 @@
-"""Prototype: model-free facet planning for multi-hop questions. Pure: no ORM.
+"""Model-free question planning from metadata facets. Pure: no ORM.
 
-Questions over a news corpus name the publishers and dates they mean ("the TechCrunch report
-published on October 31, 2023 ... and the Sporting News article on ..."). Given the facet values a
-tenant's corpus holds (the distinct `source` values an agent would see), this splits a question
-into one sub-query per named publisher, each with the clause that publisher governs and the date
-window named next to it. A retriever then searches each sub-query with a source (and date)
-filter and the hit lists are interleaved, so every named publisher gets a share of the context.
+Questions over a news or report corpus name the publishers and dates they mean ("the TechCrunch
+report published on October 31, 2023 ... and the Sporting News article on ..."). Given the facet
+values the caller's scope holds (the distinct `source` values the `facets` tool shows), `plan`
+splits a question into one sub-query per named publisher, each with the clause that publisher
+governs and the date window named next to it. Searching each sub-query with a source (and date)
+filter and interleaving the hit lists gives every named publisher a share of the context.
 
-This lives in the evaluation package to measure what facet narrowing is worth; the measured
-effect and the change it argues for are in docs/evaluation.md.
+Used by the offline provider's research plan and by the evaluation's `facets:<mode>` baseline;
+measured effect in docs/evaluation.md.
 """
 
 from __future__ import annotations
@@ -126,3 +126,26 @@ def interleave(ranked_lists: Sequence[Sequence[T]], *, k: int, key: Callable[[T]
                 if len(out) == k:
                     return out
     return out
+
+
+_NAME = re.compile(r"(?<![\w'’])([A-Z][A-Za-z0-9]*(?:['’][a-z]+)?)")
+_SENTENCE_START = re.compile(r"(?:^|[.?!:;\"“(]\s*)$")
+_NOT_NAMES = frozenset(_MONTHS.lower().split("|")) | frozenset(
+    "i i'm i've monday tuesday wednesday thursday friday saturday sunday".split())
+
+
+def named_terms(question: str, sources: Iterable[str] = ()) -> list[str]:
+    """Capitalised words inside the question's sentences (names: "Sygic", "Wozniak", "OpenAI"),
+    lowercased, without possessives, publisher mentions or month and day names.
+
+    A question about a name that no retrieved text mentions is not answerable from that text,
+    however well its other words match: the offline provider's sufficiency check uses this."""
+    spans = [(s, e) for s, e, _ in find_sources(question, source_aliases(sources))]
+    out: dict[str, None] = {}
+    for m in _NAME.finditer(question):
+        if _SENTENCE_START.search(question[: m.start()]) or any(s <= m.start() < e for s, e in spans):
+            continue
+        word = re.split(r"['’]", m.group(1))[0].lower()
+        if len(word) > 1 and word not in _NOT_NAMES:
+            out.setdefault(word, None)
+    return list(out)
