@@ -261,7 +261,7 @@ def final_without_tools(state: RunState, reason: str) -> str:
 
 def _context(state: RunState, chunk_ids: list[int]) -> tuple[list[RetrievedChunk], tuple[ContextChunk, ...]]:
     chunks = [state.retrieved[c] for c in chunk_ids if c in state.retrieved][: state.budgets.max_context_chunks]
-    return chunks, tuple(ContextChunk(c.chunk_id, c.text, c.title, c.locator, c.score, c.flags) for c in chunks)
+    return chunks, tuple(ContextChunk(c.chunk_id, c.text, c.title, c.locator, c.score, c.flags, c.metadata) for c in chunks)
 
 
 def synthesise(state: RunState, chunk_ids: list[int], note: str = "") -> str:

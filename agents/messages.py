@@ -7,6 +7,7 @@ OpenAI-compatible one as JSON strings, the offline provider reads them directly.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -62,6 +63,7 @@ class ContextChunk:
     locator: str = ""
     score: float = 0.0
     flags: tuple[str, ...] = ()
+    metadata: Mapping | None = None  # the document's metadata (source, dates...)
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ class SeenChunk:
     text: str
     score: float
     flagged: bool
+    about: str = ""  # document title and metadata values: what the chunk is about besides its text
 
 
 _BLOCK = re.compile(r"^<document_data[^>]*>\n?(.*?)\n?</document_data>$", re.S)
@@ -172,7 +173,7 @@ def absent_names(question: str, sources: list[str], chunks: list[SeenChunk]) -> 
     words: set[str] = set()
     for c in chunks:
         if not c.flagged:
-            words.update(re.findall(r"[a-z0-9]+", c.text.lower()))
+            words.update(re.findall(r"[a-z0-9]+", f"{c.text} {c.about}".lower()))
     return [n for n in names if n not in words]
 
 
@@ -192,14 +193,20 @@ def _chunks_from(request: ModelRequest) -> list[SeenChunk]:
     """Chunks in the code-built context and in every tool result so far, first sighting wins."""
     seen: dict[int, SeenChunk] = {}
     for c in request.context:
-        seen.setdefault(c.chunk_id, SeenChunk(c.chunk_id, c.text, c.score, bool(c.flags)))
+        seen.setdefault(c.chunk_id, SeenChunk(c.chunk_id, c.text, c.score, bool(c.flags), _about(c.title, c.metadata)))
     for m in request.messages:
         if isinstance(m, ToolResultMessage):
             for item in m.content.get("results", []) or []:
                 if isinstance(item, dict) and "chunk_id" in item:
-                    seen.setdefault(int(item["chunk_id"]), SeenChunk(int(item["chunk_id"]), _unwrap(str(item.get("text", ""))),
-                                                                     float(item.get("score", 0.0)), bool(item.get("flagged"))))
+                    seen.setdefault(int(item["chunk_id"]), SeenChunk(
+                        int(item["chunk_id"]), _unwrap(str(item.get("text", ""))), float(item.get("score", 0.0)),
+                        bool(item.get("flagged")), _about(str(item.get("document", "")), item.get("metadata"))))
     return list(seen.values())
+
+
+def _about(title: str, metadata) -> str:
+    values = [str(v) for v in (metadata or {}).values() if isinstance(v, str)] if isinstance(metadata, dict) else []
+    return " ".join([title, *values])
 
 
 def part_coverage(part: str, chunks: list[SeenChunk]) -> float:
