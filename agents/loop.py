@@ -32,6 +32,7 @@ from agents.messages import (
     ToolResultMessage,
     UserMessage,
 )
+from agents.planning import interleave
 from agents.prompts import answer_prompt, budget_note, judge_prompt, render_context, repair_prompt, rewrite_prompt, system_prompt
 from agents.providers import Provider
 from agents.text import split_question
@@ -272,13 +273,23 @@ def synthesise(state: RunState, chunk_ids: list[int], note: str = "") -> str:
     return turn.text
 
 
-def code_search(state: RunState, query: str, k: int, tag: str) -> list[int]:
+def code_search(state: RunState, query: str, k: int, tag: str, filters: dict | None = None) -> list[int]:
     """A search the strategy itself decides on, traced exactly like a model's tool call."""
     if state.tool_calls >= state.budgets.max_tool_calls:
         return []
     state.tool_calls += 1
-    outcome = call_tool(state, ToolCall(id=f"{tag}-{state.tool_calls}", name="search", arguments={"query": query, "k": k}))
+    outcome = call_tool(state, ToolCall(id=f"{tag}-{state.tool_calls}", name="search",
+                                        arguments={"query": query, "k": k, **(filters or {})}))
     return list(outcome.chunk_ids)
+
+
+def code_facets(state: RunState) -> dict:
+    """The metadata facets of the caller's scope, fetched by the strategy (traced like a tool call)."""
+    if state.tool_calls >= state.budgets.max_tool_calls:
+        return {}
+    state.tool_calls += 1
+    outcome = call_tool(state, ToolCall(id=f"facets-{state.tool_calls}", name="facets", arguments={}))
+    return {} if outcome.error else dict(outcome.content)
 
 
 def run_classic(state: RunState) -> str:
@@ -288,31 +299,35 @@ def run_classic(state: RunState) -> str:
 
 
 def run_pipeline(state: RunState) -> str:
-    queries = rewrite(state)
-    ranked: dict[int, float] = {}
+    queries = rewrite(state, code_facets(state))
+    lists: list[list[int]] = []
     rounds = min(state.budgets.pipeline_rounds, state.budgets.max_iterations)
     for round_no in range(1, rounds + 1):
         state.iterations += 1
-        for q in queries:
-            for cid in code_search(state, q, min(state.budgets.max_k, 5), f"pipeline{round_no}"):
-                ranked[cid] = max(ranked.get(cid, 0.0), state.retrieved[cid].score if cid in state.retrieved else 0.0)
+        k = min(state.budgets.max_k, max(5, -(-state.budgets.max_context_chunks // max(len(queries), 1))))
+        for query, filters in queries:
+            lists.append(code_search(state, query, k, f"pipeline{round_no}", filters))
+            if filters and not lists[-1] and ("published_after" in filters or "published_before" in filters):
+                undated = {n: v for n, v in filters.items() if n not in ("published_after", "published_before")}
+                lists[-1] = code_search(state, query, k, f"pipeline{round_no}", undated)  # a time zone can move a day
         if round_no == rounds:
             break  # the last round skips the judge
         if reason := state.spent():
             state.budget_reason = reason
             break
-        verdict = judge(state, _merged(state, ranked))
+        verdict = judge(state, _merged(state, lists))
         if verdict.get("sufficient"):
             break
-        queries = [q for q in verdict.get("missing", []) if isinstance(q, str) and q.strip()][:3] or [state.question]
-    ids = _merged(state, ranked)
+        queries = [(q, None) for q in verdict.get("missing", []) if isinstance(q, str) and q.strip()][:3] or [(state.question, None)]
+    ids = _merged(state, lists)
     return synthesise(state, ids, budget_note(state.budget_reason) if state.budget_reason else "")
 
 
-def _merged(state: RunState, ranked: dict[int, float]) -> list[int]:
-    """Deduplicated by chunk, then by identical text; best score first."""
+def _merged(state: RunState, lists: list[list[int]]) -> list[int]:
+    """The searches' results interleaved by rank (every sub-query gets its share), de-duplicated by
+    chunk and by identical text."""
     seen_hashes, out = set(), []
-    for cid in sorted(ranked, key=lambda c: -ranked[c]):
+    for cid in interleave(lists, k=sum(len(ids) for ids in lists), key=lambda c: c):
         h = state.retrieved[cid].content_hash if cid in state.retrieved else str(cid)
         if h not in seen_hashes:
             seen_hashes.add(h)
@@ -320,11 +335,30 @@ def _merged(state: RunState, ranked: dict[int, float]) -> list[int]:
     return out[: state.budgets.max_context_chunks]
 
 
-def rewrite(state: RunState) -> list[str]:
-    turn = call_model(state, "rewrite", [UserMessage(rewrite_prompt(state.question))], tools_enabled=False)
-    data = parse_json_object(turn.text)
-    queries = [q.strip() for q in data.get("queries", []) if isinstance(q, str) and q.strip()][:3]
-    return [q for q in dict.fromkeys([*queries, state.question])]
+_ISO_DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+
+def rewrite(state: RunState, facets: dict | None = None) -> list[tuple[str, dict | None]]:
+    """Sub-queries with optional narrowing filters (source values the facets listed, a date window), plus the question."""
+    turn = call_model(state, "rewrite", [UserMessage(rewrite_prompt(state.question, facets))], tools_enabled=False)
+    known = set((facets or {}).get("sources") or {})
+    out: dict[str, tuple[str, dict | None]] = {}
+    for item in parse_json_object(turn.text).get("queries", [])[:4]:
+        query, filters = (item, None) if isinstance(item, str) else (item.get("query"), {}) if isinstance(item, dict) else (None, None)
+        if not isinstance(query, str) or not query.strip():
+            continue
+        if isinstance(item, dict):
+            sources = [v for v in item.get("sources") or [] if isinstance(v, str) and v in known]
+            if sources:
+                filters["metadata"] = {"source": sources}
+            for name in ("published_after", "published_before"):
+                if isinstance(item.get(name), str) and _ISO_DAY.match(item[name]):
+                    filters[name] = item[name]
+        out.setdefault(json.dumps([query.strip(), filters], sort_keys=True), (query.strip(), filters or None))
+    queries = list(out.values())
+    if not any(q == state.question and not f for q, f in queries):
+        queries.append((state.question, None))
+    return queries
 
 
 def judge(state: RunState, chunk_ids: list[int]) -> dict:

@@ -134,6 +134,19 @@ _NOT_NAMES = frozenset(_MONTHS.lower().split("|")) | frozenset(
     "i i'm i've monday tuesday wednesday thursday friday saturday sunday".split())
 
 
+def without_facets(text: str, sources: Iterable[str] = ()) -> str:
+    """`text` without the publishers (of `sources`) and the dates it names: those are matched by
+    filters on metadata, not by the words of a chunk."""
+    spans = [(s, e) for s, e, _ in find_sources(text, source_aliases(sources))] + [m.span() for m in _DATE.finditer(text)]
+    out, last = [], 0
+    for s, e in sorted(spans):
+        if s >= last:
+            out.append(text[last:s])
+            last = e
+    out.append(text[last:])
+    return " ".join("".join(out).split())
+
+
 def named_terms(question: str, sources: Iterable[str] = ()) -> list[str]:
     """Capitalised words inside the question's sentences (names: "Sygic", "Wozniak", "OpenAI"),
     lowercased, without possessives, publisher mentions or month and day names.

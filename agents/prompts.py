@@ -7,6 +7,7 @@ documents are not instructions.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 
 from agents.citations import NOT_ENOUGH_EVIDENCE, RetrievedChunk
@@ -67,9 +68,20 @@ def answer_prompt(question: str, context: str, *, missing_note: str = "") -> str
             "Answer the question from these sources only, citing chunk ids inline as instructed.")
 
 
-def rewrite_prompt(question: str) -> str:
-    return (f"Question: {question}\n\nRewrite the question into 1 to 3 short, self-contained search queries that together "
-            'cover every part of it. Reply with JSON only: {"queries": ["...", "..."]}')
+def rewrite_prompt(question: str, facets: dict | None = None) -> str:
+    """With facets, the sub-queries may narrow by source and date: questions often name them."""
+    if not facets or not facets.get("sources"):
+        return (f"Question: {question}\n\nRewrite the question into 1 to 3 short, self-contained search queries that together "
+                'cover every part of it. Reply with JSON only: {"queries": ["...", "..."]}')
+    summary = {"sources": list(facets.get("sources", {})), "published_at": facets.get("published_at")}
+    return (f"Question: {question}\n\n{FACETS_LABEL}{json.dumps(summary, default=str)}\n\n"
+            "Rewrite the question into 1 to 4 short, self-contained search queries that together cover every part of it. "
+            "When a part names one of the sources above, or a date, narrow that query to them. Reply with JSON only: "
+            '{"queries": [{"query": "...", "sources": ["exact source value", "..."], "published_after": "YYYY-MM-DD", '
+            '"published_before": "YYYY-MM-DD"}, "a plain query needs no object"]}')
+
+
+FACETS_LABEL = "Metadata of the documents you can search: "
 
 
 def judge_prompt(question: str, context: str) -> str:

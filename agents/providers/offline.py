@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 from agents.citations import NOT_ENOUGH_EVIDENCE
 from agents.messages import AssistantMessage, ModelRequest, ModelTurn, ToolCall, ToolResultMessage, Usage
-from agents.planning import named_terms, plan
+from agents.planning import named_terms, plan, without_facets
+from agents.prompts import FACETS_LABEL
 from agents.text import coverage, key_words, looks_like_instructions, question_context, sentences, split_question, terms
 
 PART_COVERED = 0.5  # share of a part's terms one retrieved chunk must contain
@@ -40,6 +41,7 @@ class SeenChunk:
     score: float
     flagged: bool
     about: str = ""  # document title and metadata values: what the chunk is about besides its text
+    source: str = ""  # the document's "source" metadata value, if any
 
 
 _BLOCK = re.compile(r"^<document_data[^>]*>\n?(.*?)\n?</document_data>$", re.S)
@@ -77,7 +79,7 @@ class OfflineProvider:
         if rounds == 1:
             return "", planned_searches(request.question, parts, sources)
         chunks = _chunks_from(request)
-        missing = uncovered_parts(parts, chunks)
+        missing = uncovered_parts(parts, chunks, sources)
         absent = absent_names(request.question, sources, chunks)
         if (not missing and not absent) or rounds >= MAX_ROUNDS:
             return self._compose(request, parts), []
@@ -100,9 +102,15 @@ class OfflineProvider:
         if absent:
             listed = ", ".join(f'"{n}"' for n in absent)
             return f"{NOT_ENOUGH_EVIDENCE}: nothing in the documents you can see mentions {listed}, which the question asks about."
-        return compose_answer(parts, chunks, question_context(request.question))
+        return compose_answer(parts, chunks, question_context(request.question), _facet_sources(request))
 
     def _rewrite(self, request: ModelRequest) -> tuple[str, list[ToolCall]]:
+        subs = plan(request.question, _prompt_sources(request))
+        if len(subs) > 1 or subs[0].sources:
+            queries: list = [{"query": sub.text, "sources": list(sub.sources),
+                              **{k: v for k, v in (("published_after", sub.published_after),
+                                                   ("published_before", sub.published_before)) if v}} for sub in subs]
+            return json.dumps({"queries": queries}), []
         parts = split_question(request.question)
         queries = [with_context(p, request.question) for p in parts[:3]] if len(parts) > 1 else \
             [" ".join(key_words(request.question)) or request.question]
@@ -110,7 +118,7 @@ class OfflineProvider:
 
     def _judge(self, request: ModelRequest) -> tuple[str, list[ToolCall]]:
         parts = split_question(request.question)
-        missing = uncovered_parts(parts, _chunks_from(request))
+        missing = uncovered_parts(parts, _chunks_from(request), _prompt_sources(request))
         why = "every part of the question is covered by retrieved text" if not missing else \
             f"no retrieved text covers: {'; '.join(missing)}"
         queries = [with_context(" ".join(key_words(p)), request.question) for p in missing]
@@ -155,6 +163,19 @@ def _retry_undated(request: ModelRequest, asked: set[tuple[str, str]]) -> list[T
     return calls
 
 
+def _prompt_sources(request: ModelRequest) -> list[str]:
+    """Source values listed in a rewrite prompt (agents.prompts.rewrite_prompt with facets)."""
+    for m in request.messages:
+        for line in (getattr(m, "text", "") or "").splitlines():
+            if line.startswith(FACETS_LABEL):
+                try:
+                    sources = json.loads(line[len(FACETS_LABEL):]).get("sources")
+                except (ValueError, AttributeError):
+                    return []
+                return [v for v in sources if isinstance(v, str)] if isinstance(sources, list) else []
+    return []
+
+
 def _facet_sources(request: ModelRequest) -> list[str]:
     for m in request.messages:
         if isinstance(m, ToolResultMessage) and m.name == "facets" and isinstance(m.content.get("sources"), dict):
@@ -166,6 +187,7 @@ def absent_names(question: str, sources: list[str], chunks: list[SeenChunk]) -> 
     """Names the question asks about that occur in no usable retrieved chunk.
 
     Names in its statement sentences ("I'm extending a trip to Lisbon.") are context, not asked about."""
+    sources = known_sources(chunks, sources)
     context = set(named_terms(question_context(question), sources))
     names = [n for n in named_terms(question, sources) if n not in context]
     if not names:
@@ -193,14 +215,16 @@ def _chunks_from(request: ModelRequest) -> list[SeenChunk]:
     """Chunks in the code-built context and in every tool result so far, first sighting wins."""
     seen: dict[int, SeenChunk] = {}
     for c in request.context:
-        seen.setdefault(c.chunk_id, SeenChunk(c.chunk_id, c.text, c.score, bool(c.flags), _about(c.title, c.metadata)))
+        seen.setdefault(c.chunk_id, SeenChunk(c.chunk_id, c.text, c.score, bool(c.flags), _about(c.title, c.metadata),
+                                              _source(c.metadata)))
     for m in request.messages:
         if isinstance(m, ToolResultMessage):
             for item in m.content.get("results", []) or []:
                 if isinstance(item, dict) and "chunk_id" in item:
                     seen.setdefault(int(item["chunk_id"]), SeenChunk(
                         int(item["chunk_id"]), _unwrap(str(item.get("text", ""))), float(item.get("score", 0.0)),
-                        bool(item.get("flagged")), _about(str(item.get("document", "")), item.get("metadata"))))
+                        bool(item.get("flagged")), _about(str(item.get("document", "")), item.get("metadata")),
+                        _source(item.get("metadata"))))
     return list(seen.values())
 
 
@@ -209,29 +233,45 @@ def _about(title: str, metadata) -> str:
     return " ".join([title, *values])
 
 
-def part_coverage(part: str, chunks: list[SeenChunk]) -> float:
-    pt = terms(part)
-    return max((coverage(pt, terms(c.text)) for c in chunks if not c.flagged), default=0.0)
+def _source(metadata) -> str:
+    value = metadata.get("source") if isinstance(metadata, dict) else None
+    return value if isinstance(value, str) else ""
 
 
-def uncovered_parts(parts: list[str], chunks: list[SeenChunk]) -> list[str]:
-    return [p for p in parts if part_coverage(p, chunks) < PART_COVERED]
+def known_sources(chunks: list[SeenChunk], facet_sources: list[str] = ()) -> list[str]:
+    return list(dict.fromkeys([*facet_sources, *(c.source for c in chunks if c.source)]))
 
 
-def compose_answer(parts: list[str], chunks: list[SeenChunk], context: str = "") -> str:
+def part_terms(part: str, sources: list[str] = ()) -> set[str]:
+    """A part's content terms: without the publishers and dates it names, which filters (not text) match."""
+    return terms(without_facets(part, sources))
+
+
+def part_coverage(part: str, chunks: list[SeenChunk], sources: list[str] = ()) -> float:
+    pt = part_terms(part, sources)
+    return max((coverage(pt, terms(f"{c.text} {c.about}")) for c in chunks if not c.flagged), default=0.0)
+
+
+def uncovered_parts(parts: list[str], chunks: list[SeenChunk], sources: list[str] = ()) -> list[str]:
+    sources = known_sources(chunks, sources)
+    return [p for p in parts if part_coverage(p, chunks, sources) < PART_COVERED]
+
+
+def compose_answer(parts: list[str], chunks: list[SeenChunk], context: str = "", sources: list[str] = ()) -> str:
     """Quote the best sentences per part with citations; name the parts nothing covers.
 
     Sentences are assigned greedily by score over all parts, so a sentence goes to the part it
     answers best and is quoted once. Sentences from chunks that match the whole question (its
     context sentences included) rank higher."""
     usable = [c for c in chunks if not c.flagged]
-    covered = [i for i, p in enumerate(parts) if part_coverage(p, usable) >= PART_COVERED]
+    sources = known_sources(chunks, sources)
+    covered = [i for i, p in enumerate(parts) if part_coverage(p, usable, sources) >= PART_COVERED]
     candidates = []
     ct = terms(context)
     for i in covered:
-        pt = terms(parts[i])
+        pt = part_terms(parts[i], sources)
         for c in usable:
-            chunk_terms = terms(c.text)
+            chunk_terms = terms(f"{c.text} {c.about}")
             chunk_bonus = 0.5 * coverage(pt | ct, chunk_terms)
             for s in sentences(c.text):
                 st = terms(s)

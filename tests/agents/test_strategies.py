@@ -5,10 +5,12 @@ from __future__ import annotations
 import pytest
 
 from agents.budgets import Budgets
+from agents.models import RunStep
 from agents.selectors import run_steps
 from agents.services import ask
 from tenants.scope import activate
-from tests.factories import whole_tenant
+from tests.agents.conftest import add_chunk, hash_corpus
+from tests.factories import make_tenant, whole_tenant
 
 pytestmark = pytest.mark.django_db(databases=["default", "owner"])
 
@@ -55,7 +57,7 @@ def test_pipeline_rewrites_fans_out_judges_and_synthesises(acme):
     scope = whole_tenant(tenant)
     run = ask(scope=scope, question=MULTI, strategy="pipeline", provider="offline")
     steps = names(scope, run)
-    assert steps[0] == "rewrite" and steps[-1] == "answer"
+    assert steps[:2] == ["facets", "rewrite"] and steps[-1] == "answer"
     assert steps.count("search") == 3  # two sub-queries + the original question
     assert steps.count("judge") == 1
     assert run.outcome == "answered" and run.grounded
@@ -93,3 +95,42 @@ def test_a_wall_time_budget_of_zero_still_gives_a_final_answer(acme):
         steps = run_steps(scope, run.id)
     assert [s.name for s in steps] == ["agent"]
     assert steps[0].arguments["tools_enabled"] is False
+
+
+@pytest.fixture
+def newsroom(db):
+    """Two publishers reporting on the same topic, plus a third that must not be searched."""
+    tenant = make_tenant("Newsroom")
+    corpus = hash_corpus(tenant, "Wire")
+    chunks = {
+        "ledger": add_chunk(corpus, "The harbour bridge reopened after repairs costing 40 million.", "Bridge reopens",
+                            metadata={"source": "Daily Ledger", "published_at": "2024-03-05T09:00:00+00:00"}),
+        "ledger_old": add_chunk(corpus, "The harbour bridge closed for repairs of its cables.", "Bridge closes",
+                                metadata={"source": "Daily Ledger", "published_at": "2024-01-10T09:00:00+00:00"}),
+        "metro": add_chunk(corpus, "Commuters said the harbour bridge repairs took far too long.", "Commuters react",
+                           metadata={"source": "Metro Times - City", "published_at": "2024-03-06T09:00:00+00:00"}),
+        "other": add_chunk(corpus, "The harbour bridge repairs were praised by engineers.", "Engineers",
+                           metadata={"source": "Gazette", "published_at": "2024-03-06T09:00:00+00:00"}),
+    }
+    return tenant, chunks
+
+
+@pytest.mark.parametrize("strategy", ["agentic", "pipeline"])
+def test_strategies_narrow_searches_to_the_sources_and_dates_a_question_names(newsroom, strategy):
+    tenant, chunks = newsroom
+    scope = whole_tenant(tenant)
+    question = ("Did the Daily Ledger report published on March 5, 2024 say what the harbour bridge repairs cost, "
+                "and did Metro Times say how commuters felt about the repairs?")
+    run = ask(scope=scope, question=question, strategy=strategy, provider="offline")
+    with activate(scope):
+        searches = list(RunStep.objects.for_scope(scope).filter(run=run, name="search").order_by("ordinal"))
+    applied = [s.effective_filter["applied"] for s in searches]
+    assert {"source": ["Daily Ledger"]} in [a["metadata"] for a in applied]
+    assert {"source": ["Metro Times - City"]} in [a["metadata"] for a in applied]  # "Metro Times" names that source
+    dated = next(s for s in searches if s.effective_filter["applied"]["metadata"] == {"source": ["Daily Ledger"]})
+    assert (dated.effective_filter["applied"]["published_after"], dated.effective_filter["applied"]["published_before"]) == \
+        ("2024-03-05", "2024-03-06")
+    assert dated.chunk_ids == [chunks["ledger"].id]  # not the older report of the same source, nor other sources
+    returned = {c for s in searches for c in s.chunk_ids}
+    assert chunks["ledger"].id in returned and chunks["metro"].id in returned
+    assert run.outcome == "answered" and f"[c:{chunks['ledger'].id}]" in run.answer
