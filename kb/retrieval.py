@@ -25,20 +25,21 @@ Raw SQL lives here only; the tenant id in every statement is a parameter taken f
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 from django.conf import settings
-from django.db import connections
+from django.db import connections, transaction
 
-from tenants.scope import Scope, activate
+from tenants.scope import Scope
 
 Mode = Literal["vector", "keyword", "hybrid"]
 
@@ -99,6 +100,8 @@ DEFAULTS = {
     "RETRIEVAL_HNSW_EF_SEARCH": 100,
     "RETRIEVAL_HNSW_FETCH": 40,  # in-scope rows taken from the relaxed-order scan before re-sorting
     "RETRIEVAL_HNSW_MAX_SCAN_TUPLES": 40000,
+    # Use the per-tenant / per-department partial HNSW indexes kb.vector_index builds for large scopes.
+    "RETRIEVAL_SCOPE_INDEXES": True,
     # Reciprocal rank fusion: score = sum(weight / (RRF_K + rank)).
     "RETRIEVAL_RRF_K": 60,
     "RETRIEVAL_KEYWORD_WEIGHT": 1.0,
@@ -145,17 +148,17 @@ def search(scope: Scope, query: str, *, k: int = 10, mode: Mode = "hybrid", filt
     filters = filters or SearchFilters()
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
-    with activate(scope, using=using):
-        plan = _resolve(scope, filters, using)
+    wants_lexemes = mode in ("keyword", "hybrid")
+    with _tenant_transaction(scope, using) as tx:
+        plan, lexemes = _resolve(scope, filters, using, tx, query if wants_lexemes else None)
         timings["resolve"] = _ms(t0)
         pool = max(k, _setting("RETRIEVAL_CANDIDATES")) if (mode == "hybrid" or mmr_lambda is not None) else k
         vector_lists: list[list[tuple[int, float]]] = []
         keyword_list: list[tuple[int, float]] = []
         paths: list[str] = []
-        # One list and no re-ranking after it: the ranking query returns the hit rows itself
-        # (one round trip less); otherwise only the winners are loaded afterwards.
-        single = mmr_lambda is None and (mode == "keyword" or (mode == "vector" and len(plan.by_model) == 1))
-        prefetched: dict[int, tuple] | None = {} if single else None
+        # Without MMR the ranking queries return the hit rows themselves (no loading round trip
+        # afterwards: the fused top k all come from those rows); MMR loads the pool with vectors.
+        prefetched: dict[int, tuple] | None = {} if mmr_lambda is None else None
         if mode in ("vector", "hybrid") and not plan.empty:
             t = time.perf_counter()
             for model_key, group in plan.by_model.items():
@@ -168,7 +171,7 @@ def search(scope: Scope, query: str, *, k: int = 10, mode: Mode = "hybrid", filt
             timings["vector"] = _ms(t)
         if mode in ("keyword", "hybrid") and not plan.empty:
             t = time.perf_counter()
-            keyword_list, label = _keyword_search(plan, query, pool, using, prefetched)
+            keyword_list, label = _keyword_search(plan, lexemes, pool, using, prefetched)
             paths.append(label)
             timings["keyword"] = _ms(t)
         ranked = _combine(mode, vector_lists, keyword_list)
@@ -198,6 +201,7 @@ class _Corpus:
     model_key: str
     dim: int
     chunk_count: int
+    department_id: int | None = None
 
 
 @dataclass
@@ -218,11 +222,16 @@ class _Plan:
         return not self.corpora or (self.document_ids is not None and not self.document_ids) or (
             self.department_ids is not None and not self.department_ids and not self.include_tenant_wide)
 
-    def where(self, alias: str = "c") -> tuple[str, list]:
-        """The chunk predicate: tenant, corpora, departments, documents. Tenant id is a parameter."""
+    def where(self, alias: str = "c", *, corpus_ids: Sequence[int] | None = None,
+              departments: bool = True) -> tuple[str, list]:
+        """The chunk predicate: tenant, corpora (default: all visible), departments, documents.
+
+        The tenant id is a parameter. `departments=False` leaves the department condition to the
+        caller (per-department arms of a vector search).
+        """
         sql = [f"{alias}.tenant_id = %s", f"{alias}.corpus_id = ANY(%s)"]
-        params: list = [self.tenant_id, list(self.corpora)]
-        if self.department_ids is not None:
+        params: list = [self.tenant_id, list(self.corpora) if corpus_ids is None else list(corpus_ids)]
+        if self.department_ids is not None and departments:
             if self.include_tenant_wide:
                 sql.append(f"({alias}.department_id IS NULL OR {alias}.department_id = ANY(%s))")
             else:
@@ -251,8 +260,48 @@ class _Plan:
         return out
 
 
-def _resolve(scope: Scope, f: SearchFilters, using: str) -> _Plan:
-    """Intersect the scope with the filters. Runs inside activate(scope)."""
+class _TenantTx:
+    """The RLS tenant of one search's transaction, set by the first statement script (see _resolve)."""
+
+    def __init__(self, tenant_id: int, nested: bool) -> None:
+        self.tenant = str(int(tenant_id))
+        self.nested = nested
+        self.previous: str | None = None  # the enclosing transaction's tenant (nested only)
+
+    def prologue(self) -> tuple[list[str], list]:
+        """Statements that set the tenant for RLS (and first read the enclosing one to restore)."""
+        sql = ["SELECT current_setting('app.tenant_id', true)"] if self.nested else []
+        return [*sql, "SELECT set_config('app.tenant_id', %s, true)"], [self.tenant]
+
+
+@contextlib.contextmanager
+def _tenant_transaction(scope: Scope, using: str) -> Iterator[_TenantTx]:
+    """What tenants.scope.activate does, in fewer round trips: a transaction (a savepoint when
+    nested) whose RLS tenant is the scope's, set in the same round trip as the first query.
+
+    Outside a transaction nothing needs restoring (set_config(..., true) ends with it); nested,
+    the enclosing tenant is put back on success unless it was already this one (e.g. the agent's
+    tools wrap the call in activate(scope)); on error the savepoint rollback restores it.
+    """
+    conn = connections[using]
+    # Inside a caller's transaction (atomic or manual), the tenant it had must be restored.
+    nested = conn.in_atomic_block or not conn.get_autocommit()
+    with transaction.atomic(using=using):
+        tx = _TenantTx(scope.tenant_id, nested=nested)
+        yield tx
+        if tx.nested and tx.previous is not None and tx.previous != tx.tenant and not conn.needs_rollback:
+            with conn.cursor() as cur:
+                cur.execute("SELECT set_config('app.tenant_id', %s, true)", [tx.previous])
+
+
+def _resolve(scope: Scope, f: SearchFilters, using: str, tx: _TenantTx,
+             query: str | None = None) -> tuple[_Plan, list[str]]:
+    """Intersect the scope with the filters; also the query's lexemes when `query` is given.
+
+    One round trip: the RLS tenant, the visible corpora, the documents matching document-level
+    filters (counted, with their stored chunk counts: the scope's exact size) and the lexemes
+    travel as one script.
+    """
     narrowed = scope.narrowed(f.department_ids)
     if narrowed.all_departments:
         depts: tuple[int, ...] | None = None
@@ -260,33 +309,54 @@ def _resolve(scope: Scope, f: SearchFilters, using: str) -> _Plan:
     else:
         depts = tuple(sorted(narrowed.department_ids))
         tenant_wide = f.department_ids is None or f.include_tenant_wide
-    sql = "SELECT id, name, embedding_model, embedding_dim, chunk_count FROM kb_corpus WHERE tenant_id = %s"
-    params: list = [scope.tenant_id]
+    cwhere = "tenant_id = %s"
+    cparams: list = [scope.tenant_id]
     if depts is not None:
-        sql += " AND (department_id IS NULL OR department_id = ANY(%s))"
-        params.append(list(depts))
+        cwhere += " AND (department_id IS NULL OR department_id = ANY(%s))"
+        cparams.append(list(depts))
     if f.corpus_ids is not None:
-        sql += " AND id = ANY(%s)"
-        params.append([int(c) for c in f.corpus_ids])
-    with connections[using].cursor() as cur:
-        cur.execute(sql, params)
-        corpora = {r[0]: _Corpus(r[0], r[1], f"{r[2]}:{r[3]}", r[3], r[4]) for r in cur.fetchall()}
-    plan = _Plan(scope.tenant_id, depts, tenant_wide, corpora, None, None, f)
+        cwhere += " AND id = ANY(%s)"
+        cparams.append([int(c) for c in f.corpus_ids])
+    statements, params = tx.prologue()
+    statements.append(f"SELECT id, name, embedding_model, embedding_dim, chunk_count, department_id FROM kb_corpus "
+                      f"WHERE {cwhere}")
+    params += cparams
     doc_level = f.document_ids is not None or f.metadata or f.published_after or f.published_before
-    if doc_level and corpora:
-        plan.document_ids, plan.doc_rows = _resolve_documents(plan, f, using)
+    if doc_level:
+        dsql, dparams = _documents_sql(f, depts, tenant_wide, cwhere, cparams, scope.tenant_id)
+        statements.append(dsql)
+        params += dparams
+    if query is not None:
+        statements.append("SELECT lexeme FROM unnest(to_tsvector('english', %s))")
+        params.append(query[:4000])
+    with connections[using].cursor() as cur:
+        results = _run_script_all(cur, "; ".join(statements), params)
+    if tx.nested:
+        tx.previous = results.pop(0)[0][0] or ""
+    results.pop(0)  # set_config
+    corpora = {r[0]: _Corpus(r[0], r[1], f"{r[2]}:{r[3]}", r[3], r[4], r[5]) for r in results.pop(0)}
+    plan = _Plan(scope.tenant_id, depts, tenant_wide, corpora, None, None, f)
+    if doc_level:
+        docs = results.pop(0)
+        if corpora:
+            plan.document_ids = tuple(r[0] for r in docs)
+            plan.doc_rows = sum(r[1] or 0 for r in docs)
+    lexemes = [r[0] for r in results.pop(0)][:MAX_QUERY_TERMS] if query is not None else []
     for c in corpora.values():
         if _MODEL_KEY.match(c.model_key):
             plan.by_model.setdefault(c.model_key, []).append(c)
-    return plan
+    return plan, lexemes
 
 
-def _resolve_documents(plan: _Plan, f: SearchFilters, using: str) -> tuple[tuple[int, ...], int]:
-    sql = ["SELECT id, chunk_count FROM kb_document d WHERE d.tenant_id = %s AND d.corpus_id = ANY(%s)"]
-    params: list = [plan.tenant_id, list(plan.corpora)]
-    if plan.department_ids is not None:
-        sql.append("AND (d.department_id = ANY(%s)" + (" OR d.department_id IS NULL)" if plan.include_tenant_wide else ")"))
-        params.append(list(plan.department_ids))
+def _documents_sql(f: SearchFilters, depts: tuple[int, ...] | None, tenant_wide: bool, cwhere: str, cparams: list,
+                   tenant_id: int) -> tuple[str, list]:
+    """Documents of the visible corpora matching the document-level filters: (id, chunk_count) rows."""
+    sql = [f"SELECT id, chunk_count FROM kb_document d WHERE d.tenant_id = %s "
+           f"AND d.corpus_id IN (SELECT id FROM kb_corpus WHERE {cwhere})"]
+    params: list = [tenant_id, *cparams]
+    if depts is not None:
+        sql.append("AND (d.department_id = ANY(%s)" + (" OR d.department_id IS NULL)" if tenant_wide else ")"))
+        params.append(list(depts))
     if f.document_ids is not None:
         sql.append("AND d.id = ANY(%s)")
         params.append([int(d) for d in f.document_ids])
@@ -307,10 +377,7 @@ def _resolve_documents(plan: _Plan, f: SearchFilters, using: str) -> tuple[tuple
     if f.published_before:
         sql.append(f"AND {published} < %s::timestamptz")
         params.append(f.published_before)
-    with connections[using].cursor() as cur:
-        cur.execute(" ".join(sql), params)
-        rows = cur.fetchall()
-    return tuple(r[0] for r in rows), sum(r[1] or 0 for r in rows)
+    return " ".join(sql), params
 
 
 # --- Vector side --------------------------------------------------------------------------------
@@ -354,39 +421,153 @@ def scope_rows(plan: _Plan, group: list[_Corpus]) -> int:
     return sum(c.chunk_count for c in group)
 
 
-def use_hnsw(rows_in_scope: int, index_rows: int | None, ef: int, fetch: int) -> bool:
-    """The path choice: HNSW only for scopes too big to scan whose share of the index is large enough.
+@dataclass(frozen=True)
+class HnswIndex:
+    """A valid HNSW index of one model: the model's own (every tenant), or a scope index of a
+    tenant ("all" departments) or of one department of it (None: its tenant-wide rows)."""
 
-    pgvector applies the tenant/department filter to each tuple the index scan visits, so finding
-    `fetch` in-scope rows costs about ef + fetch / selectivity visits: cheap for a big share of
-    the index, far worse than scanning the scope for a small one. No index: always exact.
+    tenant_id: int | None
+    department: int | None | str
+    rows: int
+
+
+@dataclass(frozen=True)
+class VectorPlan:
+    """How one model's rows are searched: exact, one index scan, or one arm per department."""
+
+    kind: Literal["exact", "index", "parts"]
+    index: HnswIndex | None = None  # kind "index"
+    # kind "parts", one arm each: (department or None, its index or None for an exact arm, rows
+    # the arm takes: n from an unfiltered scan, RETRIEVAL_HNSW_FETCH from a filtered one)
+    parts: tuple[tuple[int | None, HnswIndex | None, int], ...] = ()
+    visits: float = 0.0
+
+    def label(self, ef: int) -> str:
+        if self.kind == "exact":
+            return "exact"
+        if self.kind == "index":
+            where = "model" if self.index is None or self.index.tenant_id is None else "tenant"
+            return f"hnsw(ef={ef},{where} index)"
+        n_idx = sum(1 for _, ix, _ in self.parts if ix is not None)
+        return f"hnsw(ef={ef},{n_idx} department index{'es' if n_idx != 1 else ''}" + (
+            f"+{len(self.parts) - n_idx} exact)" if n_idx < len(self.parts) else ")")
+
+
+_index_cache: dict[tuple[str, str], tuple[float, list[HnswIndex]]] = {}
+_PREDICATE = re.compile(r"^\(*\(embedding_model\)::text = '(?P<key>[^']+)'::text\)(?: AND \(tenant_id = (?P<t>\d+)\))?"
+                        r"(?: AND \((?:department_id = (?P<d>\d+)|(?P<null>department_id IS NULL))\))?\)?$")
+
+
+def _hnsw_indexes(model_key: str, using: str) -> list[HnswIndex]:
+    """The model's valid HNSW indexes with their sizes (pg_class.reltuples), cached a minute.
+
+    Recognised by predicate: the model's own index (kb.vector_index) and its scope indexes (tenant,
+    tenant + department). Any other partial HNSW index is ignored.
     """
-    if not index_rows or rows_in_scope <= _setting("RETRIEVAL_EXACT_MAX_ROWS"):
-        return False
-    selectivity = min(1.0, rows_in_scope / max(index_rows, rows_in_scope))
-    hnsw_work = (ef + fetch / selectivity) * float(_setting("RETRIEVAL_HNSW_TUPLE_COST"))
-    return hnsw_work < rows_in_scope
-
-
-_index_cache: dict[tuple[str, str], tuple[float, int | None]] = {}
-
-
-def _index_rows(model_key: str, using: str) -> int | None:
-    """Entries in the model's HNSW index (pg_class.reltuples, cached a minute); None when it has none."""
     key = (connections[using].settings_dict["NAME"], model_key)
     hit = _index_cache.get(key)
     if hit and time.monotonic() - hit[0] < 60:
         return hit[1]
     with connections[using].cursor() as cur:
-        cur.execute("SELECT max(c.reltuples) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
-                    "JOIN pg_am a ON a.oid = c.relam WHERE i.indrelid = 'kb_chunk'::regclass AND a.amname = 'hnsw' "
-                    "AND i.indisvalid AND position(%s in pg_get_expr(i.indpred, i.indrelid)) > 0",
-                    [f"'{model_key}'"])
-        row = cur.fetchone()
-    # A never-analysed index reports -1: count it as present with unknown size (selectivity 1).
-    rows = None if row is None or row[0] is None else max(int(row[0]), 1)
-    _index_cache[key] = (time.monotonic(), rows)
-    return rows
+        cur.execute("SELECT pg_get_expr(i.indpred, i.indrelid), c.reltuples FROM pg_index i "
+                    "JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am a ON a.oid = c.relam "
+                    "WHERE i.indrelid = 'kb_chunk'::regclass AND a.amname = 'hnsw' AND i.indisvalid "
+                    "AND position(%s in pg_get_expr(i.indpred, i.indrelid)) > 0", [f"'{model_key}'"])
+        found = cur.fetchall()
+    out = []
+    for pred, reltuples in found:
+        m = _PREDICATE.match(pred or "")
+        if not m or m["key"] != model_key or ((m["d"] or m["null"]) and not m["t"]):
+            continue
+        # A never-analysed index reports -1: count it as present with unknown size (selectivity 1).
+        rows = max(int(reltuples or 0), 1)
+        dept: int | None | str = int(m["d"]) if m["d"] else None if m["null"] else "all"
+        out.append(HnswIndex(int(m["t"]) if m["t"] else None, dept, rows))
+    _index_cache[key] = (time.monotonic(), out)
+    return out
+
+
+def _index_rows(model_key: str, using: str) -> int | None:
+    """Entries in the model's own HNSW index; None when it has none."""
+    rows = [ix.rows for ix in _hnsw_indexes(model_key, using) if ix.tenant_id is None]
+    return max(rows) if rows else None
+
+
+def _scan_visits(scope_rows_: float, index_rows: int, ef: int, fetch: int) -> float:
+    """Index tuples a filtered relaxed-order scan visits to find `fetch` in-scope rows."""
+    return ef + fetch / min(1.0, max(scope_rows_, 1.0) / max(index_rows, 1))
+
+
+def choose_vector_plan(rows_in_scope: int, tenant_id: int, department_parts: dict[int | None, int] | None,
+                       indexes: Sequence[HnswIndex], ef: int, fetch: int, n: int) -> VectorPlan:
+    """The path choice, per query, from the scope's size and the indexes that cover it.
+
+    Scopes up to RETRIEVAL_EXACT_MAX_ROWS are scanned exactly. Otherwise every index that covers
+    the scope is priced in visited tuples (ef + fetch / selectivity: pgvector filters after the
+    index, each visit a heap check): the model's index, the tenant's scope index, and, for a scope
+    of explicit departments (`department_parts`: department or None for tenant-wide rows -> rows
+    in scope), one arm per department on its own index (unfiltered: ef + n) or, without one, an
+    exact arm over its rows. The cheapest wins if its visits times RETRIEVAL_HNSW_TUPLE_COST are
+    below the rows an exact scan reads.
+    """
+    exact = VectorPlan("exact")
+    if rows_in_scope <= _setting("RETRIEVAL_EXACT_MAX_ROWS"):
+        return exact
+    options: list[VectorPlan] = []
+    if not _setting("RETRIEVAL_SCOPE_INDEXES"):
+        indexes = [ix for ix in indexes if ix.tenant_id is None]
+    for ix in indexes:
+        if ix.tenant_id is None or (ix.tenant_id == tenant_id and ix.department == "all"):
+            options.append(VectorPlan("index", index=ix, visits=_scan_visits(rows_in_scope, ix.rows, ef, fetch)))
+    if department_parts:
+        own = {ix.department: ix for ix in indexes if ix.tenant_id == tenant_id and ix.department != "all"}
+        parts, visits, exact_rows = [], 0.0, 0.0
+        for dept, rows in sorted(department_parts.items(), key=lambda kv: (kv[0] is not None, kv[0] or 0)):
+            ix = own.get(dept)
+            if ix is not None and rows > 0:
+                # Stored counts and reltuples are estimates: within 10% the arm is taken as unfiltered.
+                take = n if rows >= 0.9 * ix.rows else max(n, fetch)
+                visits += _scan_visits(rows, ix.rows, ef, take)
+                parts.append((dept, ix, take))
+            else:
+                exact_rows += rows
+                parts.append((dept, None, n))
+        if any(ix is not None for _, ix, _ in parts):
+            options.append(VectorPlan("parts", parts=tuple(parts), visits=visits + exact_rows / _tuple_cost()))
+    if not options:
+        return exact
+    best = min(options, key=lambda o: o.visits)
+    return best if best.visits * _tuple_cost() < rows_in_scope else exact
+
+
+def _tuple_cost() -> float:
+    return max(float(_setting("RETRIEVAL_HNSW_TUPLE_COST")), 1e-9)
+
+
+def use_hnsw(rows_in_scope: int, index_rows: int | None, ef: int, fetch: int) -> bool:
+    """The path choice with only the model's index: see choose_vector_plan."""
+    indexes = [HnswIndex(None, "all", index_rows)] if index_rows else []
+    return choose_vector_plan(rows_in_scope, 0, None, indexes, ef, fetch, fetch).kind != "exact"
+
+
+def _department_parts(plan: _Plan, group: list[_Corpus], rows_in_scope: int) -> dict[int | None, int] | None:
+    """Scope rows per department (None: tenant-wide) for a scope of explicit departments, else None.
+
+    From the stored counts of the model's corpora by their department, scaled to the document-level
+    count when document filters apply. Every department of the scope gets an entry (0 when none of
+    its corpora is visible), so the arms cover the whole scope.
+    """
+    if plan.department_ids is None:
+        return None
+    parts: dict[int | None, int] = {d: 0 for d in plan.department_ids}
+    if plan.include_tenant_wide:
+        parts[None] = 0
+    total = sum(c.chunk_count for c in group) or 1
+    for c in group:
+        if c.department_id in parts:
+            parts[c.department_id] += c.chunk_count
+    scale = min(1.0, rows_in_scope / total)
+    return {d: int(math.ceil(r * scale)) for d, r in parts.items()}
 
 
 def _vector_search(plan: _Plan, model_key: str, group: list[_Corpus], vec: Sequence[float], n: int,
@@ -399,10 +580,15 @@ def _vector_search(plan: _Plan, model_key: str, group: list[_Corpus], vec: Seque
         raise ValueError(f"query vector has {len(vec)} dimensions, model {model_key} has {dim}")
     rows_in_scope = scope_rows(plan, group)
     ef = int(_setting("RETRIEVAL_HNSW_EF_SEARCH"))
-    if use_hnsw(rows_in_scope, _index_rows(model_key, using), ef, max(n, int(_setting("RETRIEVAL_HNSW_FETCH")))):
-        rows = _vector_sql(plan, model_key, group, vec, n, using, hnsw_ef=ef, prefetched=prefetched)
+    fetch = max(n, int(_setting("RETRIEVAL_HNSW_FETCH")))
+    vplan = VectorPlan("exact")
+    if rows_in_scope > _setting("RETRIEVAL_EXACT_MAX_ROWS"):
+        vplan = choose_vector_plan(rows_in_scope, plan.tenant_id, _department_parts(plan, group, rows_in_scope),
+                                   _hnsw_indexes(model_key, using), ef, fetch, n)
+    if vplan.kind != "exact":
+        rows = _vector_sql(plan, model_key, group, vec, n, using, hnsw_ef=ef, prefetched=prefetched, vplan=vplan)
         if len(rows) >= min(n, rows_in_scope):
-            return rows, f"hnsw(ef={ef})"
+            return rows, vplan.label(ef)
         # Too few in-scope rows met during the scan (scope smaller than its stored count said, or
         # max_scan_tuples reached): the exact scan always returns every row there is.
         return (_vector_sql(plan, model_key, group, vec, n, using, hnsw_ef=None, prefetched=prefetched),
@@ -411,17 +597,19 @@ def _vector_search(plan: _Plan, model_key: str, group: list[_Corpus], vec: Seque
 
 
 def _vector_sql(plan: _Plan, model_key: str, group: list[_Corpus], vec: Sequence[float], n: int, using: str,
-                hnsw_ef: int | None, prefetched: dict[int, tuple] | None = None) -> list[tuple[int, float]]:
+                hnsw_ef: int | None, prefetched: dict[int, tuple] | None = None,
+                vplan: VectorPlan | None = None) -> list[tuple[int, float]]:
     typ = _cast_type(group[0].dim)
-    where, params = plan.where("c")
-    # Only this model's corpora, and only rows embedded with it (a re-embed may be half done).
-    params[1] = [c.id for c in group]
+    corpus_ids = [c.id for c in group]  # only this model's corpora, and only rows embedded with it
     dist = f"(c.embedding::{typ}) <=> %s::{typ}"
     qlit = _vec_literal(vec)
     # The model key is inlined (validated by _MODEL_KEY) so the partial index predicate is provable
     # and each model and path has its own statement text (no plan reuse across the SETs below).
-    model_pred = f"c.embedding_model = '{model_key}'"
-    if hnsw_ef is None:
+    # The tenant id is inlined too (an int from the scope, also bound as a parameter) so a tenant's
+    # or department's own index is provable.
+    model_pred = f"c.embedding_model = '{model_key}' AND c.tenant_id = {int(plan.tenant_id)}"
+    if hnsw_ef is None or vplan is None:
+        where, params = plan.where("c", corpus_ids=corpus_ids)
         # "+ 0" hides the ordering from the HNSW index: an exact, filter-first scan.
         ranking = (f"SELECT /* exact */ c.id, {dist} AS score FROM kb_chunk c WHERE {where} AND {model_pred} "
                    f"ORDER BY ({dist}) + 0 LIMIT %s")
@@ -433,9 +621,25 @@ def _vector_sql(plan: _Plan, model_key: str, group: list[_Corpus], vec: Sequence
     # Relaxed order: take `fetch` in-scope rows from the iterative index scan, keep the n nearest.
     # "+ 0": the planner would otherwise take the index's (only roughly sorted) order as sorted.
     fetch = max(n, int(_setting("RETRIEVAL_HNSW_FETCH")))
-    ranking = (f"SELECT /* hnsw */ * FROM (SELECT c.id, {dist} AS score FROM kb_chunk c WHERE {where} AND {model_pred} "
-               f"ORDER BY {dist} LIMIT %s) relaxed ORDER BY score + 0 LIMIT %s")
-    rparams = [qlit, *params, qlit, fetch, n]
+    if vplan.kind == "index":
+        where, params = plan.where("c", corpus_ids=corpus_ids)
+        inner = (f"SELECT c.id, {dist} AS score FROM kb_chunk c WHERE {where} AND {model_pred} "
+                 f"ORDER BY {dist} LIMIT %s")
+        rparams = [qlit, *params, qlit, fetch]
+    else:
+        # One arm per department: on the department's own index (provable from the inlined
+        # department id), or exact for a department without one; the arms' union is the scope.
+        where, params = plan.where("c", corpus_ids=corpus_ids, departments=False)
+        arms, rparams = [], []
+        for dept, ix, take in vplan.parts:
+            dpred = "c.department_id IS NULL" if dept is None else f"c.department_id = {int(dept)}"
+            order = f"{dist}" if ix is not None else f"({dist}) + 0"
+            arms.append(f"(SELECT c.id, {dist} AS score FROM kb_chunk c WHERE {where} AND {model_pred} AND {dpred} "
+                        f"ORDER BY {order} LIMIT %s)")
+            rparams += [qlit, *params, qlit, take]
+        inner = " UNION ALL ".join(arms)
+    ranking = f"SELECT /* hnsw {vplan.kind} */ * FROM ({inner}) relaxed ORDER BY score + 0 LIMIT %s"
+    rparams.append(n)
     sql, sparams = _with_hits(ranking, rparams, n, "ASC") if prefetched is not None else (ranking, rparams)
     max_tuples = int(_setting("RETRIEVAL_HNSW_MAX_SCAN_TUPLES"))
     # The index scan is forced (never left to the planner) and configured with SET LOCAL, which
@@ -470,6 +674,19 @@ def _collect(rows: list[tuple], prefetched: dict[int, tuple] | None) -> list[tup
     for r in rows:
         prefetched[r[1]] = r[1:]
     return [(r[1], float(r[0])) for r in rows]
+
+
+def _run_script_all(cur, sql: str, params: list) -> list[list[tuple]]:
+    """Execute several statements in one round trip (client-side binding); the rows of each that returns rows."""
+    cur.execute(sql, params)
+    raw = getattr(cur, "cursor", cur)
+    out: list[list[tuple]] = []
+    while True:
+        if raw.description is not None:
+            out.append(raw.fetchall())
+        if not raw.nextset():
+            break
+    return out
 
 
 def _run_script(cur, sql: str, params: list) -> list[tuple]:
@@ -527,13 +744,7 @@ def _tsquery_literal(lexeme: str) -> str:
     return "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
-def _query_lexemes(query: str, using: str) -> list[str]:
-    with connections[using].cursor() as cur:
-        cur.execute("SELECT lexeme FROM unnest(to_tsvector('english', %s))", [query[:4000]])
-        return [r[0] for r in cur.fetchall()][:MAX_QUERY_TERMS]
-
-
-def _keyword_search(plan: _Plan, query: str, n: int, using: str,
+def _keyword_search(plan: _Plan, lexemes: list[str], n: int, using: str,
                     prefetched: dict[int, tuple] | None = None) -> tuple[list[tuple[int, float]], str]:
     """Top `n` chunks by BM25: [(chunk id, score)], best first, and a label for the trace.
 
@@ -545,7 +756,6 @@ def _keyword_search(plan: _Plan, query: str, n: int, using: str,
     only common words cannot outrank one with the rare ones in practice; measured in
     docs/retrieval.md); every lexeme still counts in the score. Fewer than n candidates: all lexemes.
     """
-    lexemes = _query_lexemes(query, using)
     if not lexemes:
         return [], "bm25(no terms)"
     stats = [_corpus_term_stats(c, plan.tenant_id, using) for c in plan.corpora.values()]

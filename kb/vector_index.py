@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import re
+import time
 
 from django.db import OperationalError, connections, transaction
 
@@ -64,6 +66,7 @@ def ensure_vector_index(model_key: str, dim: int, *, using: str = "owner", lock_
     conn = connections[using]
     marker = (conn.settings_dict["NAME"], model_key, dim)
     if marker in _created:
+        ensure_scope_indexes(model_key, dim, using=using, lock_timeout_s=lock_timeout_s)
         return name
     opclass = "vector_cosine_ops" if typ.startswith("vector") else "halfvec_cosine_ops"
     quoted_key = model_key.replace("'", "''")
@@ -93,4 +96,164 @@ def ensure_vector_index(model_key: str, dim: int, *, using: str = "owner", lock_
         logger.warning("vector index %s not built now (%s); search falls back to exact scan", name, exc)
         return name
     _created.add(marker)
+    ensure_scope_indexes(model_key, dim, using=using, lock_timeout_s=lock_timeout_s)
     return name
+
+
+# --- Scope indexes: one partial HNSW index per large tenant and per large department -------------
+#
+# A filtered scan of the model's index visits about k / selectivity tuples and checks each against
+# the heap, so a 10,000-row department of a 100,000-row index costs ~10x an unfiltered scan
+# (measured: docs/retrieval.md). A scope with its own partial index is scanned unfiltered.
+# kb.retrieval finds these indexes by their predicate and chooses per query among them.
+
+SCOPE_INDEX_MIN_ROWS = 4000  # smaller scopes are scanned exactly (RETRIEVAL_EXACT_MAX_ROWS)
+SCOPE_INDEX_MAX_SHARE = 0.5  # a scope holding more than this share of its parent is served by the parent's index
+SCOPE_CHECK_INTERVAL_S = 300
+_scope_checked: dict[tuple[str, str], float] = {}
+
+
+def scope_index_name(model_key: str, tenant_id: int, department_id: int | None | str = "all") -> str:
+    """'chunk_hnsw_<model>_t<tenant>' or '..._t<tenant>_d<dept>' ('_dnone': the tenant-wide rows), at most 63 chars."""
+    suffix = f"_t{int(tenant_id)}" + ("" if department_id == "all" else
+                                        "_dnone" if department_id is None else f"_d{int(department_id)}")
+    base = index_name(model_key)
+    return f"{base[:63 - len(suffix)]}{suffix}"
+
+
+def scope_predicate(model_key: str, tenant_id: int, department_id: int | None | str = "all") -> str:
+    """The partial-index predicate of a scope index (ids are integers, the key is quoted)."""
+    quoted_key = model_key.replace("'", "''")
+    pred = f"embedding_model = '{quoted_key}' AND tenant_id = {int(tenant_id)}"
+    if department_id == "all":
+        return pred
+    return pred + (" AND department_id IS NULL" if department_id is None else f" AND department_id = {int(department_id)}")
+
+
+def _setting(name: str, default):
+    from django.conf import settings
+
+    return getattr(settings, name, default)
+
+
+def scope_sizes(model_key: str, using: str = "owner") -> dict[tuple[int, int | None], int]:
+    """(tenant, department or None for tenant-wide) -> chunk rows of the model, from stored corpus counts.
+
+    Read as the owner; where that role is subject to row-level security (not a superuser), one
+    tenant at a time under its own RLS setting.
+    """
+    name, _, dim = model_key.rpartition(":")
+    sql = ("SELECT tenant_id, department_id, sum(chunk_count) FROM kb_corpus WHERE embedding_model = %s "
+           "AND embedding_dim = %s GROUP BY 1, 2")
+    out: dict[tuple[int, int | None], int] = {}
+    conn = connections[using]
+    with transaction.atomic(using=using), conn.cursor() as cur:
+        cur.execute("SELECT rolsuper OR rolbypassrls FROM pg_roles WHERE rolname = current_user")
+        row = cur.fetchone()
+        if row and row[0]:
+            cur.execute(sql, [name, int(dim)])
+            rows = cur.fetchall()
+        else:
+            cur.execute("SELECT id FROM tenants_tenant")
+            rows = []
+            for (tenant_id,) in cur.fetchall():
+                cur.execute("SELECT set_config('app.tenant_id', %s, true)", [str(tenant_id)])
+                cur.execute(sql, [name, int(dim)])
+                rows += cur.fetchall()
+    for tenant_id, department_id, n in rows:
+        out[(int(tenant_id), department_id)] = int(n or 0)
+    return out
+
+
+def wanted_scope_indexes(sizes: dict[tuple[int, int | None], int], min_rows: int,
+                         max_share: float) -> list[tuple[int, int | None | str]]:
+    """Which scopes get their own index: at least `min_rows` rows and at most `max_share` of the parent.
+
+    Tenant indexes (department "all") for tenants that are a minority of the model's rows;
+    department indexes (None = the tenant-wide rows) for departments that are a minority of their
+    tenant. A scope that is most of its parent gains little: the parent's scan is barely filtered.
+    """
+    total = sum(sizes.values())
+    per_tenant: dict[int, int] = {}
+    for (tenant_id, _), n in sizes.items():
+        per_tenant[tenant_id] = per_tenant.get(tenant_id, 0) + n
+    out: list[tuple[int, int | None | str]] = []
+    for tenant_id, n in sorted(per_tenant.items()):
+        if n >= min_rows and n <= max_share * total:
+            out.append((tenant_id, "all"))
+    for (tenant_id, department_id), n in sorted(sizes.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
+        if n >= min_rows and n <= max_share * per_tenant[tenant_id]:
+            out.append((tenant_id, department_id))
+    return out
+
+
+def ensure_scope_indexes(model_key: str, dim: int, *, using: str = "owner", force: bool = False,
+                         lock_timeout_s: int = 5) -> list[str]:
+    """Create the partial HNSW indexes of the model's large tenants and departments that are missing.
+
+    Checked at most every SCOPE_CHECK_INTERVAL_S per process and model (ingestion calls it through
+    ensure_vector_index); `force` checks now. Returns the names of the indexes built. Indexes of
+    scopes that shrank are kept (harmless: search picks by cost). Built like the model's index:
+    CONCURRENTLY outside a transaction, bounded by lock_timeout inside one.
+    """
+    conn = connections[using]
+    key = (conn.settings_dict["NAME"], model_key)
+    now = time.monotonic()
+    if not force and now - _scope_checked.get(key, -math.inf) < SCOPE_CHECK_INTERVAL_S:
+        return []
+    _scope_checked[key] = now
+    typ = cast_type(dim)
+    opclass = "vector_cosine_ops" if typ.startswith("vector") else "halfvec_cosine_ops"
+    min_rows = int(_setting("VECTOR_SCOPE_INDEX_MIN_ROWS", SCOPE_INDEX_MIN_ROWS))
+    max_share = float(_setting("VECTOR_SCOPE_INDEX_MAX_SHARE", SCOPE_INDEX_MAX_SHARE))
+    built: list[str] = []
+    try:
+        wanted = wanted_scope_indexes(scope_sizes(model_key, using), min_rows, max_share)
+        if not wanted:
+            return built
+        with conn.cursor() as cur:
+            cur.execute("SELECT c.relname, i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+                        "WHERE i.indrelid = 'kb_chunk'::regclass")
+            existing = dict(cur.fetchall())
+            for tenant_id, department_id in wanted:
+                name = scope_index_name(model_key, tenant_id, department_id)
+                if existing.get(name):
+                    continue
+                body = (f'"{name}" ON kb_chunk USING hnsw ((embedding::{typ}) {opclass}) '
+                        f"WHERE {scope_predicate(model_key, tenant_id, department_id)}")
+                t = time.perf_counter()
+                if conn.in_atomic_block:
+                    with transaction.atomic(using=using):
+                        cur.execute(f"SET LOCAL lock_timeout = '{int(lock_timeout_s)}s'")
+                        if name in existing:
+                            cur.execute(f'DROP INDEX IF EXISTS "{name}"')
+                        cur.execute(f"CREATE INDEX IF NOT EXISTS {body}")
+                else:
+                    cur.execute(f"SET lock_timeout = '{int(lock_timeout_s * 12)}s'")
+                    try:
+                        if name in existing:  # invalid leftover of a failed concurrent build
+                            cur.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{name}"')
+                        cur.execute(f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {body}")
+                    finally:
+                        cur.execute("RESET lock_timeout")
+                logger.info("scope vector index %s built in %.1fs", name, time.perf_counter() - t)
+                built.append(name)
+    except OperationalError as exc:
+        logger.warning("scope vector indexes for %s not (all) built now (%s); search stays correct", model_key, exc)
+        _scope_checked.pop(key, None)
+    return built
+
+
+if __name__ == "__main__":  # python -m kb.vector_index ensure-scopes MODEL:DIM ...
+    import os
+    import sys
+
+    import django
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kb.settings")
+    django.setup()
+    if len(sys.argv) < 3 or sys.argv[1] != "ensure-scopes":
+        sys.exit("usage: python -m kb.vector_index ensure-scopes MODEL:DIM [MODEL:DIM ...]")
+    for model_key in sys.argv[2:]:
+        ensure_vector_index(model_key, int(model_key.rpartition(":")[2]))
+        print(model_key, ensure_scope_indexes(model_key, int(model_key.rpartition(":")[2]), force=True))
