@@ -244,11 +244,15 @@ def run_scenario(scope, gen: TextGen, name: str, runs: int) -> dict:
 
     search_s = [0.0]
     real_search = retrieval.search
+    inside: dict[str, list[float]] = {}
 
     def timed_search(*a, **kw):
         t = time.perf_counter()
         try:
-            return real_search(*a, **kw)
+            res = real_search(*a, **kw)
+            for part, ms in res.timings_ms.items():
+                inside.setdefault(part, []).append(ms)
+            return res
         finally:
             search_s[0] += time.perf_counter() - t
 
@@ -278,7 +282,8 @@ def run_scenario(scope, gen: TextGen, name: str, runs: int) -> dict:
     finally:
         services.record_run = real_record
         retrieval.search = real_search
-    return {"per_call": per_call, "own": own, "steps": step_ms, "write": write_ms, "loop": loop_ms, "calls": n}
+    return {"per_call": per_call, "own": own, "steps": step_ms, "write": write_ms, "loop": loop_ms, "calls": n,
+            "inside": inside}
 
 
 def main() -> None:
@@ -308,6 +313,7 @@ def main() -> None:
         print(header)
         print("-" * len(header))
         detail = {}
+        inside = {}
         for scope_name, scope in scopes.items():
             for name in SCENARIOS:
                 run_scenario(scope, data["gen"], name, 2)  # warm caches (term statistics, connections)
@@ -318,10 +324,18 @@ def main() -> None:
                       f"{statistics.mean(r['loop']):>8.2f} {percentile(r['write'], 0.5):>9.2f} {'yes' if p95 < 20 else 'NO':>7}")
                 for k, v in r["steps"].items():
                     detail.setdefault((scope_name, k), []).extend(v)
+                inside[(scope_name, name)] = r["inside"]
         print("\nper tool, all scenarios (ms):")
         print(f"{'scope':<15} {'tool':<20} {'n':>5} {'p50':>8} {'p95':>8}")
         for (scope_name, tool), v in sorted(detail.items()):
             print(f"{scope_name:<15} {tool:<20} {len(v):>5} {percentile(v, 0.5):>8.2f} {percentile(v, 0.95):>8.2f}")
+        print("\ninside kb.retrieval.search, per search (timings_ms p50 / p95, ms):")
+        parts = ("resolve", "vector", "keyword", "hydrate", "total")
+        print(f"{'scope':<15} {'scenario':<22} " + " ".join(f"{p:>13}" for p in parts))
+        for (scope_name, name), t in inside.items():
+            cells = [f"{percentile(t[p], 0.5):5.2f} / {percentile(t[p], 0.95):5.2f}" if t.get(p) else f"{'-':>13}"
+                     for p in parts]
+            print(f"{scope_name:<15} {name:<22} " + " ".join(cells))
         print("\np50/p95 ms = per tool call, everything except model time (retrieval SQL and trace write included).")
         print("excl. search SQL = the same without time spent inside kb.retrieval.search (the loop, the other tools, the write).")
         print("loop ms = per call outside every tool and the trace write (dispatch, validation, rendering, citation checks).")

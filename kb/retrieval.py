@@ -216,6 +216,7 @@ class _Plan:
     doc_rows: int | None  # stored chunk count of those documents
     filters: SearchFilters
     by_model: dict[str, list[_Corpus]] = field(default_factory=dict)
+    tx: _TenantTx | None = None  # runs this search's statements under the scope's RLS tenant
 
     @property
     def empty(self) -> bool:
@@ -261,35 +262,49 @@ class _Plan:
 
 
 class _TenantTx:
-    """The RLS tenant of one search's transaction, set by the first statement script (see _resolve)."""
+    """The RLS tenant of one search: every statement script it runs sets it first (see _query)."""
 
-    def __init__(self, tenant_id: int, nested: bool) -> None:
+    def __init__(self, tenant_id: int, nested: bool, using: str) -> None:
         self.tenant = str(int(tenant_id))
         self.nested = nested
-        self.previous: str | None = None  # the enclosing transaction's tenant (nested only)
+        self.using = using
+        self.previous: str | None = None  # the enclosing transaction's tenant (nested only), read by the first script
 
-    def prologue(self) -> tuple[list[str], list]:
-        """Statements that set the tenant for RLS (and first read the enclosing one to restore)."""
-        sql = ["SELECT current_setting('app.tenant_id', true)"] if self.nested else []
-        return [*sql, "SELECT set_config('app.tenant_id', %s, true)"], [self.tenant]
+    def query(self, sql: str, params: Sequence = ()) -> list[list[tuple]]:
+        """Run `sql` (one or more statements) in one round trip, the scope's tenant set first.
+
+        Outside a transaction the script is its own implicit transaction (a multi-statement simple
+        query), so set_config(..., true) and SET LOCAL last exactly as long as it; inside the
+        caller's transaction they last to its end and search() restores the tenant.
+        """
+        head = "SELECT set_config('app.tenant_id', %s, true); "
+        if self.nested and self.previous is None:
+            head = "SELECT current_setting('app.tenant_id', true); " + head
+        with connections[self.using].cursor() as cur:
+            results = _run_script_all(cur, head + sql, [self.tenant, *params])
+        if self.nested and self.previous is None:
+            self.previous = results.pop(0)[0][0] or ""
+        return results[1:]
 
 
 @contextlib.contextmanager
 def _tenant_transaction(scope: Scope, using: str) -> Iterator[_TenantTx]:
-    """What tenants.scope.activate does, in fewer round trips: a transaction (a savepoint when
-    nested) whose RLS tenant is the scope's, set in the same round trip as the first query.
+    """What tenants.scope.activate gives (RLS for the scope's tenant), without its round trips.
 
-    Outside a transaction nothing needs restoring (set_config(..., true) ends with it); nested,
-    the enclosing tenant is put back on success unless it was already this one (e.g. the agent's
-    tools wrap the call in activate(scope)); on error the savepoint rollback restores it.
+    Outside a transaction: no transaction of its own (no BEGIN, COMMIT or restore); each script
+    of statements sets the tenant and is atomic by itself (READ COMMITTED takes a snapshot per
+    statement anyway). Inside the caller's transaction: a savepoint, and the caller's tenant is
+    put back on success unless it was this one already (the agent's tools wrap the call in
+    activate(scope)); on error the savepoint rollback restores it.
     """
     conn = connections[using]
-    # Inside a caller's transaction (atomic or manual), the tenant it had must be restored.
-    nested = conn.in_atomic_block or not conn.get_autocommit()
+    if not conn.in_atomic_block and conn.get_autocommit():
+        yield _TenantTx(scope.tenant_id, nested=False, using=using)
+        return
     with transaction.atomic(using=using):
-        tx = _TenantTx(scope.tenant_id, nested=nested)
+        tx = _TenantTx(scope.tenant_id, nested=True, using=using)
         yield tx
-        if tx.nested and tx.previous is not None and tx.previous != tx.tenant and not conn.needs_rollback:
+        if tx.previous is not None and tx.previous != tx.tenant and not conn.needs_rollback:
             with conn.cursor() as cur:
                 cur.execute("SELECT set_config('app.tenant_id', %s, true)", [tx.previous])
 
@@ -317,7 +332,8 @@ def _resolve(scope: Scope, f: SearchFilters, using: str, tx: _TenantTx,
     if f.corpus_ids is not None:
         cwhere += " AND id = ANY(%s)"
         cparams.append([int(c) for c in f.corpus_ids])
-    statements, params = tx.prologue()
+    statements: list[str] = []
+    params: list = []
     statements.append(f"SELECT id, name, embedding_model, embedding_dim, chunk_count, department_id FROM kb_corpus "
                       f"WHERE {cwhere}")
     params += cparams
@@ -329,13 +345,9 @@ def _resolve(scope: Scope, f: SearchFilters, using: str, tx: _TenantTx,
     if query is not None:
         statements.append("SELECT lexeme FROM unnest(to_tsvector('english', %s))")
         params.append(query[:4000])
-    with connections[using].cursor() as cur:
-        results = _run_script_all(cur, "; ".join(statements), params)
-    if tx.nested:
-        tx.previous = results.pop(0)[0][0] or ""
-    results.pop(0)  # set_config
+    results = tx.query("; ".join(statements), params)
     corpora = {r[0]: _Corpus(r[0], r[1], f"{r[2]}:{r[3]}", r[3], r[4], r[5]) for r in results.pop(0)}
-    plan = _Plan(scope.tenant_id, depts, tenant_wide, corpora, None, None, f)
+    plan = _Plan(scope.tenant_id, depts, tenant_wide, corpora, None, None, f, tx=tx)
     if doc_level:
         docs = results.pop(0)
         if corpora:
@@ -615,9 +627,7 @@ def _vector_sql(plan: _Plan, model_key: str, group: list[_Corpus], vec: Sequence
                    f"ORDER BY ({dist}) + 0 LIMIT %s")
         rparams = [qlit, *params, qlit, n]
         sql, sparams = _with_hits(ranking, rparams, n, "ASC") if prefetched is not None else (ranking, rparams)
-        with connections[using].cursor() as cur:
-            cur.execute(sql, sparams)
-            return _collect(cur.fetchall(), prefetched)
+        return _collect(plan.tx.query(sql, sparams)[0], prefetched)
     # Relaxed order: take `fetch` in-scope rows from the iterative index scan, keep the n nearest.
     # "+ 0": the planner would otherwise take the index's (only roughly sorted) order as sorted.
     fetch = max(n, int(_setting("RETRIEVAL_HNSW_FETCH")))
@@ -642,17 +652,18 @@ def _vector_sql(plan: _Plan, model_key: str, group: list[_Corpus], vec: Sequence
     rparams.append(n)
     sql, sparams = _with_hits(ranking, rparams, n, "ASC") if prefetched is not None else (ranking, rparams)
     max_tuples = int(_setting("RETRIEVAL_HNSW_MAX_SCAN_TUPLES"))
-    # The index scan is forced (never left to the planner) and configured with SET LOCAL, which
-    # lasts to the end of the transaction, which may be the caller's: the defaults are put back in
-    # the same round trip. (A failure aborts the transaction, which undoes the SETs anyway.)
+    # The index scan is forced (never left to the planner) and configured with SET LOCAL: in a
+    # script of its own that ends with the script; inside a caller's transaction it would last
+    # to its end, so the defaults are put back in the same round trip. (A failure aborts the
+    # transaction, which undoes the SETs anyway.)
     script = (f"SET LOCAL hnsw.iterative_scan = relaxed_order; SET LOCAL hnsw.ef_search = {int(hnsw_ef)}; "
               f"SET LOCAL hnsw.max_scan_tuples = {max_tuples}; SET LOCAL enable_seqscan = off; "
-              f"SET LOCAL enable_bitmapscan = off; SET LOCAL enable_sort = off; {sql}; "
-              "SET LOCAL hnsw.iterative_scan TO DEFAULT; SET LOCAL hnsw.ef_search TO DEFAULT; "
-              "SET LOCAL hnsw.max_scan_tuples TO DEFAULT; SET LOCAL enable_seqscan TO DEFAULT; "
-              "SET LOCAL enable_bitmapscan TO DEFAULT; SET LOCAL enable_sort TO DEFAULT")
-    with connections[using].cursor() as cur:
-        return _collect(_run_script(cur, script, sparams), prefetched)
+              f"SET LOCAL enable_bitmapscan = off; SET LOCAL enable_sort = off; {sql}")
+    if plan.tx.nested:
+        script += ("; SET LOCAL hnsw.iterative_scan TO DEFAULT; SET LOCAL hnsw.ef_search TO DEFAULT; "
+                   "SET LOCAL hnsw.max_scan_tuples TO DEFAULT; SET LOCAL enable_seqscan TO DEFAULT; "
+                   "SET LOCAL enable_bitmapscan TO DEFAULT; SET LOCAL enable_sort TO DEFAULT")
+    return _collect(plan.tx.query(script, sparams)[0], prefetched)
 
 
 _HIT_COLS = ("c.id, c.document_id, c.corpus_id, c.locator, c.page, c.ordinal, c.text, c.content_hash, c.flags, "
@@ -689,19 +700,6 @@ def _run_script_all(cur, sql: str, params: list) -> list[list[tuple]]:
     return out
 
 
-def _run_script(cur, sql: str, params: list) -> list[tuple]:
-    """Execute several statements in one round trip (client-side binding); the rows of the one SELECT."""
-    cur.execute(sql, params)
-    raw = getattr(cur, "cursor", cur)
-    rows: list[tuple] | None = None
-    while True:
-        if rows is None and raw.description is not None:
-            rows = raw.fetchall()
-        if not raw.nextset():
-            break
-    return rows or []
-
-
 # --- Keyword side (BM25 in SQL) -----------------------------------------------------------------
 
 @dataclass
@@ -716,7 +714,7 @@ _stats_cache: dict[tuple[str, int], tuple[int, _TermStats]] = {}
 _stats_lock = threading.Lock()
 
 
-def _corpus_term_stats(corpus: _Corpus, tenant_id: int, using: str) -> _TermStats:
+def _corpus_term_stats(corpus: _Corpus, plan: _Plan, using: str) -> _TermStats:
     """Document frequencies of one corpus's lexemes (ts_stat), cached per process by (corpus, chunk count).
 
     IDF is a corpus-level statistic, so one table per corpus serves every scope that sees it.
@@ -727,13 +725,12 @@ def _corpus_term_stats(corpus: _Corpus, tenant_id: int, using: str) -> _TermStat
         hit = _stats_cache.get(key)
     if hit and hit[0] == corpus.chunk_count and time.monotonic() - hit[1].at < ttl:
         return hit[1]
-    inner = f"SELECT search_vector FROM kb_chunk WHERE tenant_id = {int(tenant_id)} AND corpus_id = {int(corpus.id)}"
-    with connections[using].cursor() as cur:
-        cur.execute("SELECT word, ndoc FROM ts_stat(%s)", [inner])
-        df = {w: n for w, n in cur.fetchall()}
-        cur.execute("SELECT count(*), coalesce(sum(char_end - char_start), 0) FROM kb_chunk "
-                    "WHERE tenant_id = %s AND corpus_id = %s AND search_vector IS NOT NULL", [tenant_id, corpus.id])
-        n, total = cur.fetchone()
+    inner = f"SELECT search_vector FROM kb_chunk WHERE tenant_id = {int(plan.tenant_id)} AND corpus_id = {int(corpus.id)}"
+    words, counts = plan.tx.query(
+        "SELECT word, ndoc FROM ts_stat(%s); SELECT count(*), coalesce(sum(char_end - char_start), 0) FROM kb_chunk "
+        "WHERE tenant_id = %s AND corpus_id = %s AND search_vector IS NOT NULL", [inner, plan.tenant_id, corpus.id])
+    df = {w: n for w, n in words}
+    n, total = counts[0]
     stats = _TermStats(int(n), int(total), df, time.monotonic())
     with _stats_lock:
         _stats_cache[key] = (corpus.chunk_count, stats)
@@ -758,7 +755,7 @@ def _keyword_search(plan: _Plan, lexemes: list[str], n: int, using: str,
     """
     if not lexemes:
         return [], "bm25(no terms)"
-    stats = [_corpus_term_stats(c, plan.tenant_id, using) for c in plan.corpora.values()]
+    stats = [_corpus_term_stats(c, plan, using) for c in plan.corpora.values()]
     n_docs = sum(s.n for s in stats)
     if n_docs == 0:
         return [], "bm25(empty)"
@@ -805,9 +802,7 @@ def _bm25_sql(plan: _Plan, terms: list[tuple[str, float, int]], generators: list
     sparams = [*(_tsquery_literal(t) for t, _, _ in terms), [t for t, _, _ in terms], *params, tsq, n]
     if prefetched is not None:
         sql, sparams = _with_hits(sql, sparams, n, "DESC")
-    with connections[using].cursor() as cur:
-        cur.execute(sql, sparams)
-        return _collect(cur.fetchall(), prefetched)
+    return _collect(plan.tx.query(sql, sparams)[0], prefetched)
 
 
 # --- Fusion, hydration, MMR ---------------------------------------------------------------------
@@ -851,10 +846,9 @@ def _hydrate(plan: _Plan, ranked: list[tuple[int, float]], vector_lists: list[li
     else:
         vec_col = ", c.embedding::text" if with_vectors else ", NULL"
         where, params = plan.where("c")
-        with connections[using].cursor() as cur:
-            cur.execute(f"SELECT {_HIT_COLS}{vec_col} FROM kb_chunk c {_HIT_JOIN} WHERE {where} AND c.id = ANY(%s)",
-                        [*params, [cid for cid, _ in top]])
-            rows = {r[0]: r for r in cur.fetchall()}
+        found = plan.tx.query(f"SELECT {_HIT_COLS}{vec_col} FROM kb_chunk c {_HIT_JOIN} WHERE {where} AND c.id = ANY(%s)",
+                              [*params, [cid for cid, _ in top]])[0]
+        rows = {r[0]: r for r in found}
     out = []
     for cid, score in top:
         r = rows.get(cid)

@@ -200,8 +200,18 @@ def test_search_error_inside_a_transaction_leaves_the_callers_tenant():
         assert _tenant_setting() == str(b.id)
 
 
-@pytestmark_db
-def test_search_outside_a_transaction_leaves_no_tenant_behind():
-    a = make_tenant("RlsE")
-    search(whole_tenant(a), "anything", k=3)
-    assert _tenant_setting() in ("", None) or connections["default"].in_atomic_block
+@pytest.mark.django_db(databases=["default", "owner"], transaction=True)
+def test_search_outside_a_transaction_leaves_nothing_behind(scoped_data, settings):
+    """No transaction of its own: each statement script sets the tenant (and the HNSW settings) for itself."""
+    _force_hnsw(settings)
+    conn = connections["default"]
+    q = [random.Random(7).gauss(0, 1) for _ in range(8)]
+    for scope in (whole_tenant(scoped_data["a"]), whole_tenant(scoped_data["b"])):
+        res = search(scope, "", k=10, mode="vector", query_vectors={KEY: q})
+        assert "hnsw" in res.path and len(res.hits) == 10
+        assert {scoped_data["chunks"][h.chunk_id][0] for h in res.hits} == {scope.tenant_id}
+        assert not conn.in_atomic_block and conn.connection.info.transaction_status == 0  # idle, nothing open
+        with conn.cursor() as cur:
+            cur.execute("SELECT current_setting('app.tenant_id', true), current_setting('enable_sort'), "
+                        "current_setting('hnsw.iterative_scan')")
+            assert cur.fetchone() in (("", "on", "off"), (None, "on", "off"))
