@@ -6,14 +6,17 @@ naming something outside the scope yields no hits (never an error that reveals e
 
 How a search runs (docs/retrieval.md has the measurements behind each choice):
 
-1. Resolve the effective filter inside `activate(scope)`: visible corpora (tenant, departments,
-   requested corpus ids), and, when document-level filters are given (ids, metadata, dates), the
-   matching document ids. The scope's size per embedding model comes from the stored chunk counts
-   of those corpora/documents, never from a count(*) over chunks.
+1. Resolve the effective filter under RLS for the scope's tenant (set by every statement script:
+   see _TenantTx), in one round trip: visible corpora (tenant, departments, requested corpus ids),
+   the documents matching document-level filters (ids, metadata, dates) and the query's lexemes.
+   The scope's size per embedding model comes from the stored chunk counts of those
+   corpora/documents, never from a count(*) over chunks.
 2. Vector: the query is embedded once per model key in scope; each model is searched on its own
-   rows only. Small scopes are scanned exactly (the HNSW index cannot be used: pgvector filters
-   after the index scan, so a selective filter would starve it); large ones use HNSW with
-   iterative relaxed-order scanning, re-sorted, and fall back to exact when short of k.
+   rows only. Small scopes are scanned exactly (pgvector filters after the index scan, so a
+   selective filter would starve it); large ones use the cheapest covering HNSW index (the
+   model's, the tenant's own, or one arm per department on the departments' own indexes:
+   kb.vector_index scope indexes) with iterative relaxed-order scanning, re-sorted, and fall back
+   to exact when short of k.
 3. Keyword: BM25 computed in SQL over the GIN candidates of an OR tsquery of the rarest lexemes
    (at most 10% of the chunks and 1,000 by document frequency), with per-corpus document
    frequencies from ts_stat (cached) and per-term frequencies via ts_rank_cd. The GIN index is
@@ -97,7 +100,7 @@ DEFAULTS = {
     # ef_search + fetch / selectivity index tuples (selectivity = scope rows / rows in the model's
     # index), each costing about HNSW_TUPLE_COST exact-scan rows.
     "RETRIEVAL_HNSW_TUPLE_COST": 10.0,
-    "RETRIEVAL_HNSW_EF_SEARCH": 100,
+    "RETRIEVAL_HNSW_EF_SEARCH": 40,
     "RETRIEVAL_HNSW_FETCH": 40,  # in-scope rows taken from the relaxed-order scan before re-sorting
     "RETRIEVAL_HNSW_MAX_SCAN_TUPLES": 40000,
     # Use the per-tenant / per-department partial HNSW indexes kb.vector_index builds for large scopes.
@@ -156,9 +159,11 @@ def search(scope: Scope, query: str, *, k: int = 10, mode: Mode = "hybrid", filt
         vector_lists: list[list[tuple[int, float]]] = []
         keyword_list: list[tuple[int, float]] = []
         paths: list[str] = []
-        # Without MMR the ranking queries return the hit rows themselves (no loading round trip
-        # afterwards: the fused top k all come from those rows); MMR loads the pool with vectors.
-        prefetched: dict[int, tuple] | None = {} if mmr_lambda is None else None
+        # One list and no re-ranking after it: the ranking query returns the hit rows itself
+        # (one round trip less); otherwise only the winners are loaded afterwards (measured: hit
+        # rows for both hybrid lists, 2 x 50, cost more than loading the top k in a round trip).
+        single = mmr_lambda is None and (mode == "keyword" or (mode == "vector" and len(plan.by_model) == 1))
+        prefetched: dict[int, tuple] | None = {} if single else None
         if mode in ("vector", "hybrid") and not plan.empty:
             t = time.perf_counter()
             for model_key, group in plan.by_model.items():

@@ -19,7 +19,7 @@ import math
 import re
 import time
 
-from django.db import OperationalError, connections, transaction
+from django.db import DatabaseError, OperationalError, connections, transaction
 
 logger = logging.getLogger(__name__)
 
@@ -238,7 +238,7 @@ def ensure_scope_indexes(model_key: str, dim: int, *, using: str = "owner", forc
                         cur.execute("RESET lock_timeout")
                 logger.info("scope vector index %s built in %.1fs", name, time.perf_counter() - t)
                 built.append(name)
-    except OperationalError as exc:
+    except DatabaseError as exc:  # never fails the ingestion that triggered the check
         logger.warning("scope vector indexes for %s not (all) built now (%s); search stays correct", model_key, exc)
         _scope_checked.pop(key, None)
     return built
