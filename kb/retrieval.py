@@ -229,7 +229,7 @@ class _Plan:
             self.department_ids is not None and not self.department_ids and not self.include_tenant_wide)
 
     def where(self, alias: str = "c", *, corpus_ids: Sequence[int] | None = None,
-              departments: bool = True) -> tuple[str, list]:
+              departments: bool = True, documents: bool = True) -> tuple[str, list]:
         """The chunk predicate: tenant, corpora (default: all visible), departments, documents.
 
         The tenant id is a parameter. `departments=False` leaves the department condition to the
@@ -243,7 +243,7 @@ class _Plan:
             else:
                 sql.append(f"{alias}.department_id = ANY(%s)")
             params.append(list(self.department_ids))
-        if self.document_ids is not None:
+        if self.document_ids is not None and documents:
             sql.append(f"{alias}.document_id = ANY(%s)")
             params.append(list(self.document_ids))
         return " AND ".join(sql), params
@@ -775,6 +775,25 @@ def _keyword_search(plan: _Plan, lexemes: list[str], n: int, using: str,
         return [], "bm25(no match)"
     share = float(_setting("RETRIEVAL_BM25_CANDIDATE_SHARE"))
     limit = min(share * n_docs, float(_setting("RETRIEVAL_BM25_MAX_CANDIDATES") or math.inf)) if 0 < share < 1 else math.inf
+    generators = _generators(terms, limit)
+    rows = _bm25_sql(plan, terms, generators, avg_len, k1, b, n, using, prefetched)
+    if len(rows) < n and len(generators) < len(terms) and plan.doc_rows is not None and limit < math.inf:
+        # Document filters keep only part of the corpora's chunks, so the budget (counted in corpus
+        # document frequencies) bought fewer in-scope candidates than it meant to: spend it again
+        # in scope terms before falling back to every lexeme (unbounded: the p95 of filtered searches).
+        in_scope = plan.doc_rows / max(sum(c.chunk_count for c in plan.corpora.values()), 1)
+        wider = _generators(terms, limit / max(in_scope, 1e-3))
+        if len(wider) > len(generators):
+            generators = wider
+            rows = _bm25_sql(plan, terms, generators, avg_len, k1, b, n, using, prefetched)
+    if len(rows) < n and len(generators) < len(terms):
+        generators = [t for t, _, _ in terms]
+        rows = _bm25_sql(plan, terms, generators, avg_len, k1, b, n, using, prefetched)
+    return rows, f"bm25(candidates from {len(generators)}/{len(terms)} terms)"
+
+
+def _generators(terms: list[tuple[str, float, int]], limit: float) -> list[str]:
+    """The rarest lexemes whose document frequencies add up to at most `limit` (at least one)."""
     generators: list[str] = []
     budget = 0
     for lex, _, df in sorted(terms, key=lambda t: t[2]):
@@ -782,11 +801,7 @@ def _keyword_search(plan: _Plan, lexemes: list[str], n: int, using: str,
             break
         generators.append(lex)
         budget += df
-    rows = _bm25_sql(plan, terms, generators, avg_len, k1, b, n, using, prefetched)
-    if len(rows) < n and len(generators) < len(terms):
-        generators = [t for t, _, _ in terms]
-        rows = _bm25_sql(plan, terms, generators, avg_len, k1, b, n, using, prefetched)
-    return rows, f"bm25(candidates from {len(generators)}/{len(terms)} terms)"
+    return generators
 
 
 def _bm25_sql(plan: _Plan, terms: list[tuple[str, float, int]], generators: list[str], avg_len: float, k1: float,
@@ -850,7 +865,9 @@ def _hydrate(plan: _Plan, ranked: list[tuple[int, float]], vector_lists: list[li
         rows = {cid: (*prefetched[cid], None) for cid, _ in top}
     else:
         vec_col = ", c.embedding::text" if with_vectors else ", NULL"
-        where, params = plan.where("c")
+        # The ids come from this search's filtered ranking statements: tenant and corpora suffice
+        # (a long document-id list would only add parsing and planning).
+        where, params = plan.where("c", departments=False, documents=False)
         found = plan.tx.query(f"SELECT {_HIT_COLS}{vec_col} FROM kb_chunk c {_HIT_JOIN} WHERE {where} AND c.id = ANY(%s)",
                               [*params, [cid for cid, _ in top]])[0]
         rows = {r[0]: r for r in found}

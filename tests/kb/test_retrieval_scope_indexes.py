@@ -215,3 +215,48 @@ def test_search_outside_a_transaction_leaves_nothing_behind(scoped_data, setting
             cur.execute("SELECT current_setting('app.tenant_id', true), current_setting('enable_sort'), "
                         "current_setting('hnsw.iterative_scan')")
             assert cur.fetchone() in (("", "on", "off"), (None, "on", "off"))
+
+
+# --- Keyword candidates under document filters -----------------------------------------------------
+
+@pytestmark_db
+def test_keyword_candidates_widen_in_scope_terms_before_every_lexeme(settings):
+    """Under a document filter the candidate budget is spent again in scope terms (not on every lexeme)."""
+    settings.RETRIEVAL_BM25_MAX_CANDIDATES = 3
+    settings.RETRIEVAL_BM25_CANDIDATE_SHARE = 0.9
+    tenant = make_tenant("Widen")
+    scope = whole_tenant(tenant)
+    texts = {"a": ["narwhal walrus", "otter walrus", "otter walrus", "walrus one", "walrus two"],
+             "b": ["narwhal walrus", "otter walrus", "otter walrus", "walrus three", "walrus four",
+                   *(f"filler {i}" for i in range(10))]}
+    with activate(scope):
+        c = Corpus.objects.create(tenant=tenant, name="C", embedding_model="hash", embedding_dim=8, chunk_count=20)
+        made: dict[str, list[int]] = {}
+        for part, chunks in texts.items():
+            d = Document.objects.create(tenant=tenant, corpus=c, title=part, source_name=part, mime_type="text/plain",
+                                        sha256=hashlib.sha256(part.encode()).hexdigest(), status="ready",
+                                        chunk_count=len(chunks), metadata={"part": part})
+            rows = Chunk.objects.bulk_create([
+                Chunk(tenant=tenant, corpus=c, document=d, ordinal=i, text=t, char_start=0, char_end=len(t),
+                      content_hash=f"{part}{i}", embedding=[1.0] * 8, embedding_model="hash:8")
+                for i, t in enumerate(chunks)])
+            made[part] = [r.id for r in rows]
+        with connections["default"].cursor() as cur:
+            cur.execute("UPDATE kb_chunk SET search_vector = to_tsvector('english', text) WHERE corpus_id = %s", [c.id])
+    only_a = SearchFilters(metadata={"part": "a"})
+    # narwhal (df 2) fits the cap of 3, otter (df 4) does not: one narwhal chunk is in part a, fewer
+    # than k. In scope (a quarter of the chunks) the budget is 12: narwhal + otter, not walrus (10).
+    res = search(scope, "narwhal otter walrus", k=3, mode="keyword", filters=only_a)
+    assert res.path == "bm25(candidates from 2/3 terms)"
+    assert set(ids(res)) == set(made["a"][:3])
+    settings.RETRIEVAL_BM25_CANDIDATE_SHARE = 1  # exact BM25: the same top 3
+    exact = search(scope, "narwhal otter walrus", k=3, mode="keyword", filters=only_a)
+    assert ids(exact) == ids(res)
+    # Unfiltered, nothing changes: narwhal alone has k=2 hits.
+    settings.RETRIEVAL_BM25_CANDIDATE_SHARE = 0.9
+    res = search(scope, "narwhal otter walrus", k=2, mode="keyword")
+    assert res.path == "bm25(candidates from 1/3 terms)"
+
+
+def ids(result) -> list[int]:
+    return [h.chunk_id for h in result.hits]
