@@ -267,7 +267,7 @@ class _Plan:
 
 
 class _TenantTx:
-    """The RLS tenant of one search: every statement script it runs sets it first (see _query)."""
+    """The RLS tenant of one search: every statement script it runs sets it first (see query)."""
 
     def __init__(self, tenant_id: int, nested: bool, using: str) -> None:
         self.tenant = str(int(tenant_id))
