@@ -300,34 +300,38 @@ def run_classic(state: RunState) -> str:
 
 def run_pipeline(state: RunState) -> str:
     queries = rewrite(state, code_facets(state))
+    narrowed: list[list[int]] = []
     lists: list[list[int]] = []
     rounds = min(state.budgets.pipeline_rounds, state.budgets.max_iterations)
     for round_no in range(1, rounds + 1):
         state.iterations += 1
         k = min(state.budgets.max_k, max(5, -(-state.budgets.max_context_chunks // max(len(queries), 1))))
         for query, filters in queries:
-            lists.append(code_search(state, query, k, f"pipeline{round_no}", filters))
-            if filters and not lists[-1] and ("published_after" in filters or "published_before" in filters):
+            ids = code_search(state, query, k, f"pipeline{round_no}", filters)
+            if filters and not ids and ("published_after" in filters or "published_before" in filters):
                 undated = {n: v for n, v in filters.items() if n not in ("published_after", "published_before")}
-                lists[-1] = code_search(state, query, k, f"pipeline{round_no}", undated)  # a time zone can move a day
+                ids = code_search(state, query, k, f"pipeline{round_no}", undated)  # a time zone can move a day
+            # Narrowed sub-queries are more specific than the whole question: their results come first.
+            (narrowed if filters else lists).append(ids)
         if round_no == rounds:
             break  # the last round skips the judge
         if reason := state.spent():
             state.budget_reason = reason
             break
-        verdict = judge(state, _merged(state, lists))
+        verdict = judge(state, _merged(state, narrowed, lists))
         if verdict.get("sufficient"):
             break
         queries = [(q, None) for q in verdict.get("missing", []) if isinstance(q, str) and q.strip()][:3] or [(state.question, None)]
-    ids = _merged(state, lists)
+    ids = _merged(state, narrowed, lists)
     return synthesise(state, ids, budget_note(state.budget_reason) if state.budget_reason else "")
 
 
-def _merged(state: RunState, lists: list[list[int]]) -> list[int]:
-    """The searches' results interleaved by rank (every sub-query gets its share), de-duplicated by
-    chunk and by identical text."""
+def _merged(state: RunState, *groups: list[list[int]]) -> list[int]:
+    """Each group's search results interleaved by rank (every sub-query gets its share), groups in
+    order, de-duplicated by chunk and by identical text."""
     seen_hashes, out = set(), []
-    for cid in interleave(lists, k=sum(len(ids) for ids in lists), key=lambda c: c):
+    ranked = [cid for lists in groups for cid in interleave(lists, k=sum(len(ids) for ids in lists), key=lambda c: c)]
+    for cid in ranked:
         h = state.retrieved[cid].content_hash if cid in state.retrieved else str(cid)
         if h not in seen_hashes:
             seen_hashes.add(h)

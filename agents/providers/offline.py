@@ -31,6 +31,7 @@ SENTENCE_MIN = 0.25  # share of a part's terms a quoted sentence must contain
 MAX_ROUNDS = 4  # tool rounds: facets, the planned searches, up to two refinements
 CONTEXT_CHUNKS = 10  # what the planned searches share between them
 SENTENCES_PER_PART = 3
+NAME_CONTEXT = 0.3  # share of its part's terms a chunk must share to count as mentioning a name the part asks about
 RELATIVE_MIN = 0.6  # a quoted sentence scores at least this share of the part's best sentence
 
 
@@ -184,19 +185,27 @@ def _facet_sources(request: ModelRequest) -> list[str]:
 
 
 def absent_names(question: str, sources: list[str], chunks: list[SeenChunk]) -> list[str]:
-    """Names the question asks about that occur in no usable retrieved chunk.
+    """Names the question asks about that no relevant retrieved chunk mentions.
 
-    Names in its statement sentences ("I'm extending a trip to Lisbon.") are context, not asked about."""
+    A chunk counts for a name when it also shares at least NAME_CONTEXT of the terms of the question
+    part naming it: "Reuters" quoted in an unrelated article is no evidence about the Reuters report
+    the question asks about. Names in statement sentences ("I'm extending a trip to Lisbon.") are
+    context, not asked about."""
     sources = known_sources(chunks, sources)
     context = set(named_terms(question_context(question), sources))
     names = [n for n in named_terms(question, sources) if n not in context]
     if not names:
         return []
-    words: set[str] = set()
-    for c in chunks:
-        if not c.flagged:
-            words.update(re.findall(r"[a-z0-9]+", f"{c.text} {c.about}".lower()))
-    return [n for n in names if n not in words]
+    usable = [(set(re.findall(r"[a-z0-9]+", f"{c.text} {c.about}".lower())), terms(f"{c.text} {c.about}"))
+              for c in chunks if not c.flagged]
+    parts = [(set(re.findall(r"[a-z0-9]+", p.lower())), part_terms(p, sources)) for p in split_question(question)]
+    absent = []
+    for name in names:
+        asking = [pt for words, pt in parts if name in words] or [set()]
+        if not any(name in words and any(coverage(pt, chunk_terms) >= NAME_CONTEXT for pt in asking)
+                   for words, chunk_terms in usable):
+            absent.append(name)
+    return absent
 
 
 def with_context(query: str, question: str, max_terms: int = 6) -> str:
