@@ -128,6 +128,7 @@ def _setting(name: str):
 
 
 MAX_K = 200
+MAX_ARMS = 8  # a scope of more departments is not split into per-department arms (planning grows per arm)
 MAX_QUERY_TERMS = 32
 _MODEL_KEY = re.compile(r"^[A-Za-z0-9._/-]+:[0-9]+$")
 
@@ -536,7 +537,7 @@ def choose_vector_plan(rows_in_scope: int, tenant_id: int, department_parts: dic
     for ix in indexes:
         if ix.tenant_id is None or (ix.tenant_id == tenant_id and ix.department == "all"):
             options.append(VectorPlan("index", index=ix, visits=_scan_visits(rows_in_scope, ix.rows, ef, fetch)))
-    if department_parts:
+    if department_parts and len(department_parts) <= MAX_ARMS:
         own = {ix.department: ix for ix in indexes if ix.tenant_id == tenant_id and ix.department != "all"}
         parts, visits, exact_rows = [], 0.0, 0.0
         for dept, rows in sorted(department_parts.items(), key=lambda kv: (kv[0] is not None, kv[0] or 0)):

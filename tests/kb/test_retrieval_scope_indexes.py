@@ -37,6 +37,9 @@ def test_scope_index_choice(settings):
     # Two departments (40% of the tenant): one filtered scan of the tenant's index beats two arms.
     plan = choose_vector_plan(20_000, 1, {1: 10_000, 2: 10_000}, everything, 100, 40, 10)
     assert plan.kind == "index" and plan.index == tenant
+    # Too many departments for one statement: no arms, the tenant's index.
+    many = {1: 10_000, **{d: 0 for d in range(100, 110)}}
+    assert choose_vector_plan(10_000, 1, many, everything, 40, 40, 10).index == tenant
     # The whole tenant: its own index; another tenant's indexes never count.
     assert choose_vector_plan(50_000, 1, None, everything, 40, 40, 10).index == tenant
     assert choose_vector_plan(50_000, 2, None, everything, 40, 40, 10).index == model
