@@ -21,14 +21,14 @@ EVAL = Path(__file__).resolve().parents[2].parent / "shared" / "eval"
 SEED = 7
 PER_TYPE = 15
 DISTRACTORS = 30
-STRATEGIES = ("classic", "auto", "facets:keyword")
+STRATEGIES = ("classic", "auto", "pipeline")
 
 # Measured on this subset (seed 7, 15 questions per type, evidence docs + 30 distractors), minus about 0.05:
-# classic 0.428 / 0.733 / 0.733, auto 0.615 / 0.933 / 0.267, facets:keyword 0.669 / 0.911 (recall / Hits@10 / null).
+# classic 0.428 / 0.733 / 1.000, auto 0.670 / 0.889 / 0.733, pipeline 0.674 / 0.889 / 0.933 (recall / Hits@10 / null).
 THRESHOLDS = {
-    "classic": {"evidence_recall": 0.38, "hits_at_10": 0.68, "null_abstained": 0.65},
-    "auto": {"evidence_recall": 0.56, "hits_at_10": 0.88, "null_abstained": 0.20},
-    "facets:keyword": {"evidence_recall": 0.62, "hits_at_10": 0.86},
+    "classic": {"evidence_recall": 0.38, "hits_at_10": 0.68, "null_abstained": 0.90},
+    "auto": {"evidence_recall": 0.62, "hits_at_10": 0.84, "null_abstained": 0.65},
+    "pipeline": {"evidence_recall": 0.62, "hits_at_10": 0.84, "null_abstained": 0.85},
 }
 MIN_VERIFIED_CITATIONS = 0.9
 METRICS_SHOWN = ("evidence_recall", "hits_at_10", "hits_at_4", "mrr_at_10", "null_abstained", "citations_verified_share")
@@ -64,9 +64,9 @@ def test_quality_gate(settings):
         figures = summary[strategy]["all"]
         for metric, floor in floors.items():
             assert figures[metric] >= floor, f"{strategy} {metric} = {figures[metric]:.3f} fell below {floor}"
-    for strategy in ("classic", "auto"):
+    for strategy in STRATEGIES:
         share = summary[strategy]["all"]["citations_verified_share"]
         assert share is None or share >= MIN_VERIFIED_CITATIONS, f"{strategy}: only {share:.2f} of citations verified"
     # Multi-step retrieval must keep beating one-shot retrieval at the same context size.
-    assert summary["auto"]["all"]["evidence_recall"] > summary["classic"]["all"]["evidence_recall"]
-    assert summary["facets:keyword"]["all"]["evidence_recall"] > summary["classic"]["all"]["evidence_recall"]
+    assert summary["auto"]["all"]["evidence_recall"] > summary["classic"]["all"]["evidence_recall"] + 0.15
+    assert summary["pipeline"]["all"]["evidence_recall"] > summary["classic"]["all"]["evidence_recall"] + 0.15
