@@ -18,10 +18,12 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 import urllib.request
 from pathlib import Path
 
@@ -58,9 +60,21 @@ def probe() -> bool:
             out = server.psql(PROBE_SQL)
             return "t" in out.split()
         except subprocess.CalledProcessError:
+            _stop_immediately(Path(tmp))  # a crashed server recovering would make a clean stop wait a minute
             return False
         finally:
             server.cleanup()
+
+
+def _stop_immediately(pgdata: Path) -> None:
+    try:
+        os.kill(int((pgdata / "postmaster.pid").read_text().splitlines()[0]), signal.SIGQUIT)
+    except (OSError, ValueError, IndexError):
+        return
+    for _ in range(100):
+        if not (pgdata / "postmaster.pid").exists():
+            return
+        time.sleep(0.1)
 
 
 def _fetch_tarball(dest: Path) -> Path:
