@@ -238,8 +238,9 @@ def test_hnsw_inside_a_caller_transaction_restores_planner_settings(one_percent_
     with activate(whole_tenant(small)):
         search(whole_tenant(small), "x", k=5, mode="vector", query_vectors=q)
         with connections["default"].cursor() as cur:
-            cur.execute("SELECT current_setting('enable_sort'), current_setting('hnsw.iterative_scan')")
-            assert cur.fetchone() == ("on", "off")
+            cur.execute("SELECT current_setting('enable_sort'), current_setting('hnsw.iterative_scan'), "
+                        "current_setting('plan_cache_mode')")
+            assert cur.fetchone() == ("on", "off", "auto")
 
 
 def test_scope_smaller_than_stored_count_falls_back_to_exact(one_percent_tenant, settings):

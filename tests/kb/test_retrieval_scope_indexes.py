@@ -216,8 +216,35 @@ def test_search_outside_a_transaction_leaves_nothing_behind(scoped_data, setting
         assert not conn.in_atomic_block and conn.connection.info.transaction_status == 0  # idle, nothing open
         with conn.cursor() as cur:
             cur.execute("SELECT current_setting('app.tenant_id', true), current_setting('enable_sort'), "
-                        "current_setting('hnsw.iterative_scan')")
-            assert cur.fetchone() in (("", "on", "off"), (None, "on", "off"))
+                        "current_setting('hnsw.iterative_scan'), current_setting('plan_cache_mode')")
+            assert cur.fetchone() in (("", "on", "off", "auto"), (None, "on", "off", "auto"))
+
+
+@pytest.mark.django_db(databases=["default", "owner"], transaction=True)
+def test_ranking_statements_are_prepared_per_tenant_and_survive_a_lost_session(scoped_data, settings):
+    """The ranking statement is prepared once per connection (its text names the tenant, so each
+    tenant has its own); if the session drops it, the next search prepares it again."""
+    _force_hnsw(settings)
+    conn = connections["default"]
+    q = {KEY: [random.Random(9).gauss(0, 1) for _ in range(8)]}
+
+    def prepared() -> set[str]:
+        with conn.cursor() as cur:
+            cur.execute("SELECT name FROM pg_prepared_statements WHERE name LIKE 'kb%%'")
+            return {r[0] for r in cur.fetchall()}
+
+    a, b = whole_tenant(scoped_data["a"]), whole_tenant(scoped_data["b"])
+    first = [h.chunk_id for h in search(a, "", k=10, mode="vector", query_vectors=q).hits]
+    after_a = prepared()
+    assert after_a
+    assert [h.chunk_id for h in search(a, "", k=10, mode="vector", query_vectors=q).hits] == first
+    assert prepared() == after_a  # reused, not prepared again
+    hits_b = search(b, "", k=10, mode="vector", query_vectors=q).hits
+    assert {scoped_data["chunks"][h.chunk_id][0] for h in hits_b} == {b.tenant_id}
+    assert len(prepared()) > len(after_a)  # the other tenant's statement is its own
+    with conn.cursor() as cur:
+        cur.execute("DEALLOCATE ALL")
+    assert [h.chunk_id for h in search(a, "", k=10, mode="vector", query_vectors=q).hits] == first
 
 
 # --- Keyword candidates under document filters -----------------------------------------------------
