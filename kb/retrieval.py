@@ -298,14 +298,14 @@ class _TenantTx:
                        retry: bool = True) -> list[tuple]:
         """The rows of one statement, run as a prepared statement of this connection with a generic plan.
 
-        Measured: planning the ranking statements cost 0.4-0.6 ms per search, more than executing
-        them at 50k rows (docs/retrieval.md). `sql` uses %s placeholders; identical string
-        parameters (the query vector literal) become one parameter, so the vector is sent and
-        parsed once. The statement is named by a hash of its text (which inlines the model key
-        and tenant id, so a tenant's statements are its own) and prepared in the same script the
-        first time this connection runs it. `before` (SET LOCALs) runs ahead of it: the generic
-        plan is made on the first execution, under them; `after` follows it. Every parameter
-        still travels with each execution; nothing about the scope is cached but the plan.
+        Measured: planning the ranking statements cost 0.2-0.6 ms per search, more than executing
+        the vector one at 50k rows (docs/retrieval.md). `sql` uses %s placeholders; equal
+        _Shared parameters (the query vector literal) become one, so the vector is sent and
+        parsed once. The statement is named by a hash of its text (which inlines the model key and,
+        for vector statements, the tenant id) and prepared in the same script the first time this
+        connection runs it. `before` (SET LOCALs) runs ahead of it: the generic plan is made on
+        the first execution, under them; `after` follows it. Every parameter, the tenant's
+        included, travels with each execution; nothing about the scope is cached but the plan.
         """
         conn = connections[self.using]
         conn.ensure_connection()
@@ -362,19 +362,24 @@ def _prepared_state(raw) -> _PreparedState:
     return state
 
 
+class _Shared(str):
+    """A statement parameter passed once however often the statement names it (the query vector)."""
+
+
 def _numbered(sql: str, params: Sequence) -> tuple[str, list]:
-    """`sql` with %s placeholders as $1..$n, equal string parameters sharing one number."""
+    """`sql` with %s placeholders as $1..$n, equal _Shared parameters sharing one number."""
     args: list = []
     seen: dict[str, int] = {}
     values = iter(params)
 
     def number(_: re.Match) -> str:
         value = next(values)
-        if isinstance(value, str) and value in seen:
-            return f"${seen[value]}"
+        if isinstance(value, _Shared):
+            if value in seen:
+                return f"${seen[value]}"
+            seen[value] = len(args) + 1
+            value = str(value)
         args.append(value)
-        if isinstance(value, str):
-            seen[value] = len(args)
         return f"${len(args)}"
 
     return re.sub(r"%s", number, sql), args
@@ -716,7 +721,7 @@ def _vector_sql(plan: _Plan, model_key: str, group: list[_Corpus], vec: Sequence
     typ = _cast_type(group[0].dim)
     corpus_ids = [c.id for c in group]  # only this model's corpora, and only rows embedded with it
     dist = f"(c.embedding::{typ}) <=> %s::{typ}"
-    qlit = _vec_literal(vec)  # one parameter however often the statement names it (query_prepared)
+    qlit = _Shared(_vec_literal(vec))  # one parameter however often the statement names it
     # The model key is inlined (validated by _MODEL_KEY) so the partial index predicate is provable
     # and each model and path has its own statement text (its own prepared plan, made under the
     # SETs below). The tenant id is inlined too (an int from the scope, also bound as a parameter)
@@ -913,22 +918,31 @@ def _generators(terms: list[tuple[str, float, int]], limit: float) -> list[str]:
 def _bm25_sql(plan: _Plan, terms: list[tuple[str, float, int]], generators: list[str], avg_len: float, k1: float,
               b: float, n: int, using: str, prefetched: dict[int, tuple] | None) -> list[tuple[int, float]]:
     where, params = plan.where("c")
+    # GIN candidates are the access path: the visible corpora are checked on each candidate row, not
+    # ANDed in as a bitmap of every chunk of those corpora (the planner did that, 3 ms at 66k rows).
+    where = where.replace("c.corpus_id = ANY(", "c.corpus_id + 0 = ANY(", 1)
     tsq = " | ".join(_tsquery_literal(t) for t in generators)
     tf_cols = ", ".join(f"ts_rank_cd('{{1,1,1,1}}', v, %s::tsquery, 0) AS tf{i}" for i in range(len(terms)))
-    norm = f"{k1} * (1 - {b} + {b} * dl / {avg_len})"
-    score = " + ".join(f"{idf!r} * tf{i} * {k1 + 1} / (tf{i} + {norm})" for i, (_, idf, _) in enumerate(terms))
+    # idf and the average length are parameters (a prepared statement per term count and filter
+    # shape), cast to the types their literals had: the same float8 and numeric arithmetic.
+    norm = f"{k1} * (1 - {b} + {b} * dl / %s::numeric)"
+    score = " + ".join(f"%s::float8 * tf{i} * {k1 + 1} / (tf{i} + norm)" for i in range(len(terms)))
     # The stored tsvector is decompressed once per candidate and cut down to the query's lexemes
-    # (every call on the stored column would decompress it again); OFFSET 0 keeps each layer
-    # from being flattened into the next, which would repeat the work per reference.
-    sql = (f"SELECT id, {score} AS score FROM (SELECT id, dl, {tf_cols} FROM ("
+    # (every call on the stored column would decompress it again): the query's lexemes get weight
+    # A and only A is kept (ranks use unit weights and one lexeme each, so lexemes stored with A
+    # already change no tf). The length norm (numeric) is computed once, not once per term.
+    # OFFSET 0 keeps each layer from being flattened into the next, which would repeat the work
+    # per reference.
+    sql = (f"SELECT id, {score} AS score FROM (SELECT id, {norm} AS norm, {tf_cols} FROM ("
            f"SELECT c.id, GREATEST(c.char_end - c.char_start, 1) AS dl, "
-           f"ts_filter(setweight(setweight(c.search_vector, 'D'), 'A', %s::text[]), '{{a}}') AS v "
+           f"ts_filter(setweight(c.search_vector, 'A', %s::text[]), '{{a}}') AS v "
            f"FROM kb_chunk c WHERE {where} AND c.search_vector @@ %s::tsquery OFFSET 0) y OFFSET 0) x "
            f"ORDER BY score DESC, id LIMIT %s")
-    sparams = [*(_tsquery_literal(t) for t, _, _ in terms), [t for t, _, _ in terms], *params, tsq, n]
+    sparams = [*(repr(float(idf)) for _, idf, _ in terms), repr(float(avg_len)),
+               *(_tsquery_literal(t) for t, _, _ in terms), [t for t, _, _ in terms], *params, tsq, n]
     if prefetched is not None:
         sql, sparams = _with_hits(sql, sparams, n, "DESC")
-    return _collect(plan.tx.query(sql, sparams)[0], prefetched)
+    return _collect(plan.tx.query_prepared(sql, sparams), prefetched)
 
 
 # --- Fusion, hydration, MMR ---------------------------------------------------------------------
@@ -974,8 +988,8 @@ def _hydrate(plan: _Plan, ranked: list[tuple[int, float]], vector_lists: list[li
         # The ids come from this search's filtered ranking statements: tenant and corpora suffice
         # (a long document-id list would only add parsing and planning).
         where, params = plan.where("c", departments=False, documents=False)
-        found = plan.tx.query(f"SELECT {_HIT_COLS}{vec_col} FROM kb_chunk c {_HIT_JOIN} WHERE {where} AND c.id = ANY(%s)",
-                              [*params, [cid for cid, _ in top]])[0]
+        found = plan.tx.query_prepared(f"SELECT {_HIT_COLS}{vec_col} FROM kb_chunk c {_HIT_JOIN} WHERE {where} "
+                                       f"AND c.id = ANY(%s)", [*params, [cid for cid, _ in top]])
         rows = {r[0]: r for r in found}
     out = []
     for cid, score in top:
