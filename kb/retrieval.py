@@ -122,6 +122,10 @@ DEFAULTS = {
     "RETRIEVAL_BM25_K1": 1.2,
     "RETRIEVAL_BM25_B": 0.75,
     "RETRIEVAL_TERM_STATS_TTL_S": 300,
+    # Run the ranking and hit-row statements as prepared statements of the connection (generic
+    # plans, no planning per search). Off behind a transaction-pooling proxy (PgBouncer
+    # pool_mode=transaction), where a session's prepared statements are not its own.
+    "RETRIEVAL_PREPARED_STATEMENTS": True,
 }
 
 
@@ -309,9 +313,9 @@ class _TenantTx:
         """
         conn = connections[self.using]
         conn.ensure_connection()
-        if getattr(conn.connection, "prepare_threshold", None) is not None:
-            # psycopg prepares statements itself and may DEALLOCATE ALL (ours too): unprepared.
-            return self.query(f"{before}{sql}{after}", params)[0]
+        if not _setting("RETRIEVAL_PREPARED_STATEMENTS") or getattr(conn.connection, "prepare_threshold", None) is not None:
+            # Switched off, or psycopg prepares statements itself and may DEALLOCATE ALL (ours too).
+            return self.query(f"{before}{sql}{after}", [str(p) if isinstance(p, _Shared) else p for p in params])[0]
         text, args = _numbered(sql, params)
         state = _prepared_state(conn.connection)
         name = f"kb_{state.generation}_{hashlib.blake2b(text.encode(), digest_size=8).hexdigest()}"

@@ -245,6 +245,12 @@ def test_ranking_statements_are_prepared_per_tenant_and_survive_a_lost_session(s
     with conn.cursor() as cur:
         cur.execute("DEALLOCATE ALL")
     assert [h.chunk_id for h in search(a, "", k=10, mode="vector", query_vectors=q).hits] == first
+    settings.RETRIEVAL_PREPARED_STATEMENTS = False  # e.g. behind a transaction-pooling proxy
+    before = prepared()
+    assert [h.chunk_id for h in search(a, "", k=10, mode="vector", query_vectors=q).hits] == first
+    assert {scoped_data["chunks"][h.chunk_id][0] for h in search(b, "", k=10, mode="vector", query_vectors=q).hits} == {
+        b.tenant_id}
+    assert prepared() == before
 
 
 # --- Keyword candidates under document filters -----------------------------------------------------
