@@ -183,7 +183,7 @@ def search(deps: ToolDeps, *, query: str, k: int = 5, mode: str = "hybrid", corp
         department_ids=tuple(department_ids) if department_ids is not None else None, metadata=metadata or None,
         published_after=published_after or None, published_before=published_before or None)
     with activate(scope):
-        result = retrieval.search(scope, query, k=clamped, mode=mode, filters=filters)  # type: ignore[arg-type]
+        result = retrieval.search(scope, query, k=clamped, mode=mode, filters=filters, rerank=True)  # type: ignore[arg-type]
     extra: dict = {"query": query}
     if clamped != k:
         extra["note_k"] = f"k clamped to {clamped}"

@@ -39,7 +39,7 @@ class CorpusSerializer(serializers.ModelSerializer):
     class Meta:
         model = Corpus
         fields = ["id", "name", "description", "department", "embedding_model", "embedding_dim", "chunk_target_tokens",
-                  "chunk_overlap_tokens", "chunk_count", "document_count", "created_at"]
+                  "chunk_overlap_tokens", "sentence_vectors", "chunk_count", "document_count", "created_at"]
         read_only_fields = ["id", "embedding_model", "embedding_dim", "chunk_count", "created_at"]
         extra_kwargs = {"chunk_target_tokens": {"min_value": 50, "max_value": 2000},
                         "chunk_overlap_tokens": {"min_value": 0, "max_value": 500}}
@@ -176,6 +176,8 @@ class SearchRequestSerializer(serializers.Serializer):
     k = serializers.IntegerField(min_value=1, max_value=50, default=10)
     mode = serializers.ChoiceField(choices=["vector", "keyword", "hybrid"], default="hybrid")
     filters = SearchFiltersSerializer(required=False)
+    rerank = serializers.BooleanField(default=True, help_text="Re-rank candidates by their best-matching sentences "
+                                      "where the corpus stores sentence vectors (no effect elsewhere).")
 
 
 class SearchHitSerializer(serializers.Serializer):

@@ -314,6 +314,8 @@ class _ChunkRows:
     hashes: list[str]
     vectors: dict[str, np.ndarray]
     flags: list[list[str]]
+    # Per chunk: (start, end, sha256) of each sentence whose vector is in `vectors`; None: no sentence vectors.
+    sentences: list[list[tuple[int, int, str]]] | None = None
 
 
 def run_ingest_job(*, job_id: int, tenant_id: int) -> str:
@@ -405,8 +407,9 @@ def _ingest_group(scope: Scope, jobs: list[IngestJob]) -> dict[int, str]:
             prepared.append(result)
     vectors = _vectors_for(scope, embedder, {h: s.text for p in prepared for h, s in zip(p.hashes, p.spans, strict=True)},
                            progress={p.job.pk: p.hashes for p in prepared})
+    sentences = _sentence_vectors(scope, embedder, prepared, vectors) if corpus.sentence_vectors else {}
     for p in prepared:
-        rows = _ChunkRows(spans=p.spans, hashes=p.hashes, vectors=vectors, flags=p.flags)
+        rows = _ChunkRows(spans=p.spans, hashes=p.hashes, vectors=vectors, flags=p.flags, sentences=sentences.get(p.job.pk))
         try:
             outcomes[p.job.pk] = _write_chunks(scope, p.job, p.source, embedder.model_key, p.title, p.mime_type, rows)
         except _ModelSwitched:  # a re-embed switched the corpus meanwhile: chunk and embed again, later
@@ -419,6 +422,32 @@ def _ingest_group(scope: Scope, jobs: list[IngestJob]) -> dict[int, str]:
             logger.exception("ingest job %s failed while writing", p.job.pk)
             outcomes[p.job.pk] = _fail(scope, p.job, f"internal error: {type(exc).__name__}: {exc}")
     return outcomes
+
+
+def _sentence_vectors(scope: Scope, embedder: Embedder, prepared: list[_Prepared],
+                      vectors: dict[str, np.ndarray]) -> dict[int, list[list[tuple[int, int, str]]]]:
+    """Embed every sentence of the prepared chunks (kb.sentences) into `vectors`, through the same
+    cache; job id -> per chunk, its sentences as (start, end, sha256) relative to the chunk text."""
+    from kb.sentences import sentence_spans
+
+    out: dict[int, list[list[tuple[int, int, str]]]] = {}
+    texts: dict[str, str] = {}
+    for p in prepared:
+        per_chunk = []
+        for span in p.spans:
+            found = []
+            for s, e in sentence_spans(span.text):
+                h = content_hash(span.text[s:e])
+                texts.setdefault(h, span.text[s:e])
+                found.append((s, e, h))
+            per_chunk.append(found)
+        out[p.job.pk] = per_chunk
+    if prepared:
+        with activate(scope):  # a stage of its own in the job's progress, and a fresh heartbeat for the reaper
+            IngestJob.objects.for_scope(scope).filter(pk__in=[p.job.pk for p in prepared]).update(
+                stage="embed sentences", heartbeat_at=timezone.now())
+    vectors.update(_vectors_for(scope, embedder, texts))
+    return out
 
 
 def _prepare(scope: Scope, job: IngestJob, corpus: Corpus, embedder: Embedder) -> _Prepared | str:
@@ -534,6 +563,7 @@ def _write_chunks(scope: Scope, job: IngestJob, source: _Source, model_key: str,
                             %(char_start)s::int[], %(char_end)s::int[], %(token_count)s::int[], %(hash)s::text[],
                             %(embedding)b::vector[], %(flags)s::text[])
                      AS u(ordinal, text, locator, page, char_start, char_end, token_count, content_hash, embedding, flags)
+                RETURNING id, ordinal
                 """,
                 {
                     "tenant": scope.tenant_id, "department": document.department_id, "corpus": corpus.pk,
@@ -545,6 +575,9 @@ def _write_chunks(scope: Scope, job: IngestJob, source: _Source, model_key: str,
                     "embedding": [rows.vectors[h] for h in rows.hashes], "flags": [json.dumps(f) for f in rows.flags],
                 },
             )
+            if rows.sentences is not None:
+                chunk_ids = dict((ordinal, pk) for pk, ordinal in cur.fetchall())
+                _write_sentences(cur, scope, model_key, chunk_ids, rows)
         Document.objects.for_scope(scope).filter(pk=document.pk).update(
             status=DocumentStatus.READY, error="", chunk_count=len(spans), title=title[:500], mime_type=mime_type, updated_at=now)
         Corpus.objects.for_scope(scope).filter(pk=corpus.pk).update(chunk_count=max(0, corpus.chunk_count - removed + len(spans)))
@@ -552,6 +585,23 @@ def _write_chunks(scope: Scope, job: IngestJob, source: _Source, model_key: str,
             status=JobStatus.DONE, stage="done", chunks_total=len(spans), chunks_done=len(spans), error="",
             finished_at=now, heartbeat_at=now)
     return "done"
+
+
+def _write_sentences(cur: Any, scope: Scope, model_key: str, chunk_ids: dict[int, int], rows: _ChunkRows) -> None:
+    """The sentence vectors of a document's freshly written chunks (chunk ordinal -> id)."""
+    flat = [(chunk_ids[i], j, s, e, h) for i, found in enumerate(rows.sentences or []) for j, (s, e, h) in enumerate(found)]
+    if not flat:
+        return
+    cur.execute(
+        """
+        INSERT INTO kb_chunksentence (tenant_id, chunk_id, ordinal, char_start, char_end, embedding, embedding_model)
+        SELECT %(tenant)s, u.chunk_id, u.ordinal, u.char_start, u.char_end, u.embedding, %(model)s
+        FROM unnest(%(chunk)s::bigint[], %(ordinal)s::int[], %(start)s::int[], %(end)s::int[], %(embedding)b::vector[])
+             AS u(chunk_id, ordinal, char_start, char_end, embedding)
+        """,
+        {"tenant": scope.tenant_id, "model": model_key, "chunk": [r[0] for r in flat], "ordinal": [r[1] for r in flat],
+         "start": [r[2] for r in flat], "end": [r[3] for r in flat], "embedding": [rows.vectors[r[4]] for r in flat]},
+    )
 
 
 # --- Vector I/O -----------------------------------------------------------------------------------

@@ -33,6 +33,10 @@ class Corpus(models.Model):
     next_embedding_dim = models.PositiveIntegerField(null=True, blank=True)
     chunk_target_tokens = models.PositiveIntegerField(default=200)
     chunk_overlap_tokens = models.PositiveIntegerField(default=30)
+    sentence_vectors = models.BooleanField(
+        default=False, help_text="Also embed every sentence of every chunk, so searches can re-rank candidates by their "
+                                 "best-matching sentences (more precise; about doubles embedding work). Applies to "
+                                 "documents ingested after it is set.")
     chunk_count = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -128,6 +132,29 @@ class Chunk(models.Model):
 
     def __str__(self) -> str:
         return f"{self.document_id}#{self.ordinal}"
+
+
+class ChunkSentence(models.Model):
+    """One sentence's vector of a chunk (kb.sentences), for corpora with `sentence_vectors` on.
+
+    Written with its chunk; the foreign key is ON DELETE CASCADE in the database (migration
+    kb 0004), so every raw delete or rewrite of chunks takes their sentences along.
+    """
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    # The (chunk, ordinal) unique index serves lookups by chunk.
+    chunk = models.ForeignKey(Chunk, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False,
+                              related_name="sentences")
+    ordinal = models.PositiveIntegerField()
+    char_start = models.PositiveIntegerField(help_text="Offset in the chunk's text.")
+    char_end = models.PositiveIntegerField()
+    embedding = VectorField()
+    embedding_model = models.CharField(max_length=120)
+
+    objects = TenantScopedManager()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["chunk", "ordinal"], name="uniq_chunk_sentence_ordinal")]
 
 
 class EmbeddingCache(models.Model):

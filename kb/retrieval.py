@@ -22,6 +22,8 @@ How a search runs (docs/retrieval.md has the measurements behind each choice):
    frequencies from ts_stat (cached) and per-term frequencies via ts_rank_cd. The GIN index is
    usable under RLS only because migration kb 0003 marks ts_match_vq LEAKPROOF.
 4. Hybrid: weighted reciprocal rank fusion of the two lists. Optional MMR diversification.
+5. Optional sentence re-rank (`rerank=True`, corpora with sentence vectors): the candidates' rank
+   fused with their rank by best-matching sentences (kb.sentences), one more round trip.
 
 Raw SQL lives here only; the tenant id in every statement is a parameter taken from the scope.
 """
@@ -143,12 +145,15 @@ _MODEL_KEY = re.compile(r"^[A-Za-z0-9._/-]+:[0-9]+$")
 
 def search(scope: Scope, query: str, *, k: int = 10, mode: Mode = "hybrid", filters: SearchFilters | None = None,
            max_distance: float | None = None, mmr_lambda: float | None = None,
-           query_vectors: Mapping[str, Sequence[float]] | None = None, using: str = "default") -> SearchResult:
+           query_vectors: Mapping[str, Sequence[float]] | None = None, rerank: bool = False,
+           using: str = "default") -> SearchResult:
     """Search the chunks `scope` may see. Must not be given a tenant id from anywhere but the scope.
 
     Best first. `query_vectors` (model key -> vector) skips embedding the query, e.g. when the
     caller already embedded it; `max_distance` drops vector-side hits farther than that cosine
-    distance; `mmr_lambda` (0..1, 1 = pure relevance) diversifies the final k.
+    distance; `mmr_lambda` (0..1, 1 = pure relevance) diversifies the final k; `rerank` re-ranks
+    the candidates by their best-matching sentences where their corpora store sentence vectors
+    (kb.sentences; a no-op elsewhere).
     """
     if not isinstance(scope, Scope):
         raise TypeError("search needs a tenants.scope.Scope")
@@ -162,7 +167,9 @@ def search(scope: Scope, query: str, *, k: int = 10, mode: Mode = "hybrid", filt
     with _tenant_transaction(scope, using) as tx:
         plan, lexemes = _resolve(scope, filters, using, tx, query if wants_lexemes else None)
         timings["resolve"] = _ms(t0)
-        pool = max(k, _setting("RETRIEVAL_CANDIDATES")) if (mode == "hybrid" or mmr_lambda is not None) else k
+        by_sentences = rerank and any(c.sentences for c in plan.corpora.values())
+        reranks = mmr_lambda is not None or by_sentences
+        pool = max(k, _setting("RETRIEVAL_CANDIDATES")) if (mode == "hybrid" or reranks) else k
         vector_lists: list[list[tuple[int, float]]] = []
         keyword_list: list[tuple[int, float]] = []
         paths: list[str] = []
@@ -188,13 +195,16 @@ def search(scope: Scope, query: str, *, k: int = 10, mode: Mode = "hybrid", filt
             timings["keyword"] = _ms(t)
         ranked = _combine(mode, vector_lists, keyword_list)
         t = time.perf_counter()
-        hits = _hydrate(plan, ranked, vector_lists, keyword_list, pool if mmr_lambda is not None else k, using,
+        hits = _hydrate(plan, ranked, vector_lists, keyword_list, pool if reranks else k, using,
                         with_vectors=mmr_lambda is not None, prefetched=prefetched)
+        if by_sentences:
+            hits = _sentence_rerank(plan, query, hits, query_vectors)
+            paths.append("sentence rerank")
         if mmr_lambda is not None:
             hits = _mmr(hits, k, float(mmr_lambda))
         timings["hydrate"] = _ms(t)
     timings["total"] = _ms(t0)
-    applied = plan.applied(mode=mode, k=k, max_distance=max_distance, mmr_lambda=mmr_lambda)
+    applied = plan.applied(mode=mode, k=k, max_distance=max_distance, mmr_lambda=mmr_lambda, rerank=by_sentences)
     applied["path"] = paths
     return SearchResult(hits=[h for h, _ in hits][:k], applied_filter=applied, path=";".join(paths) or "empty",
                         timings_ms=timings)
@@ -214,6 +224,7 @@ class _Corpus:
     dim: int
     chunk_count: int
     department_id: int | None = None
+    sentences: bool = False  # stores sentence vectors (kb.sentences)
 
 
 @dataclass
@@ -436,7 +447,7 @@ def _resolve(scope: Scope, f: SearchFilters, using: str, tx: _TenantTx,
         cparams.append([int(c) for c in f.corpus_ids])
     statements: list[str] = []
     params: list = []
-    statements.append(f"SELECT id, name, embedding_model, embedding_dim, chunk_count, department_id FROM kb_corpus "
+    statements.append(f"SELECT id, name, embedding_model, embedding_dim, chunk_count, department_id, sentence_vectors FROM kb_corpus "
                       f"WHERE {cwhere}")
     params += cparams
     doc_level = f.document_ids is not None or f.metadata or f.published_after or f.published_before
@@ -448,7 +459,7 @@ def _resolve(scope: Scope, f: SearchFilters, using: str, tx: _TenantTx,
         statements.append("SELECT lexeme FROM unnest(to_tsvector('english', %s))")
         params.append(query[:4000])
     results = tx.query("; ".join(statements), params)
-    corpora = {r[0]: _Corpus(r[0], r[1], f"{r[2]}:{r[3]}", r[3], r[4], r[5]) for r in results.pop(0)}
+    corpora = {r[0]: _Corpus(r[0], r[1], f"{r[2]}:{r[3]}", r[3], r[4], r[5], r[6]) for r in results.pop(0)}
     plan = _Plan(scope.tenant_id, depts, tenant_wide, corpora, None, None, f, tx=tx)
     if doc_level:
         docs = results.pop(0)
@@ -1009,6 +1020,36 @@ def _hydrate(plan: _Plan, ranked: list[tuple[int, float]], vector_lists: list[li
         vec = [float(x) for x in r[12].strip("[]").split(",")] if with_vectors and r[12] else None
         out.append((hit, vec))
     return out
+
+
+def _sentence_rerank(plan: _Plan, query: str, items: list[tuple[SearchHit, list[float] | None]],
+                     query_vectors: Mapping[str, Sequence[float]] | None) -> list[tuple[SearchHit, list[float] | None]]:
+    """Fuse the candidates' rank with their rank by sentence similarity (kb.sentences), one round trip.
+
+    Only among candidates of one embedding model (similarities of different models are not comparable).
+    """
+    from kb.sentences import TOP_SENTENCES, fuse
+
+    models = {h.embedding_model for h, _ in items}
+    if len(models) != 1 or not items:
+        return items
+    model_key = models.pop()
+    group = plan.by_model.get(model_key)
+    if not group or not _MODEL_KEY.match(model_key):
+        return items
+    typ = _cast_type(group[0].dim)
+    vec = _query_vector(model_key, query, query_vectors)
+    sql = (f"SELECT chunk_id, avg(sim) FROM (SELECT chunk_id, sim, row_number() OVER (PARTITION BY chunk_id ORDER BY sim DESC) AS rn "
+           f"FROM (SELECT s.chunk_id, 1 - ((s.embedding::{typ}) <=> %s::{typ}) AS sim FROM kb_chunksentence s "
+           f"WHERE s.tenant_id = %s AND s.embedding_model = %s AND s.chunk_id = ANY(%s) OFFSET 0) x) y "
+           f"WHERE rn <= {int(TOP_SENTENCES)} GROUP BY chunk_id")
+    rows = plan.tx.query(sql, [_vec_literal(vec), plan.tenant_id, model_key, [h.chunk_id for h, _ in items]])[0]
+    scores = {cid: float(sim) for cid, sim in rows}
+    if not scores:
+        return items
+    by_id = {h.chunk_id: (h, v) for h, v in items}
+    order = fuse([h.chunk_id for h, _ in items], scores, rrf_k=float(_setting("RETRIEVAL_RRF_K")))
+    return [by_id[cid] for cid in order]
 
 
 def _mmr(items: list[tuple[SearchHit, list[float] | None]], k: int, lam: float) -> list[tuple[SearchHit, list[float] | None]]:

@@ -63,7 +63,7 @@ def filename_for(doc_id: str) -> str:
     return f"{_SAFE.sub('_', doc_id)[:480]}.txt"
 
 
-def ensure_corpus(docs: list[CorpusDoc], *, tenant_slug: str, corpus_name: str,
+def ensure_corpus(docs: list[CorpusDoc], *, tenant_slug: str, corpus_name: str, sentence_vectors: bool = True,
                   progress: Callable[[Iterable], Iterable] = lambda it: it, wait_s: float = 3600.0) -> EvalCorpus:
     """Ingest `docs` into the evaluation tenant's corpus (created on first use) and wait for them.
 
@@ -77,7 +77,11 @@ def ensure_corpus(docs: list[CorpusDoc], *, tenant_slug: str, corpus_name: str,
     tenant, _ = Tenant.objects.get_or_create(slug=tenant_slug, defaults={"name": f"Evaluation ({tenant_slug})"})
     scope = Scope.system(tenant.id, principal="evaluate")
     with activate(scope):
-        corpus, _ = Corpus.objects.for_scope(scope).get_or_create(tenant=tenant, name=corpus_name)
+        corpus, _ = Corpus.objects.for_scope(scope).get_or_create(tenant=tenant, name=corpus_name,
+                                                                  defaults={"sentence_vectors": sentence_vectors})
+    if corpus.sentence_vectors != sentence_vectors:  # reused documents would not match the flag
+        raise EvaluationError(f"corpus {corpus_name!r} was ingested {'with' if corpus.sentence_vectors else 'without'} "
+                              "sentence vectors: use another --corpus-name, or delete it first")
     names = {filename_for(d.doc_id): d for d in docs}
     if len(names) != len(docs):
         raise EvaluationError("two doc ids map to the same file name")

@@ -226,7 +226,8 @@ class Search(ScopedAPIView):
             published_before=f["published_before"].isoformat() if f.get("published_before") else None,
         )
         with activate(self.scope):
-            result = search(self.scope, data["query"], k=data["k"], mode=data["mode"], filters=filters)
+            result = search(self.scope, data["query"], k=data["k"], mode=data["mode"], filters=filters,
+                            rerank=data["rerank"])
         return Response(search_result_json(result))
 
 

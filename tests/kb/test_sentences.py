@@ -1,0 +1,131 @@
+"""Sentence vectors: split, written with their chunks, gone with them, and the search re-rank they feed."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connections
+
+from kb.ingest import upload_document
+from kb.models import Chunk, ChunkSentence, Corpus, Document
+from kb.retrieval import search
+from kb.sentences import fuse, sentence_spans
+from tenants.scope import activate
+from tests.factories import make_tenant, whole_tenant
+from tests.kb import _transactional  # noqa: F401  (flush transactional tests as owner)
+
+pytestmark = pytest.mark.django_db(databases=["default", "owner"])
+
+
+def test_sentence_spans_split_at_sentence_ends_and_lines():
+    text = "The board met on Monday. It approved the budget!\nShort. “Quoted speech ends here.” Next one follows"
+    pieces = [text[s:e] for s, e in sentence_spans(text)]
+    assert pieces == ["The board met on Monday.", "It approved the budget!", "“Quoted speech ends here.”",
+                      "Next one follows"]  # "Short." is below the minimum and gets no vector
+    assert sentence_spans("tiny") == [(0, 4)]  # nothing long enough: the whole text
+    assert sentence_spans("   ") == []
+
+
+def test_fuse_promotes_by_sentences_and_leaves_unscored_candidates_in_place():
+    # b leads the candidates but has the worst sentences; a has the best.
+    assert fuse([1, 2, 3, 4], {1: 0.1, 2: 0.9, 3: 0.5, 4: 0.4}, rrf_k=60)[:2] == [2, 1]
+    # Candidates without sentence vectors (5) keep their rank on both sides.
+    assert fuse([5, 1, 3, 4, 2], {1: 0.1, 3: 0.5, 4: 0.4, 2: 0.9}, rrf_k=60)[0] == 5
+    assert fuse([7, 8], {}, rrf_k=60) == [7, 8]
+
+
+@pytest.fixture
+def tenant():
+    return make_tenant("Birders")
+
+
+@pytest.fixture
+def scope(tenant):
+    return whole_tenant(tenant)
+
+
+@pytest.fixture
+def upload(scope, django_capture_on_commit_callbacks):
+    def do(corpus, filename, text):
+        with django_capture_on_commit_callbacks(execute=True):
+            document, _ = upload_document(scope=scope, corpus=corpus, filename=filename, data=text.encode())
+        with activate(scope):
+            return Document.objects.for_scope(scope).get(pk=document.pk)
+    return do
+
+
+def make_corpus(tenant, scope, name: str, sentence_vectors: bool) -> Corpus:
+    with activate(scope):
+        return Corpus.objects.create(tenant=tenant, name=name, embedding_model="hash", embedding_dim=256,
+                                     chunk_target_tokens=400, chunk_overlap_tokens=0, sentence_vectors=sentence_vectors)
+
+
+NOISE = ("Volunteers counted gulls and terns along the northern shore every morning. "
+         "The visitor centre sells maps, field guides and hot drinks to walkers. "
+         "Parking fees rose last spring after the council reviewed its budget. ")
+DOCS = {
+    # Every query word, often, each beside other words: the best keyword match, the worst sentences.
+    "b.txt": "Heron tours cross the reserve daily with trained guides. Marsh paths flood after heavy rain in the winter "
+             "months. Nesting boxes were repaired by the trust volunteers last year. Season tickets cost less for members "
+             "of the trust this year. Heron photographers often wait patiently by the northern hide. Marsh frogs call "
+             "loudly through the long warm summer evenings.",
+    # The one sentence that says exactly what is asked, inside a longer text.
+    "a.txt": NOISE + "Heron marsh nesting season. " + NOISE,
+    "c.txt": "The marsh nesting area is closed. " + NOISE,
+    "d.txt": "Heron season starts early. " + NOISE,
+}
+QUERY = "heron marsh nesting season"
+
+
+def test_sentences_are_written_with_chunks_replaced_and_deleted_with_them(tenant, scope, upload):
+    corpus = make_corpus(tenant, scope, "Reserve", sentence_vectors=True)
+    plain = make_corpus(tenant, scope, "Plain", sentence_vectors=False)
+    d = upload(corpus, "a.txt", DOCS["a.txt"])
+    upload(plain, "a.txt", DOCS["a.txt"])
+    with activate(scope):
+        chunk = Chunk.objects.for_scope(scope).get(document=d)
+        rows = list(ChunkSentence.objects.for_scope(scope).filter(chunk=chunk).order_by("ordinal"))
+        assert [chunk.text[r.char_start:r.char_end] for r in rows] == [chunk.text[s:e] for s, e in sentence_spans(chunk.text)]
+        assert {r.embedding_model for r in rows} == {"hash:256"} and len(rows[0].embedding) == 256
+        assert ChunkSentence.objects.for_scope(scope).count() == len(rows)  # none for the corpus without them
+    d = upload(corpus, "a.txt", "A different text now. It has two sentences only.")  # new bytes: chunks rewritten
+    with activate(scope):
+        assert ChunkSentence.objects.for_scope(scope).count() == 2
+        Document.objects.for_scope(scope).filter(pk=d.pk).delete()
+        assert ChunkSentence.objects.for_scope(scope).count() == 0
+    with connections["owner"].cursor() as cur:  # not merely hidden by RLS: gone
+        cur.execute("SELECT count(*) FROM kb_chunksentence WHERE tenant_id = %s", [tenant.pk])
+        assert cur.fetchone()[0] == 0
+
+
+def test_sentence_rows_are_invisible_to_another_tenant(tenant, scope, upload):
+    upload(make_corpus(tenant, scope, "Reserve", sentence_vectors=True), "a.txt", DOCS["a.txt"])
+    other = whole_tenant(make_tenant("Rivals"))
+    with activate(other), connections["default"].cursor() as cur:
+        assert ChunkSentence.objects.for_scope(other).count() == 0
+        cur.execute("SELECT count(*) FROM kb_chunksentence")  # RLS, not just the manager
+        assert cur.fetchone()[0] == 0
+
+
+def test_rerank_promotes_the_chunk_whose_sentence_matches(tenant, scope, upload):
+    corpus = make_corpus(tenant, scope, "Reserve", sentence_vectors=True)
+    docs = {name: upload(corpus, name, text) for name, text in DOCS.items()}
+    with activate(scope):
+        plain = search(scope, QUERY, k=4, mode="hybrid")
+        reranked = search(scope, QUERY, k=4, mode="hybrid", rerank=True)
+    first = {d.pk: name for name, d in docs.items()}
+    assert [first[h.document_id] for h in plain.hits][:2] == ["b.txt", "a.txt"]
+    assert first[reranked.hits[0].document_id] == "a.txt"
+    assert sorted(h.chunk_id for h in reranked.hits) == sorted(h.chunk_id for h in plain.hits)
+    assert reranked.applied_filter["rerank"] is True and "sentence rerank" in reranked.path
+    assert plain.applied_filter["rerank"] is False
+
+
+def test_rerank_is_a_no_op_without_sentence_vectors(tenant, scope, upload):
+    corpus = make_corpus(tenant, scope, "Plain", sentence_vectors=False)
+    for name, text in DOCS.items():
+        upload(corpus, name, text)
+    with activate(scope):
+        plain = search(scope, QUERY, k=4, mode="hybrid")
+        asked = search(scope, QUERY, k=4, mode="hybrid", rerank=True)
+    assert [h.chunk_id for h in asked.hits] == [h.chunk_id for h in plain.hits]
+    assert asked.applied_filter["rerank"] is False
