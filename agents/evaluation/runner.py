@@ -65,14 +65,15 @@ def filename_for(doc_id: str) -> str:
 
 def ensure_corpus(docs: list[CorpusDoc], *, tenant_slug: str, corpus_name: str, sentence_vectors: bool = True,
                   progress: Callable[[Iterable], Iterable] = lambda it: it, wait_s: float = 3600.0) -> EvalCorpus:
-    """Ingest `docs` into the evaluation tenant's corpus (created on first use) and wait for them.
+    """Ingest `docs` into the evaluation tenant's corpus (created on first use, with sentence
+    vectors unless told otherwise) and wait for them.
 
     Documents no longer in `docs` are deleted so the corpus is exactly the file. Ingest jobs that
     did not run on commit (no broker and an outer transaction, or a busy worker) are run here: jobs
     are idempotent and leased, so running one twice changes nothing. Documents another process is
     ingesting (a Celery worker, a parallel `--shard`) are waited for, up to `wait_s`.
     """
-    from kb.ingest import run_ingest_job, upload_document
+    from kb.ingest import resume_stuck_jobs, run_ingest_job, upload_document
 
     tenant, _ = Tenant.objects.get_or_create(slug=tenant_slug, defaults={"name": f"Evaluation ({tenant_slug})"})
     scope = Scope.system(tenant.id, principal="evaluate")
@@ -106,6 +107,7 @@ def ensure_corpus(docs: list[CorpusDoc], *, tenant_slug: str, corpus_name: str, 
         busy = [name for _, name, status, _ in rows if status in (DocumentStatus.PENDING, DocumentStatus.PROCESSING)]
         if not busy or time.monotonic() > deadline:
             break
+        resume_stuck_jobs()  # a job whose process died (heartbeat > 10 min old) would otherwise be waited for in vain
         time.sleep(2)
     failed = [(name, error) for _, name, status, error in rows if status != DocumentStatus.READY]
     if failed:
