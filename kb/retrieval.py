@@ -957,7 +957,10 @@ def _bm25_sql(plan: _Plan, terms: list[tuple[str, float, int]], generators: list
                *(_tsquery_literal(t) for t, _, _ in terms), [t for t, _, _ in terms], *params, tsq, n]
     if prefetched is not None:
         sql, sparams = _with_hits(sql, sparams, n, "DESC")
-    return _collect(plan.tx.query_prepared(sql, sparams), prefetched)
+    # Planned per search, never prepared with a generic plan: the plan depends on the tsquery's
+    # selectivity and the document filter's size, which a generic plan cannot see (measured at
+    # 100k chunks: document-filtered keyword searches went from 5.7 to 70 ms p50 under one).
+    return _collect(plan.tx.query(sql, sparams)[0], prefetched)
 
 
 # --- Fusion, hydration, MMR ---------------------------------------------------------------------
