@@ -19,6 +19,7 @@ from typing import Any
 from agents.budgets import Budgets
 from agents.citations import RetrievedChunk, grounding_report
 from agents.messages import ToolCall, ToolSpec
+from agents.planning import without_facets
 from agents.prompts import DATA_NOTICE, chunk_block
 from agents.selectors import chunks_around, document_section, metadata_facets, visible_corpora
 from kb import retrieval
@@ -37,6 +38,7 @@ class ToolDeps:
     budgets: Budgets
     retrieved: dict[int, RetrievedChunk] = field(default_factory=dict)  # every chunk shown to the model in this run
     search_cache: dict[str, ToolOutcome] = field(default_factory=dict)
+    facet_sources: tuple[str, ...] = ()  # the `source` values the facets tool showed in this run
 
 
 @dataclass(frozen=True)
@@ -183,7 +185,8 @@ def search(deps: ToolDeps, *, query: str, k: int = 5, mode: str = "hybrid", corp
         department_ids=tuple(department_ids) if department_ids is not None else None, metadata=metadata or None,
         published_after=published_after or None, published_before=published_before or None)
     with activate(scope):
-        result = retrieval.search(scope, query, k=clamped, mode=mode, filters=filters, rerank=True)  # type: ignore[arg-type]
+        result = retrieval.search(scope, query, k=clamped, mode=mode, filters=filters, rerank=True,  # type: ignore[arg-type]
+                                  rerank_query=_sentence_query(deps, query, metadata, published_after, published_before))
     extra: dict = {"query": query}
     if clamped != k:
         extra["note_k"] = f"k clamped to {clamped}"
@@ -193,6 +196,18 @@ def search(deps: ToolDeps, *, query: str, k: int = 5, mode: str = "hybrid", corp
     outcome = dataclasses.replace(outcome, effective_filter=effective)
     deps.search_cache[key] = outcome
     return outcome
+
+
+def _sentence_query(deps: ToolDeps, query: str, metadata: dict | None, after: str | None, before: str | None) -> str:
+    """What the sentence re-rank scores against: for a search narrowed by source or date, the query
+    without the publishers and dates it names. The filter already matched those; left in, they pull
+    every candidate's sentences alike and blur the ranking (measured in docs/evaluation.md)."""
+    filtered = metadata and metadata.get("source")
+    if not (filtered or after or before):
+        return query
+    named = metadata.get("source") if metadata else None
+    own = [named] if isinstance(named, str) else [v for v in (named or []) if isinstance(v, str)]
+    return without_facets(query, [*deps.facet_sources, *own]) or query
 
 
 def read(deps: ToolDeps, *, chunk_id: int | None = None, neighbours: int = 1, document_id: int | None = None,
@@ -224,6 +239,7 @@ def facets(deps: ToolDeps, *, corpus_ids: list[int] | None = None) -> ToolOutcom
     """Metadata values present in what the caller can see: sources, categories, published date range."""
     with activate(deps.scope):
         values = metadata_facets(deps.scope, corpus_ids)
+    deps.facet_sources = tuple(dict.fromkeys([*deps.facet_sources, *values.get("sources", {})]))
     return ToolOutcome(content=values)
 
 

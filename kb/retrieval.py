@@ -146,14 +146,15 @@ _MODEL_KEY = re.compile(r"^[A-Za-z0-9._/-]+:[0-9]+$")
 def search(scope: Scope, query: str, *, k: int = 10, mode: Mode = "hybrid", filters: SearchFilters | None = None,
            max_distance: float | None = None, mmr_lambda: float | None = None,
            query_vectors: Mapping[str, Sequence[float]] | None = None, rerank: bool = False,
-           using: str = "default") -> SearchResult:
+           rerank_query: str | None = None, using: str = "default") -> SearchResult:
     """Search the chunks `scope` may see. Must not be given a tenant id from anywhere but the scope.
 
     Best first. `query_vectors` (model key -> vector) skips embedding the query, e.g. when the
     caller already embedded it; `max_distance` drops vector-side hits farther than that cosine
     distance; `mmr_lambda` (0..1, 1 = pure relevance) diversifies the final k; `rerank` re-ranks
     the candidates by their best-matching sentences where their corpora store sentence vectors
-    (kb.sentences; a no-op elsewhere).
+    (kb.sentences; a no-op elsewhere), scored against `rerank_query` when given (e.g. the query
+    without the names a metadata filter already matched, which every candidate shares).
     """
     if not isinstance(scope, Scope):
         raise TypeError("search needs a tenants.scope.Scope")
@@ -164,6 +165,7 @@ def search(scope: Scope, query: str, *, k: int = 10, mode: Mode = "hybrid", filt
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
     wants_lexemes = mode in ("keyword", "hybrid")
+    sentence_query = " ".join((rerank_query or "").split()) or query
     with _tenant_transaction(scope, using) as tx:
         plan, lexemes = _resolve(scope, filters, using, tx, query if wants_lexemes else None)
         timings["resolve"] = _ms(t0)
@@ -198,7 +200,7 @@ def search(scope: Scope, query: str, *, k: int = 10, mode: Mode = "hybrid", filt
         hits = _hydrate(plan, ranked, vector_lists, keyword_list, pool if reranks else k, using,
                         with_vectors=mmr_lambda is not None, prefetched=prefetched)
         if by_sentences:
-            hits = _sentence_rerank(plan, query, hits, query_vectors)
+            hits = _sentence_rerank(plan, sentence_query, hits, query_vectors if sentence_query == query else None)
             paths.append("sentence rerank")
         if mmr_lambda is not None:
             hits = _mmr(hits, k, float(mmr_lambda))
@@ -206,6 +208,8 @@ def search(scope: Scope, query: str, *, k: int = 10, mode: Mode = "hybrid", filt
     timings["total"] = _ms(t0)
     applied = plan.applied(mode=mode, k=k, max_distance=max_distance, mmr_lambda=mmr_lambda, rerank=by_sentences)
     applied["path"] = paths
+    if by_sentences and sentence_query != query:
+        applied["rerank_query"] = sentence_query
     return SearchResult(hits=[h for h, _ in hits][:k], applied_filter=applied, path=";".join(paths) or "empty",
                         timings_ms=timings)
 

@@ -7,8 +7,11 @@ import pytest
 from agents.budgets import Budgets
 from agents.messages import ToolCall
 from agents.tools import ToolDeps, run_tool
+from kb.ingest import upload_document
+from kb.models import Corpus
 from tenants.models import Department
-from tests.factories import dept_scope, whole_tenant
+from tenants.scope import activate
+from tests.factories import dept_scope, make_tenant, whole_tenant
 
 pytestmark = pytest.mark.django_db(databases=["default", "owner"])
 
@@ -91,3 +94,22 @@ def test_bad_dates_and_modes_are_correctable(acme):
     assert "must be one of" in call(deps, "search", query="x", mode="psychic").error
     assert "missing required" in call(deps, "search").error
     assert "missing required" in call(deps, "check_grounding").error
+
+
+def test_a_filtered_search_scores_sentences_without_the_publishers_and_dates_it_filtered_on(django_capture_on_commit_callbacks):
+    tenant = make_tenant("Press")
+    scope = whole_tenant(tenant)
+    with activate(scope):
+        corpus = Corpus.objects.create(tenant=tenant, name="News", embedding_model="hash", embedding_dim=64, sentence_vectors=True)
+    for name, source in (("a.txt", "Harbour Times"), ("b.txt", "Daily Post | Opinion")):
+        with django_capture_on_commit_callbacks(execute=True):
+            upload_document(scope=scope, corpus=corpus, filename=name, metadata={"source": source},
+                            data=b"The council approved the harbour budget on Monday. Ferries will run every hour from May.")
+    deps = deps_for(scope)
+    call(deps, "facets")
+    question = "Did the Harbour Times report on March 3, 2024 agree with the Daily Post about the harbour budget?"
+    filtered = call(deps, "search", query=question, metadata={"source": "Harbour Times"}).effective_filter["applied"]
+    assert filtered["rerank"] is True
+    assert filtered["rerank_query"] == "Did the report agree with the about the harbour budget?"
+    unfiltered = call(deps, "search", query=question).effective_filter["applied"]
+    assert unfiltered["rerank"] is True and "rerank_query" not in unfiltered  # names there are the only publisher signal

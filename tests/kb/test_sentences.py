@@ -129,3 +129,22 @@ def test_rerank_is_a_no_op_without_sentence_vectors(tenant, scope, upload):
         asked = search(scope, QUERY, k=4, mode="hybrid", rerank=True)
     assert [h.chunk_id for h in asked.hits] == [h.chunk_id for h in plain.hits]
     assert asked.applied_filter["rerank"] is False
+
+
+def test_rerank_scores_sentences_against_the_rerank_query_when_given(tenant, scope, upload):
+    corpus = make_corpus(tenant, scope, "Reserve", sentence_vectors=True)
+    docs = {name: upload(corpus, name, text) for name, text in DOCS.items()}
+    name_of = {d.pk: name for name, d in docs.items()}
+    with activate(scope):
+        by_query = search(scope, QUERY, k=4, mode="hybrid", rerank=True)
+        by_other = search(scope, QUERY, k=4, mode="hybrid", rerank=True, rerank_query="the marsh nesting area is closed")
+        blank = search(scope, QUERY, k=4, mode="hybrid", rerank=True, rerank_query="  ")
+    order = [name_of[h.document_id] for h in by_query.hits]
+    other = [name_of[h.document_id] for h in by_other.hits]
+    assert order[0] == "a.txt" and order.index("c.txt") > order.index("d.txt")
+    # Scored against another text, a.txt's matching sentence no longer lifts it, and c.txt (whose
+    # sentence says exactly that text) moves above d.txt.
+    assert other[0] != "a.txt" and other.index("c.txt") < other.index("d.txt")
+    assert by_other.applied_filter["rerank_query"] == "the marsh nesting area is closed"
+    assert [h.chunk_id for h in blank.hits] == [h.chunk_id for h in by_query.hits]
+    assert "rerank_query" not in blank.applied_filter
