@@ -31,8 +31,10 @@ Raw SQL lives here only; the tenant id in every statement is a parameter taken f
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
+import logging
 import math
 import re
 import threading
@@ -46,6 +48,7 @@ from typing import Literal
 from django.conf import settings
 from django.db import DatabaseError, connections, transaction
 
+from kb import parallel
 from tenants.scope import Scope
 
 Mode = Literal["vector", "keyword", "hybrid"]
@@ -128,12 +131,18 @@ DEFAULTS = {
     # plans, no planning per search). Off behind a transaction-pooling proxy (PgBouncer
     # pool_mode=transaction), where a session's prepared statements are not its own.
     "RETRIEVAL_PREPARED_STATEMENTS": True,
+    # A hybrid search outside the caller's transaction runs BM25 on a side connection while the
+    # vector query runs on its own (kb.parallel): this many worker threads (and connections) per
+    # process; 0 runs the two one after the other.
+    "RETRIEVAL_PARALLEL_WORKERS": 2,
 }
 
 
 def _setting(name: str):
     return getattr(settings, name, DEFAULTS[name])
 
+
+log = logging.getLogger(__name__)
 
 MAX_K = 200
 MAX_ARMS = 8  # a scope of more departments is not split into per-department arms (planning grows per arm)
@@ -180,6 +189,10 @@ def search(scope: Scope, query: str, *, k: int = 10, mode: Mode = "hybrid", filt
         # rows for both hybrid lists, 2 x 50, cost more than loading the top k in a round trip).
         single = mmr_lambda is None and (mode == "keyword" or (mode == "vector" and len(plan.by_model) == 1))
         prefetched: dict[int, tuple] | None = {} if single else None
+        side = None  # hybrid outside the caller's transaction: BM25 on a side connection, at the same time
+        if mode == "hybrid" and not plan.empty and not tx.nested and _setting("RETRIEVAL_PARALLEL_WORKERS") > 0:
+            side = parallel.submit(_keyword_on_side_connection, plan, lexemes, pool, using, using=using,
+                                   workers=int(_setting("RETRIEVAL_PARALLEL_WORKERS")))
         if mode in ("vector", "hybrid") and not plan.empty:
             t = time.perf_counter()
             for model_key, group in plan.by_model.items():
@@ -190,11 +203,19 @@ def search(scope: Scope, query: str, *, k: int = 10, mode: Mode = "hybrid", filt
                 vector_lists.append(rows)
                 paths.append(f"{model_key}:{path}")
             timings["vector"] = _ms(t)
-        if mode in ("keyword", "hybrid") and not plan.empty:
+        if side is not None:
+            try:
+                (keyword_list, label), timings["keyword"] = side.result()
+                label += " (side connection)"
+            except Exception:
+                log.warning("keyword search on a side connection failed; running it here", exc_info=True)
+                side = None
+        if mode in ("keyword", "hybrid") and not plan.empty and side is None:
             t = time.perf_counter()
             keyword_list, label = _keyword_search(plan, lexemes, pool, using, prefetched)
-            paths.append(label)
             timings["keyword"] = _ms(t)
+        if mode in ("keyword", "hybrid") and not plan.empty:
+            paths.append(label)
         ranked = _combine(mode, vector_lists, keyword_list)
         t = time.perf_counter()
         hits = _hydrate(plan, ranked, vector_lists, keyword_list, pool if reranks else k, using,
@@ -212,6 +233,14 @@ def search(scope: Scope, query: str, *, k: int = 10, mode: Mode = "hybrid", filt
         applied["rerank_query"] = sentence_query
     return SearchResult(hits=[h for h, _ in hits][:k], applied_filter=applied, path=";".join(paths) or "empty",
                         timings_ms=timings)
+
+
+def _keyword_on_side_connection(plan: _Plan, lexemes: list[str], n: int, using: str) -> tuple[tuple[list, str], float]:
+    """BM25 for `plan` on this worker thread's own connection (kb.parallel); its statements set
+    the scope's RLS tenant first, like the caller's."""
+    t = time.perf_counter()
+    own = dataclasses.replace(plan, tx=_TenantTx(plan.tenant_id, nested=False, using=using))
+    return _keyword_search(own, lexemes, n, using, None), _ms(t)
 
 
 def _ms(t0: float) -> float:
@@ -411,8 +440,7 @@ def _tenant_transaction(scope: Scope, using: str) -> Iterator[_TenantTx]:
     Outside a transaction: no transaction of its own (no BEGIN, COMMIT or restore); each script
     of statements sets the tenant and is atomic by itself (READ COMMITTED takes a snapshot per
     statement anyway). Inside the caller's transaction: a savepoint, and the caller's tenant is
-    put back on success unless it was this one already (the agent's tools wrap the call in
-    activate(scope)); on error the savepoint rollback restores it.
+    put back on success unless it was this one already; on error the savepoint rollback restores it.
     """
     conn = connections[using]
     if not conn.in_atomic_block and conn.get_autocommit():

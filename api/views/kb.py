@@ -225,9 +225,8 @@ class Search(ScopedAPIView):
             published_after=f["published_after"].isoformat() if f.get("published_after") else None,
             published_before=f["published_before"].isoformat() if f.get("published_before") else None,
         )
-        with activate(self.scope):
-            result = search(self.scope, data["query"], k=data["k"], mode=data["mode"], filters=filters,
-                            rerank=data["rerank"])
+        # search() sets the RLS tenant itself; outside a transaction it can run its hybrid rankings at once.
+        result = search(self.scope, data["query"], k=data["k"], mode=data["mode"], filters=filters, rerank=data["rerank"])
         return Response(search_result_json(result))
 
 
