@@ -88,9 +88,20 @@ def date_window(clause: str) -> tuple[str | None, str | None]:
     return day.isoformat(), (day + dt.timedelta(days=1)).isoformat()
 
 
-def plan(question: str, sources: Iterable[str], *, use_dates: bool = True) -> list[SubQuery]:
+def dated_pieces(text: str) -> list[str]:
+    """`text` cut after each date it names (the words before a date describe what was published
+    then); the text whole when it names fewer than two."""
+    ends = [m.end() for m in _DATE.finditer(text)]
+    if len(ends) < 2:
+        return [text]
+    starts = [0, *ends[:-1]]
+    return [text[s:e] for s, e in zip(starts, ends, strict=True)]
+
+
+def plan(question: str, sources: Sequence[str], *, use_dates: bool = True) -> list[SubQuery]:
     """Sub-queries for a question: one per named publisher (its clause plus the whole question's
-    terms), or the question alone when it names none."""
+    terms), or the question alone when it names none. A publisher named with several dates ("its
+    article on October 19 ... and the one on December 3") gets one sub-query per date."""
     aliases = source_aliases(sources)
     mentions = find_sources(question, aliases)
     if not mentions:
@@ -101,12 +112,19 @@ def plan(question: str, sources: Iterable[str], *, use_dates: bool = True) -> li
         clause_start = mentions[i - 1][1] if i else 0
         clause_end = mentions[i + 1][0] if i + 1 < len(mentions) else len(question)
         clause = question[clause_start:clause_end]
-        after, before = date_window(question[end:clause_end]) if use_dates else (None, None)
-        text = f"{clause} {question}" if len(mentions) > 1 else question
-        key = (values, after, before, clause)
-        if key not in seen:
-            seen.add(key)
-            subs.append(SubQuery(text=text, sources=values, published_after=after, published_before=before))
+        pieces = dated_pieces(question[end:clause_end]) if use_dates else [question[end:clause_end]]
+        for piece in pieces:
+            after, before = date_window(piece) if use_dates else (None, None)
+            if len(pieces) > 1 or len(mentions) > 1:
+                # Its own words first, then the question's without the other publishers and dates
+                # (they describe other articles; this search is filtered to one publisher).
+                text = f"{piece if len(pieces) > 1 else clause} {without_facets(question, sources)}"
+            else:
+                text = question
+            key = (values, after, before, clause if len(pieces) == 1 else piece)
+            if key not in seen:
+                seen.add(key)
+                subs.append(SubQuery(text=text, sources=values, published_after=after, published_before=before))
     return subs
 
 
