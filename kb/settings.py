@@ -218,6 +218,8 @@ SPECTACULAR_SETTINGS = {"TITLE": "grounded API", "VERSION": "1.0.0", "SERVE_INCL
 # Requests per minute per API key (or signed-in user); enforced atomically in Redis when
 # RATE_LIMIT_REDIS_URL (default REDIS_URL) is set, else in the Django cache.
 RATE_LIMIT_PER_MINUTE = env_int("RATE_LIMIT_PER_MINUTE", 120)
+# Hybrid searches run BM25 on this many side connections per process (kb/parallel.py); 0 = serial.
+RETRIEVAL_PARALLEL_WORKERS = env_int("RETRIEVAL_PARALLEL_WORKERS", 2)
 RATE_LIMIT_REDIS_URL = os.environ.get("RATE_LIMIT_REDIS_URL", "").strip() or REDIS_URL
 # Agent runs per tenant per UTC day when Tenant.settings has no "daily_runs"; 0 = unlimited.
 DEFAULT_DAILY_RUNS = env_int("DEFAULT_DAILY_RUNS", 0)
