@@ -35,16 +35,6 @@ def sections(*bodies: str) -> bytes:
 
 
 @pytest.fixture
-def tenant():
-    return make_tenant("Acme")
-
-
-@pytest.fixture
-def scope(tenant):
-    return whole_tenant(tenant)
-
-
-@pytest.fixture
 def corpus_factory(tenant, scope):
     def make(name: str = "Policies", model: str = "minilm-l6-v2", dim: int = 384, target: int = 40, overlap: int = 0) -> Corpus:
         with activate(scope):

@@ -34,16 +34,6 @@ def test_fuse_promotes_by_sentences_and_leaves_unscored_candidates_in_place():
 
 
 @pytest.fixture
-def tenant():
-    return make_tenant("Birders")
-
-
-@pytest.fixture
-def scope(tenant):
-    return whole_tenant(tenant)
-
-
-@pytest.fixture
 def upload(scope, django_capture_on_commit_callbacks):
     def do(corpus, filename, text):
         with django_capture_on_commit_callbacks(execute=True):
