@@ -305,12 +305,15 @@ def run_pipeline(state: RunState) -> str:
     rounds = min(state.budgets.pipeline_rounds, state.budgets.max_iterations)
     for round_no in range(1, rounds + 1):
         state.iterations += 1
-        k = min(state.budgets.max_k, max(5, -(-state.budgets.max_context_chunks // max(len(queries), 1))))
+        # Narrowed sub-queries share the whole context (their results come first); the others a share each.
+        n_narrowed = sum(1 for _, filters in queries if filters)
+        k_narrowed = _share(state, n_narrowed)
+        k = _share(state, len(queries))
         for query, filters in queries:
-            ids = code_search(state, query, k, f"pipeline{round_no}", filters)
+            ids = code_search(state, query, k_narrowed if filters else k, f"pipeline{round_no}", filters)
             if filters and not ids and ("published_after" in filters or "published_before" in filters):
                 undated = {n: v for n, v in filters.items() if n not in ("published_after", "published_before")}
-                ids = code_search(state, query, k, f"pipeline{round_no}", undated)  # a time zone can move a day
+                ids = code_search(state, query, k_narrowed, f"pipeline{round_no}", undated)  # a time zone can move a day
             # Narrowed sub-queries are more specific than the whole question: their results come first.
             (narrowed if filters else lists).append(ids)
         if round_no == rounds:
@@ -324,6 +327,11 @@ def run_pipeline(state: RunState) -> str:
         queries = [(q, None) for q in verdict.get("missing", []) if isinstance(q, str) and q.strip()][:3] or [(state.question, None)]
     ids = _merged(state, narrowed, lists)
     return synthesise(state, ids, budget_note(state.budget_reason) if state.budget_reason else "")
+
+
+def _share(state: RunState, n_queries: int) -> int:
+    """Results per search when `n_queries` searches fill the context: an equal share, at least 5."""
+    return min(state.budgets.max_k, max(5, -(-state.budgets.max_context_chunks // max(n_queries, 1))))
 
 
 def _merged(state: RunState, *groups: list[list[int]]) -> list[int]:

@@ -588,16 +588,18 @@ def _write_chunks(scope: Scope, job: IngestJob, source: _Source, model_key: str,
 
 
 def _write_sentences(cur: Any, scope: Scope, model_key: str, chunk_ids: dict[int, int], rows: _ChunkRows) -> None:
-    """The sentence vectors of a document's freshly written chunks (chunk ordinal -> id)."""
+    """The sentence vectors and lexemes of a document's freshly written chunks (chunk ordinal -> id)."""
     flat = [(chunk_ids[i], j, s, e, h) for i, found in enumerate(rows.sentences or []) for j, (s, e, h) in enumerate(found)]
     if not flat:
         return
     cur.execute(
         """
-        INSERT INTO kb_chunksentence (tenant_id, chunk_id, ordinal, char_start, char_end, embedding, embedding_model)
-        SELECT %(tenant)s, u.chunk_id, u.ordinal, u.char_start, u.char_end, u.embedding, %(model)s
+        INSERT INTO kb_chunksentence (tenant_id, chunk_id, ordinal, char_start, char_end, embedding, embedding_model, lexemes)
+        SELECT %(tenant)s, u.chunk_id, u.ordinal, u.char_start, u.char_end, u.embedding, %(model)s,
+               tsvector_to_array(to_tsvector('english', substr(c.text, u.char_start + 1, u.char_end - u.char_start)))
         FROM unnest(%(chunk)s::bigint[], %(ordinal)s::int[], %(start)s::int[], %(end)s::int[], %(embedding)b::vector[])
              AS u(chunk_id, ordinal, char_start, char_end, embedding)
+        JOIN kb_chunk c ON c.id = u.chunk_id
         """,
         {"tenant": scope.tenant_id, "model": model_key, "chunk": [r[0] for r in flat], "ordinal": [r[1] for r in flat],
          "start": [r[2] for r in flat], "end": [r[3] for r in flat], "embedding": [rows.vectors[r[4]] for r in flat]},

@@ -8,6 +8,7 @@ tagged with `embedding_model`, and each model gets its own partial expression HN
 
 from __future__ import annotations
 
+from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
 from django.contrib.postgres.search import SearchVectorField
 from django.db import models
@@ -150,6 +151,9 @@ class ChunkSentence(models.Model):
     char_end = models.PositiveIntegerField()
     embedding = VectorField()
     embedding_model = models.CharField(max_length=120)
+    # The sentence's lexemes under the same text search configuration as Chunk.search_vector, so a
+    # re-rank can see which query terms one sentence holds together (computed once, at insert).
+    lexemes = ArrayField(models.TextField(), default=list, blank=True)
 
     objects = TenantScopedManager()
 

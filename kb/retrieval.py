@@ -23,7 +23,8 @@ How a search runs (docs/retrieval.md has the measurements behind each choice):
    usable under RLS only because migration kb 0003 marks ts_match_vq LEAKPROOF.
 4. Hybrid: weighted reciprocal rank fusion of the two lists. Optional MMR diversification.
 5. Optional sentence re-rank (`rerank=True`, corpora with sentence vectors): the candidates' rank
-   fused with their rank by best-matching sentences (kb.sentences), one more round trip.
+   fused with their ranks by best-matching sentences, by vector and by the query terms one
+   sentence holds (kb.sentences), one more round trip.
 
 Raw SQL lives here only; the tenant id in every statement is a parameter taken from the scope.
 """
@@ -175,8 +176,14 @@ def search(scope: Scope, query: str, *, k: int = 10, mode: Mode = "hybrid", filt
     timings: dict[str, float] = {}
     wants_lexemes = mode in ("keyword", "hybrid")
     sentence_query = " ".join((rerank_query or "").split()) or query
+    # The re-rank's lexical side needs the sentence query's lexemes: those of the query when they
+    # are the same text and already resolved, else resolved in the same round trip.
+    own_rerank_lexemes = rerank and not (wants_lexemes and sentence_query == query)
     with _tenant_transaction(scope, using) as tx:
-        plan, lexemes = _resolve(scope, filters, using, tx, query if wants_lexemes else None)
+        plan, lexemes, rerank_lexemes = _resolve(scope, filters, using, tx, query if wants_lexemes else None,
+                                                 sentence_query if own_rerank_lexemes else None)
+        if rerank and not own_rerank_lexemes:
+            rerank_lexemes = lexemes
         timings["resolve"] = _ms(t0)
         by_sentences = rerank and any(c.sentences for c in plan.corpora.values())
         reranks = mmr_lambda is not None or by_sentences
@@ -221,7 +228,8 @@ def search(scope: Scope, query: str, *, k: int = 10, mode: Mode = "hybrid", filt
         hits = _hydrate(plan, ranked, vector_lists, keyword_list, pool if reranks else k, using,
                         with_vectors=mmr_lambda is not None, prefetched=prefetched)
         if by_sentences:
-            hits = _sentence_rerank(plan, sentence_query, hits, query_vectors if sentence_query == query else None)
+            hits = _sentence_rerank(plan, sentence_query, rerank_lexemes, hits, query_vectors if sentence_query == query else None,
+                                    using)
             paths.append("sentence rerank")
         if mmr_lambda is not None:
             hits = _mmr(hits, k, float(mmr_lambda))
@@ -454,9 +462,10 @@ def _tenant_transaction(scope: Scope, using: str) -> Iterator[_TenantTx]:
                 cur.execute("SELECT set_config('app.tenant_id', %s, true)", [tx.previous])
 
 
-def _resolve(scope: Scope, f: SearchFilters, using: str, tx: _TenantTx,
-             query: str | None = None) -> tuple[_Plan, list[str]]:
-    """Intersect the scope with the filters; also the query's lexemes when `query` is given.
+def _resolve(scope: Scope, f: SearchFilters, using: str, tx: _TenantTx, query: str | None = None,
+             rerank_query: str | None = None) -> tuple[_Plan, list[str], list[str]]:
+    """Intersect the scope with the filters; also the lexemes of `query` and of `rerank_query`
+    when given (empty lists otherwise).
 
     One round trip: the RLS tenant, the visible corpora, the documents matching document-level
     filters (counted, with their stored chunk counts: the scope's exact size) and the lexemes
@@ -487,9 +496,10 @@ def _resolve(scope: Scope, f: SearchFilters, using: str, tx: _TenantTx,
         dsql, dparams = _documents_sql(f, depts, tenant_wide, cwhere, cparams, scope.tenant_id)
         statements.append(dsql)
         params += dparams
-    if query is not None:
-        statements.append("SELECT lexeme FROM unnest(to_tsvector('english', %s))")
-        params.append(query[:4000])
+    for text in (query, rerank_query):
+        if text is not None:
+            statements.append("SELECT lexeme FROM unnest(to_tsvector('english', %s))")
+            params.append(text[:4000])
     results = tx.query("; ".join(statements), params)
     corpora = {r[0]: _Corpus(r[0], r[1], f"{r[2]}:{r[3]}", r[3], r[4], r[5], r[6]) for r in results.pop(0)}
     plan = _Plan(scope.tenant_id, depts, tenant_wide, corpora, None, None, f, tx=tx)
@@ -499,10 +509,11 @@ def _resolve(scope: Scope, f: SearchFilters, using: str, tx: _TenantTx,
             plan.document_ids = tuple(r[0] for r in docs)
             plan.doc_rows = sum(r[1] or 0 for r in docs)
     lexemes = [r[0] for r in results.pop(0)][:MAX_QUERY_TERMS] if query is not None else []
+    rerank_lexemes = [r[0] for r in results.pop(0)][:MAX_QUERY_TERMS] if rerank_query is not None else []
     for c in corpora.values():
         if _MODEL_KEY.match(c.model_key):
             plan.by_model.setdefault(c.model_key, []).append(c)
-    return plan, lexemes
+    return plan, lexemes, rerank_lexemes
 
 
 def _documents_sql(f: SearchFilters, depts: tuple[int, ...] | None, tenant_wide: bool, cwhere: str, cparams: list,
@@ -1057,9 +1068,11 @@ def _hydrate(plan: _Plan, ranked: list[tuple[int, float]], vector_lists: list[li
     return out
 
 
-def _sentence_rerank(plan: _Plan, query: str, items: list[tuple[SearchHit, list[float] | None]],
-                     query_vectors: Mapping[str, Sequence[float]] | None) -> list[tuple[SearchHit, list[float] | None]]:
-    """Fuse the candidates' rank with their rank by sentence similarity (kb.sentences), one round trip.
+def _sentence_rerank(plan: _Plan, query: str, lexemes: list[str], items: list[tuple[SearchHit, list[float] | None]],
+                     query_vectors: Mapping[str, Sequence[float]] | None, using: str) -> list[tuple[SearchHit, list[float] | None]]:
+    """Fuse the candidates' rank with two ranks of their sentences (kb.sentences), one round trip:
+    by similarity to the query (mean of the two nearest sentences) and by the query terms one
+    sentence holds together (the best sentence's sum of BM25 idf over the query lexemes it has).
 
     Only among candidates of one embedding model (similarities of different models are not comparable).
     """
@@ -1074,17 +1087,37 @@ def _sentence_rerank(plan: _Plan, query: str, items: list[tuple[SearchHit, list[
         return items
     typ = _cast_type(group[0].dim)
     vec = _query_vector(model_key, query, query_vectors)
-    sql = (f"SELECT chunk_id, avg(sim) FROM (SELECT chunk_id, sim, row_number() OVER (PARTITION BY chunk_id ORDER BY sim DESC) AS rn "
-           f"FROM (SELECT s.chunk_id, 1 - ((s.embedding::{typ}) <=> %s::{typ}) AS sim FROM kb_chunksentence s "
-           f"WHERE s.tenant_id = %s AND s.embedding_model = %s AND s.chunk_id = ANY(%s) OFFSET 0) x) y "
-           f"WHERE rn <= {int(TOP_SENTENCES)} GROUP BY chunk_id")
-    rows = plan.tx.query(sql, [_vec_literal(vec), plan.tenant_id, model_key, [h.chunk_id for h, _ in items]])[0]
-    scores = {cid: float(sim) for cid, sim in rows}
-    if not scores:
+    weights = _idf_weights(plan, lexemes, using)
+    sql = (f"SELECT chunk_id, avg(sim) FILTER (WHERE rn <= {int(TOP_SENTENCES)}), max(lx) FROM ("
+           f"SELECT chunk_id, sim, lx, row_number() OVER (PARTITION BY chunk_id ORDER BY sim DESC) AS rn FROM ("
+           f"SELECT s.chunk_id, 1 - ((s.embedding::{typ}) <=> %s::{typ}) AS sim, "
+           f"(SELECT coalesce(sum(w.idf), 0) FROM unnest(%s::text[], %s::float8[]) AS w(lex, idf) WHERE w.lex = ANY(s.lexemes)) AS lx "
+           f"FROM kb_chunksentence s "
+           f"WHERE s.tenant_id = %s AND s.embedding_model = %s AND s.chunk_id = ANY(%s) OFFSET 0) x) y GROUP BY chunk_id")
+    rows = plan.tx.query(sql, [_vec_literal(vec), list(weights), list(weights.values()), plan.tenant_id, model_key,
+                               [h.chunk_id for h, _ in items]])[0]
+    if not rows:
         return items
+    by_vector = {cid: float(sim) for cid, sim, _ in rows}
+    by_terms = {cid: float(lx) for cid, _, lx in rows} if weights else None
     by_id = {h.chunk_id: (h, v) for h, v in items}
-    order = fuse([h.chunk_id for h, _ in items], scores, rrf_k=float(_setting("RETRIEVAL_RRF_K")))
+    order = fuse([h.chunk_id for h, _ in items], by_vector, by_terms, rrf_k=float(_setting("RETRIEVAL_RRF_K")))
     return [by_id[cid] for cid in order]
+
+
+def _idf_weights(plan: _Plan, lexemes: list[str], using: str) -> dict[str, float]:
+    """Lexeme -> BM25 idf over the plan's corpora (the keyword side's statistics, cached); lexemes
+    no chunk holds are left out."""
+    if not lexemes:
+        return {}
+    stats = [_corpus_term_stats(c, plan, using) for c in plan.corpora.values()]
+    n_docs = sum(st.n for st in stats)
+    out: dict[str, float] = {}
+    for lex in dict.fromkeys(lexemes):
+        df = sum(st.df.get(lex, 0) for st in stats)
+        if df:
+            out[lex] = math.log(1 + (n_docs - df + 0.5) / (df + 0.5))
+    return out
 
 
 def _mmr(items: list[tuple[SearchHit, list[float] | None]], k: int, lam: float) -> list[tuple[SearchHit, list[float] | None]]:

@@ -4,8 +4,11 @@ A chunk vector averages ~150 words, so a question that paraphrases one sentence 
 matches it weakly; the same model applied to that sentence alone matches it well. Corpora with
 `sentence_vectors` on store one vector per sentence of every chunk (kb_chunk_sentence, written in
 the same transaction as the chunks, removed with them by the database's ON DELETE CASCADE).
-`search(..., rerank=True)` then takes the hybrid candidates and fuses their rank with the rank of
-their best-matching sentences (the mean of a chunk's two nearest sentences to the query).
+`search(..., rerank=True)` then takes the hybrid candidates and fuses their rank with two ranks of
+their sentences: by vector (the mean of a chunk's two nearest sentences to the query) and by terms
+(the best sentence's sum of idf over the query lexemes it holds; ChunkSentence.lexemes). A fact a
+question paraphrases sits in one sentence: its terms co-occur there, while a chunk's BM25 counts
+them wherever they are.
 
 Measured on the MultiHop-RAG dev set (docs/evaluation.md): evidence recall of per-publisher
 searches +3 to +4 points at 10 chunks of context; re-ranking by sentences alone was worse than
@@ -43,16 +46,22 @@ def sentence_spans(text: str) -> list[tuple[int, int]]:
     return out or ([(0, len(text))] if text.strip() else [])
 
 
-def fuse(base_ids: Sequence[int], sentence_scores: dict[int, float], *, rrf_k: float,
-         sentence_weight: float = 1.0) -> list[int]:
-    """Reciprocal-rank fusion of the candidates' order with their order by sentence score.
+def fuse(base_ids: Sequence[int], by_vector: dict[int, float], by_terms: dict[int, float] | None = None, *,
+         rrf_k: float) -> list[int]:
+    """Reciprocal-rank fusion of the candidates' order with their order by each sentence score.
 
-    A candidate without sentence vectors keeps its own rank on the sentence side too, so corpora
-    without them are neither promoted nor demoted.
+    Ties in a sentence score keep the candidates' own order (term sums tie often). A candidate
+    without sentences keeps its own rank on the sentence sides too, so corpora without them are
+    neither promoted nor demoted.
     """
-    by_score = sorted((cid for cid in base_ids if cid in sentence_scores), key=lambda c: (-sentence_scores[c], c))
-    slots = iter(sorted(i for i, cid in enumerate(base_ids) if cid in sentence_scores))
-    sentence_rank = {cid: next(slots) for cid in by_score}  # scored candidates share the scored ranks
-    fused = {cid: 1.0 / (rrf_k + i) + sentence_weight / (rrf_k + sentence_rank.get(cid, i))
-             for i, cid in enumerate(base_ids)}
-    return sorted(base_ids, key=lambda c: (-fused[c], base_ids.index(c)))
+    base_rank = {cid: i for i, cid in enumerate(base_ids)}
+    fused = {cid: 1.0 / (rrf_k + i) for cid, i in base_rank.items()}
+    for scores in (by_vector, by_terms):
+        if scores is None:
+            continue
+        by_score = sorted((cid for cid in base_ids if cid in scores), key=lambda c: (-scores[c], base_rank[c]))
+        slots = iter(sorted(base_rank[cid] for cid in base_ids if cid in scores))
+        rank = {cid: next(slots) for cid in by_score}  # scored candidates share the scored ranks
+        for cid, i in base_rank.items():
+            fused[cid] += 1.0 / (rrf_k + rank.get(cid, i))
+    return sorted(base_ids, key=lambda c: (-fused[c], base_rank[c]))

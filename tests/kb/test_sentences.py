@@ -33,6 +33,14 @@ def test_fuse_promotes_by_sentences_and_leaves_unscored_candidates_in_place():
     assert fuse([7, 8], {}, rrf_k=60) == [7, 8]
 
 
+def test_fuse_adds_the_term_order_and_ties_keep_the_candidates_order():
+    by_vector = {1: 0.9, 2: 0.8, 3: 0.7, 4: 0.6}
+    assert fuse([1, 2, 3, 4], by_vector, rrf_k=60) == [1, 2, 3, 4]
+    # 4 holds the query's terms in one sentence, the others none (tied at 0: their own order).
+    assert fuse([1, 2, 3, 4], by_vector, {1: 0.0, 2: 0.0, 3: 0.0, 4: 5.0}, rrf_k=60) == [1, 2, 4, 3]
+    assert fuse([1, 2, 3, 4], {}, {1: 1.0, 2: 1.0, 3: 1.0, 4: 1.0}, rrf_k=60) == [1, 2, 3, 4]
+
+
 @pytest.fixture
 def upload(scope, django_capture_on_commit_callbacks):
     def do(corpus, filename, text):
@@ -76,6 +84,11 @@ def test_sentences_are_written_with_chunks_replaced_and_deleted_with_them(tenant
         rows = list(ChunkSentence.objects.for_scope(scope).filter(chunk=chunk).order_by("ordinal"))
         assert [chunk.text[r.char_start:r.char_end] for r in rows] == [chunk.text[s:e] for s, e in sentence_spans(chunk.text)]
         assert {r.embedding_model for r in rows} == {"hash:256"} and len(rows[0].embedding) == 256
+    with connections["default"].cursor() as cur:  # each sentence's own lexemes, as the keyword side stems them
+        for r in rows:
+            cur.execute("SELECT tsvector_to_array(to_tsvector('english', %s))", [chunk.text[r.char_start:r.char_end]])
+            assert r.lexemes == cur.fetchone()[0] and r.lexemes
+    with activate(scope):
         assert ChunkSentence.objects.for_scope(scope).count() == len(rows)  # none for the corpus without them
     d = upload(corpus, "a.txt", "A different text now. It has two sentences only.")  # new bytes: chunks rewritten
     with activate(scope):
@@ -108,6 +121,32 @@ def test_rerank_promotes_the_chunk_whose_sentence_matches(tenant, scope, upload)
     assert sorted(h.chunk_id for h in reranked.hits) == sorted(h.chunk_id for h in plain.hits)
     assert reranked.applied_filter["rerank"] is True and "sentence rerank" in reranked.path
     assert plain.applied_filter["rerank"] is False
+
+
+def test_rerank_counts_the_query_terms_one_sentence_holds(tenant, scope, upload):
+    corpus = make_corpus(tenant, scope, "Reserve", sentence_vectors=True)
+    docs = {name: upload(corpus, name, text) for name, text in DOCS.items()}
+    name_of = {d.pk: name for name, d in docs.items()}
+
+    def order() -> list[str]:
+        with activate(scope):
+            return [name_of[h.document_id] for h in search(scope, QUERY, k=4, mode="hybrid", rerank=True).hits]
+
+    with activate(scope):
+        plain = [name_of[h.document_id] for h in search(scope, QUERY, k=4, mode="hybrid").hits]
+    with activate(scope), connections["default"].cursor() as cur:  # every sentence one vector: the vector side ties
+        cur.execute("UPDATE kb_chunksentence SET embedding = (SELECT embedding FROM kb_chunksentence LIMIT 1) WHERE tenant_id = %s",
+                    [tenant.pk])
+    with_terms = order()
+    with activate(scope), connections["default"].cursor() as cur:  # now a.txt's sentences lose their lexemes too
+        cur.execute("UPDATE kb_chunksentence s SET lexemes = '{}' FROM kb_chunk c WHERE c.id = s.chunk_id AND c.document_id = %s",
+                    [docs["a.txt"].pk])
+    without = order()
+    # b.txt leads the hybrid order; a.txt's one sentence holding every query term lifts it above b.txt
+    # by terms alone, and without its lexemes it falls back behind.
+    assert plain[:2] == ["b.txt", "a.txt"]
+    assert with_terms[0] == "a.txt", with_terms
+    assert without.index("a.txt") > without.index("b.txt"), without
 
 
 def test_rerank_is_a_no_op_without_sentence_vectors(tenant, scope, upload):
