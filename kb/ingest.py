@@ -461,9 +461,12 @@ def _prepare(scope: Scope, job: IngestJob, corpus: Corpus, embedder: Embedder) -
         parsed = parse(source.data, document.source_name, document.mime_type or None)
     except ParseError as exc:
         return _fail(scope, job, f"parse error: {exc}")
-    spans = chunk_document(parsed, target_tokens=corpus.chunk_target_tokens, overlap_tokens=corpus.chunk_overlap_tokens,
-                           max_tokens=embedder.max_tokens - getattr(embedder, "reserved_tokens", 0),
-                           count_tokens=_memo_counter(embedder))
+    # The model's input limit is hard, the corpus's target a preference: a target above the limit
+    # (a corpus set up for another model) gets chunks as large as the model takes.
+    max_tokens = embedder.max_tokens - getattr(embedder, "reserved_tokens", 0)
+    target = min(corpus.chunk_target_tokens, max_tokens)
+    spans = chunk_document(parsed, target_tokens=target, overlap_tokens=min(corpus.chunk_overlap_tokens, target - 1),
+                           max_tokens=max_tokens, count_tokens=_memo_counter(embedder))
     if not spans:
         return _fail(scope, job, "parse error: the document has no text to index")
     title = parsed.title if document.title == document.source_name and parsed.title else document.title

@@ -64,6 +64,7 @@ def filename_for(doc_id: str) -> str:
 
 
 def ensure_corpus(docs: list[CorpusDoc], *, tenant_slug: str, corpus_name: str, sentence_vectors: bool = True,
+                  chunk_tokens: int | None = None,
                   progress: Callable[[Iterable], Iterable] = lambda it: it, wait_s: float = 3600.0) -> EvalCorpus:
     """Ingest `docs` into the evaluation tenant's corpus (created on first use, with sentence
     vectors unless told otherwise) and wait for them.
@@ -77,9 +78,14 @@ def ensure_corpus(docs: list[CorpusDoc], *, tenant_slug: str, corpus_name: str, 
 
     tenant, _ = Tenant.objects.get_or_create(slug=tenant_slug, defaults={"name": f"Evaluation ({tenant_slug})"})
     scope = Scope.system(tenant.id, principal="evaluate")
+    defaults: dict = {"sentence_vectors": sentence_vectors}
+    if chunk_tokens:
+        defaults["chunk_target_tokens"] = chunk_tokens
     with activate(scope):
-        corpus, _ = Corpus.objects.for_scope(scope).get_or_create(tenant=tenant, name=corpus_name,
-                                                                  defaults={"sentence_vectors": sentence_vectors})
+        corpus, _ = Corpus.objects.for_scope(scope).get_or_create(tenant=tenant, name=corpus_name, defaults=defaults)
+    if chunk_tokens and corpus.chunk_target_tokens != chunk_tokens:  # nor the chunk size
+        raise EvaluationError(f"corpus {corpus_name!r} was chunked at {corpus.chunk_target_tokens} tokens: use another "
+                              "--corpus-name or --tenant, or delete it first")
     if corpus.sentence_vectors != sentence_vectors:  # reused documents would not match the flag
         raise EvaluationError(f"corpus {corpus_name!r} was ingested {'with' if corpus.sentence_vectors else 'without'} "
                               "sentence vectors: use another --corpus-name, or delete it first")

@@ -134,3 +134,16 @@ def test_strategies_narrow_searches_to_the_sources_and_dates_a_question_names(ne
     returned = {c for s in searches for c in s.chunk_ids}
     assert chunks["ledger"].id in returned and chunks["metro"].id in returned
     assert run.outcome == "answered" and f"[c:{chunks['ledger'].id}]" in run.answer
+
+
+def test_pipeline_gives_narrowed_searches_the_whole_context_and_the_others_a_share(newsroom):
+    tenant, _ = newsroom
+    scope = whole_tenant(tenant)
+    run = ask(scope=scope, question="Did the Daily Ledger report say what the harbour bridge repairs cost?",
+              strategy="pipeline", provider="offline")
+    with activate(scope):
+        searches = list(RunStep.objects.for_scope(scope).filter(run=run, name="search").order_by("ordinal"))
+    by_filter = {bool(s.effective_filter["applied"].get("metadata")): s.arguments["k"] for s in searches}
+    # One narrowed sub-query and the question: the narrowed one may fill all 10 slots (its results
+    # come first), the unfiltered one gets an equal share of two.
+    assert by_filter == {True: Budgets().max_context_chunks, False: 5}

@@ -8,8 +8,8 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from agents.evaluation.dataset import load_corpus
-from agents.evaluation.runner import ensure_corpus
-from kb.models import Document
+from agents.evaluation.runner import EvaluationError, ensure_corpus
+from kb.models import Corpus, Document
 from tenants.scope import activate
 
 pytestmark = pytest.mark.django_db(databases=["default", "owner"])
@@ -72,6 +72,18 @@ def test_reingest_reuses_unchanged_documents_and_drops_removed_ones(files):
     assert again.uploaded == 0 and sorted(again.doc_keys.values()) == ["leave", "travel"]
     with activate(again.scope):
         assert Document.objects.for_scope(again.scope).count() == 2
+
+
+def test_chunk_size_is_set_for_a_new_corpus_and_checked_on_reuse(files):
+    corpus, _ = files
+    docs = load_corpus(corpus)
+    ev = ensure_corpus(docs, tenant_slug="eval-size", corpus_name="c", chunk_tokens=120)
+    with activate(ev.scope):
+        assert Corpus.objects.for_scope(ev.scope).get(pk=ev.corpus_id).chunk_target_tokens == 120
+    assert ensure_corpus(docs, tenant_slug="eval-size", corpus_name="c", chunk_tokens=120).uploaded == 0
+    assert ensure_corpus(docs, tenant_slug="eval-size", corpus_name="c").uploaded == 0  # not asked: as it is
+    with pytest.raises(EvaluationError, match="chunked at 120 tokens"):
+        ensure_corpus(docs, tenant_slug="eval-size", corpus_name="c", chunk_tokens=200)
 
 
 def test_unknown_strategy_is_refused(files, tmp_path):

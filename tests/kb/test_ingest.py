@@ -495,3 +495,13 @@ def test_embedding_cache_is_per_tenant(scope, counting, upload, django_capture_o
     assert all(counts[h] == 2 for h in their_hashes)  # embedded once per tenant: no timing side channel
     with activate(scope):
         assert not EmbeddingCache.objects.for_scope(scope).filter(tenant_id=other_tenant.id).exists()
+
+
+def test_a_target_above_the_models_limit_gives_chunks_as_large_as_the_model_takes(scope, corpus_factory, upload):
+    corpus = corpus_factory(model="hash", dim=64, target=2000, overlap=30)  # the hash model takes 512 tokens
+    body = (" ".join(f"word{i}" for i in range(1500))).encode()
+    doc, _ = upload(corpus, "long.txt", body)
+    doc = refresh(scope, doc)
+    chunks = chunks_of(scope, doc)
+    assert doc.status == "ready" and len(chunks) >= 3
+    assert max(c.token_count for c in chunks) <= 512

@@ -47,6 +47,8 @@ class Command(BaseCommand):
         parser.add_argument("--corpus-name", default=None, help="corpus name inside the tenant (default: the corpus file's stem)")
         parser.add_argument("--no-sentence-vectors", action="store_true",
                             help="ingest without sentence vectors (searches then skip the sentence re-rank; for comparison)")
+        parser.add_argument("--chunk-tokens", type=int, default=None, metavar="N",
+                            help="chunk target size in tokens for a corpus created by this run (default: the product's)")
         parser.add_argument("--records", action="store_true", help="also write per-question results (ids and numbers) to records.jsonl")
         parser.add_argument("--no-charts", action="store_true")
         parser.add_argument("--shard", default=None, metavar="I/N",
@@ -72,7 +74,7 @@ class Command(BaseCommand):
         self.stderr.write(f"ingesting {len(docs)} documents into tenant {opts['tenant']!r} (unchanged ones are reused)")
         try:
             ev = ensure_corpus(docs, tenant_slug=opts["tenant"], corpus_name=opts["corpus_name"] or opts["corpus"].stem,
-                               sentence_vectors=not opts["no_sentence_vectors"],
+                               sentence_vectors=not opts["no_sentence_vectors"], chunk_tokens=opts["chunk_tokens"],
                                progress=lambda it: tqdm(it, total=len(docs), desc="ingest", unit="doc", file=sys.stderr))
         except EvaluationError as exc:
             raise CommandError(str(exc)) from exc
