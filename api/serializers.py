@@ -12,7 +12,7 @@ from rest_framework.exceptions import NotFound
 
 from agents.loop import STRATEGIES
 from api.access import access_department
-from kb.models import Corpus, Document, IngestJob
+from kb.models import DEFAULT_CHUNK_TARGET_TOKENS, Corpus, Document, IngestJob
 from tenants.models import ApiKey, Department, Membership, Role
 from tenants.scope import Scope
 
@@ -65,7 +65,7 @@ class CorpusSerializer(serializers.ModelSerializer):
         return value
 
     def validate(self, attrs):
-        target = attrs.get("chunk_target_tokens", getattr(self.instance, "chunk_target_tokens", 200))
+        target = attrs.get("chunk_target_tokens", getattr(self.instance, "chunk_target_tokens", DEFAULT_CHUNK_TARGET_TOKENS))
         overlap = attrs.get("chunk_overlap_tokens", getattr(self.instance, "chunk_overlap_tokens", 30))
         if overlap >= target:
             raise serializers.ValidationError({"chunk_overlap_tokens": "must be smaller than chunk_target_tokens"})

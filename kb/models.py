@@ -19,6 +19,7 @@ from tenants.scope import TenantScopedManager
 
 DEFAULT_EMBEDDING_MODEL = "minilm-l6-v2"
 DEFAULT_EMBEDDING_DIM = 384
+DEFAULT_CHUNK_TARGET_TOKENS = 240
 
 
 class Corpus(models.Model):
@@ -32,7 +33,9 @@ class Corpus(models.Model):
     # Set while a background re-embed into another model runs; searches keep using the old one.
     next_embedding_model = models.CharField(max_length=100, blank=True)
     next_embedding_dim = models.PositiveIntegerField(null=True, blank=True)
-    chunk_target_tokens = models.PositiveIntegerField(default=200)
+    # Near the default model's input limit (MiniLM: 254 counted tokens): larger chunks held more of
+    # a multi-hop question's facts in the same 10 chunks of context (docs/evaluation.md).
+    chunk_target_tokens = models.PositiveIntegerField(default=DEFAULT_CHUNK_TARGET_TOKENS)
     chunk_overlap_tokens = models.PositiveIntegerField(default=30)
     sentence_vectors = models.BooleanField(
         default=False, help_text="Also embed every sentence of every chunk, so searches can re-rank candidates by their "
