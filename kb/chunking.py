@@ -2,7 +2,8 @@
 
 A chunk is always an exact slice of the source text (citations are verified against it) and never
 longer than `max_tokens` as measured by the caller's `count_tokens` (the embedding model's own
-tokenizer: a longer input is silently truncated by the model and its tail would be unsearchable).
+tokenizer). Ingestion uses it twice: for chunks (the unit of context) and, with the model's window
+as target and max, to cut a chunk longer than that window into the pieces it is embedded by.
 
 Text is cut into units (sentences, lines; a unit longer than `max_tokens` is cut at words, a word
 longer than that at characters). Each unit is counted once and chunks are packed from the sums, so

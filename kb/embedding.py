@@ -333,3 +333,38 @@ def embed_array(embedder: Embedder, texts: list[str], task: Task = "document") -
     if fast is not None:
         return fast(texts, task)
     return np.asarray(embedder.embed(texts, task), dtype="float32").reshape(len(texts), embedder.dim)
+
+
+def embed_windowed(embedder: Embedder, texts: list[str], task: Task = "document") -> Any:
+    """Like `embed_array`, for texts of any length: a text longer than the model's window (its
+    input limit less special tokens) is cut into windows at sentence ends and embedded as the
+    token-weighted mean of their vectors, renormalised, instead of losing its tail to the model's
+    silent truncation. That mean is what the model's own mean pooling would give over the whole
+    text if attention spanned it, which lets a chunk (the unit of context) be larger than the
+    embedding window."""
+    import numpy as np
+
+    from kb.chunking import chunk_text
+
+    window = embedder.max_tokens - getattr(embedder, "reserved_tokens", 0)
+    batch_count = getattr(embedder, "count_tokens_batch", None)
+    counts = batch_count(texts) if batch_count is not None else [embedder.count_tokens(t) for t in texts]
+    pieces: list[str] = []
+    owners: list[tuple[int, int, list[int]]] = []  # (text index, first piece, piece token counts)
+    for i, (text, tokens) in enumerate(zip(texts, counts, strict=True)):
+        if tokens <= window:
+            owners.append((i, len(pieces), [1]))
+            pieces.append(text)
+            continue
+        spans = chunk_text(text, target_tokens=window, overlap_tokens=0, max_tokens=window, count_tokens=embedder.count_tokens)
+        owners.append((i, len(pieces), [max(1, embedder.count_tokens(text[s:e])) for s, e in spans]))
+        pieces.extend(text[s:e] for s, e in spans)
+    if len(pieces) == len(texts):
+        return embed_array(embedder, texts, task)
+    vectors = embed_array(embedder, pieces, task)
+    out = np.empty((len(texts), embedder.dim), dtype="float32")
+    for i, first, weights in owners:
+        mean = np.average(vectors[first:first + len(weights)], axis=0, weights=weights)
+        norm = float(np.linalg.norm(mean))
+        out[i] = mean / norm if norm > 0 else mean
+    return out

@@ -38,7 +38,7 @@ from django.db.models import Q
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from kb.embedding import Embedder, TransientEmbeddingError, embed_array, get_embedder
+from kb.embedding import Embedder, TransientEmbeddingError, embed_windowed, get_embedder
 from kb.models import Chunk, Corpus, Document, DocumentContent, DocumentStatus, EmbeddingCache, IngestJob, JobStatus
 from kb.vector_index import HALFVEC_MAX_DIM, ensure_vector_index
 from tenants.scope import Scope, activate
@@ -461,12 +461,11 @@ def _prepare(scope: Scope, job: IngestJob, corpus: Corpus, embedder: Embedder) -
         parsed = parse(source.data, document.source_name, document.mime_type or None)
     except ParseError as exc:
         return _fail(scope, job, f"parse error: {exc}")
-    # The model's input limit is hard, the corpus's target a preference: a target above the limit
-    # (a corpus set up for another model) gets chunks as large as the model takes.
-    max_tokens = embedder.max_tokens - getattr(embedder, "reserved_tokens", 0)
-    target = min(corpus.chunk_target_tokens, max_tokens)
+    # A chunk may be larger than the model's window: it is embedded by windows (embed_windowed).
+    target = corpus.chunk_target_tokens
+    window = embedder.max_tokens - getattr(embedder, "reserved_tokens", 0)
     spans = chunk_document(parsed, target_tokens=target, overlap_tokens=min(corpus.chunk_overlap_tokens, target - 1),
-                           max_tokens=max_tokens, count_tokens=_memo_counter(embedder))
+                           max_tokens=max(target, window), count_tokens=_memo_counter(embedder))
     if not spans:
         return _fail(scope, job, "parse error: the document has no text to index")
     title = parsed.title if document.title == document.source_name and parsed.title else document.title
@@ -516,7 +515,7 @@ def _vectors_for(scope: Scope, embedder: Embedder, texts: dict[str, str],
     size = embed_batch_size()
     for start in range(0, len(missing), size):
         batch = missing[start:start + size]
-        array = embed_array(embedder, [texts[h] for h in batch], "document")
+        array = embed_windowed(embedder, [texts[h] for h in batch], "document")
         if array.shape != (len(batch), embedder.dim) or not np.isfinite(array).all():
             raise ValueError(f"embedder {embedder.model_key} returned {array.shape} for {len(batch)} texts")
         array = np.ascontiguousarray(array, dtype=np.float32)

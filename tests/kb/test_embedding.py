@@ -14,6 +14,7 @@ from kb.embedding import (
     LocalMiniLMEmbedder,
     TransientEmbeddingError,
     default_model_key,
+    embed_windowed,
     get_embedder,
 )
 from tests.fakes.fake_gemini_embed import FakeGeminiEmbed, fake_vector
@@ -139,3 +140,41 @@ def test_real_minilm_embeds_offline():
     assert emb.count_tokens("hello world") == 2  # no [CLS]/[SEP]
     assert emb.count_tokens_batch(["hello world", "hello"]) == [2, 1]
     assert emb.embed(["hello world"], task="query")[0] == pytest.approx(emb.embed(["hello world"])[0], abs=1e-5)
+
+
+class SmallWindowEmbedder(HashEmbedder):
+    """The hash embedder with a 10-token window, recording what it is asked to embed."""
+
+    max_tokens = 10
+
+    def __init__(self) -> None:
+        super().__init__(dim=64)
+        self.calls: list[str] = []
+
+    def embed(self, texts, task="document"):
+        self.calls.extend(texts)
+        return super().embed(texts, task)
+
+
+def test_a_text_longer_than_the_window_is_the_token_weighted_mean_of_its_windows():
+    emb = SmallWindowEmbedder()
+    short = "one two three."
+    long = "Alpha beta gamma delta epsilon. Zeta eta theta iota kappa lambda. Mu nu xi omicron pi rho sigma tau upsilon."
+    short_vec, long_vec = embed_windowed(emb, [short, long])
+    windows = emb.calls[1:]
+    assert emb.calls[0] == short and len(windows) >= 2
+    assert all(emb.count_tokens(w) <= 10 for w in windows)
+    assert " ".join(windows).split() == long.split()  # every word in exactly one window, in order
+    vectors = HashEmbedder(dim=64).embed(windows)
+    weights = [emb.count_tokens(w) for w in windows]
+    mean = [sum(w * v[i] for w, v in zip(weights, vectors, strict=True)) / sum(weights) for i in range(64)]
+    expected = [x / norm(mean) for x in mean]
+    assert list(long_vec) == pytest.approx(expected, abs=1e-5)
+    assert list(short_vec) == pytest.approx(HashEmbedder(dim=64).embed([short])[0], abs=1e-6)
+    assert norm(long_vec) == pytest.approx(1.0, abs=1e-5)
+
+
+def test_texts_within_the_window_are_embedded_as_they_are():
+    emb = SmallWindowEmbedder()
+    embed_windowed(emb, ["a b c", "d e f g"])
+    assert emb.calls == ["a b c", "d e f g"]

@@ -11,7 +11,7 @@ from django.db import connections
 from django.utils import timezone
 
 from kb import ingest, tasks
-from kb.embedding import HashEmbedder, get_embedder
+from kb.embedding import HashEmbedder, embed_windowed, get_embedder
 from kb.ingest import UploadRejected, resume_stuck_jobs, run_ingest_job, run_reembed_job, start_reembed, upload_document
 from kb.models import Chunk, Corpus, Document, EmbeddingCache, IngestJob
 from kb.vector_index import ensure_vector_index, index_name
@@ -497,11 +497,17 @@ def test_embedding_cache_is_per_tenant(scope, counting, upload, django_capture_o
         assert not EmbeddingCache.objects.for_scope(scope).filter(tenant_id=other_tenant.id).exists()
 
 
-def test_a_target_above_the_models_limit_gives_chunks_as_large_as_the_model_takes(scope, corpus_factory, upload):
-    corpus = corpus_factory(model="hash", dim=64, target=2000, overlap=30)  # the hash model takes 512 tokens
-    body = (" ".join(f"word{i}" for i in range(1500))).encode()
-    doc, _ = upload(corpus, "long.txt", body)
+def test_a_target_above_the_models_window_gives_chunks_of_the_target_embedded_by_windows(scope, corpus_factory, upload):
+    corpus = corpus_factory(model="hash", dim=64, target=1200, overlap=30)  # the hash model's window: 512 tokens
+    body = " ".join(f"Sentence {i} says word{i} twice word{i}." for i in range(400))  # 2,000 tokens
+    doc, _ = upload(corpus, "long.txt", body.encode())
     doc = refresh(scope, doc)
     chunks = chunks_of(scope, doc)
-    assert doc.status == "ready" and len(chunks) >= 3
-    assert max(c.token_count for c in chunks) <= 512
+    assert doc.status == "ready" and 2 <= len(chunks) <= 3
+    assert max(c.token_count for c in chunks) > 512 and max(c.token_count for c in chunks) <= 1200
+    for chunk in chunks:  # the hash model takes any length, so the windows show as a (small) difference
+        windowed = embed_windowed(HashEmbedder(dim=64), [chunk.text])[0]
+        whole = HashEmbedder(dim=64).embed([chunk.text])[0]
+        assert list(chunk.embedding) == pytest.approx(list(windowed), abs=1e-6)
+        if chunk.token_count > 512:
+            assert max(abs(a - b) for a, b in zip(chunk.embedding, whole, strict=True)) > 1e-4
