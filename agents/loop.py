@@ -189,7 +189,8 @@ def _summary(outcome: ToolOutcome) -> str:
         results = outcome.content["results"]
         # Ingest-time injection flags go into the trace, so an auditor sees which shown chunks were suspect.
         flagged = [f"c:{r['chunk_id']} {','.join(r['flagged'])}" for r in results if isinstance(r, dict) and r.get("flagged")]
-        return f"{len(results)} result(s)" + (" (cached)" if outcome.cached else "") + \
+        past = f"; past the output budget: {', '.join(f'c:{c.chunk_id}' for c in outcome.overflow)}" if outcome.overflow else ""
+        return f"{len(results)} result(s)" + (" (cached)" if outcome.cached else "") + past + \
             (f"; flagged as possible instructions to the model: {'; '.join(flagged)}" if flagged else "")
     return json.dumps(outcome.content, default=str)[:1000]
 
@@ -280,7 +281,11 @@ def code_search(state: RunState, query: str, k: int, tag: str, filters: dict | N
     state.tool_calls += 1
     outcome = call_tool(state, ToolCall(id=f"{tag}-{state.tool_calls}", name="search",
                                         arguments={"query": query, "k": k, **(filters or {})}))
-    return list(outcome.chunk_ids)
+    # The output budget limits what a model is shown; this strategy's context is built in code and
+    # shown whole by its answer call, so hits past that budget are kept (registered as retrieved).
+    for chunk in outcome.overflow:
+        state.retrieved.setdefault(chunk.chunk_id, chunk)
+    return [*outcome.chunk_ids, *(c.chunk_id for c in outcome.overflow)]
 
 
 def code_facets(state: RunState) -> dict:

@@ -49,6 +49,9 @@ class ToolOutcome:
     effective_filter: dict = field(default_factory=dict)
     error: str = ""
     cached: bool = False
+    # Hits past the output budget: not shown to the model, so not citable by it. A strategy that
+    # builds its context in code (the pipeline) may still use them: its answer call shows them.
+    overflow: tuple[RetrievedChunk, ...] = ()
 
     @classmethod
     def failed(cls, message: str) -> ToolOutcome:
@@ -125,11 +128,11 @@ _ID_LIST = {"type": "array", "items": {"type": "integer"}}
 
 def _render_hits(deps: ToolDeps, chunks: list[RetrievedChunk], extra: dict) -> ToolOutcome:
     """Put chunks in front of the model as delimited data within the output budget, and remember them."""
-    results, used, omitted = [], 0, 0
+    results, used, overflow = [], 0, []
     for chunk in chunks:
         block = chunk_block(chunk, deps.budgets.chunk_chars)
         if results and used + len(block) > deps.budgets.tool_output_chars:
-            omitted += 1
+            overflow.append(chunk)
             continue
         used += len(block)
         deps.retrieved.setdefault(chunk.chunk_id, chunk)
@@ -142,14 +145,14 @@ def _render_hits(deps: ToolDeps, chunks: list[RetrievedChunk], extra: dict) -> T
             item["flagged"] = list(chunk.flags)
         results.append(item)
     content = {"notice": DATA_NOTICE, **extra, "results": results}
-    if omitted:
-        content["omitted"] = f"{omitted} more result(s) not shown: tool output budget reached; narrow the search"
+    if overflow:
+        content["omitted"] = f"{len(overflow)} more result(s) not shown: tool output budget reached; narrow the search"
     if not results:
         content["results"] = []
         content["note"] = "no matching text in the documents you can see"
     shown = [c for c in chunks if c.chunk_id in {r["chunk_id"] for r in results}]
     return ToolOutcome(content=content, chunk_ids=tuple(c.chunk_id for c in shown),
-                       content_hashes=tuple(c.content_hash for c in shown))
+                       content_hashes=tuple(c.content_hash for c in shown), overflow=tuple(overflow))
 
 
 def _hit_to_chunk(hit: retrieval.SearchHit) -> RetrievedChunk:

@@ -86,6 +86,23 @@ def test_final_context_is_capped(acme):
     assert len(answer_step.arguments["context_chunks"]) <= 2
 
 
+def test_classic_context_is_not_cut_by_the_tool_output_budget(acme):
+    """The output budget limits what a model is shown of a search; classic and the pipeline build
+    their context in code, so a small budget must not shrink it (it did: 10 asked, ~6 kept)."""
+    tenant, _, _ = acme
+    scope = whole_tenant(tenant)
+    budgets = Budgets(max_context_chunks=6, max_k=6, tool_output_chars=500, chunk_chars=200)
+    run = ask(scope=scope, question="hotel leave personal days business trip", strategy="classic", provider="offline",
+              budgets=budgets)
+    with activate(scope):
+        steps = list(run_steps(scope, run.id))
+    search, answer = steps[0], [s for s in steps if s.name == "answer"][0]
+    shown = search.chunk_ids
+    assert 1 <= len(shown) < 6 and "past the output budget: c:" in search.output  # the trace names the rest
+    context = answer.arguments["context_chunks"]
+    assert len(context) == 6 and context[: len(shown)] == shown
+
+
 def test_a_wall_time_budget_of_zero_still_gives_a_final_answer(acme):
     tenant, _, _ = acme
     scope = whole_tenant(tenant)

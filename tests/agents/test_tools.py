@@ -62,6 +62,8 @@ def test_search_output_is_labelled_data_and_truncated_to_budget(acme):
     assert all(r["text"].startswith("<document_data id=") and r["text"].endswith("</document_data>") for r in results)
     assert sum(len(r["text"]) for r in results) <= 500 + 300
     assert set(deps.retrieved) == {r["chunk_id"] for r in results}  # only what the model saw can be cited
+    assert len(out.chunk_ids) + len(out.overflow) == 3  # the rest is kept for strategies that build context in code
+    assert not deps.retrieved.keys() & {c.chunk_id for c in out.overflow}
 
 
 def test_search_narrowing_cannot_widen_department_scope(acme):
