@@ -23,13 +23,17 @@ PER_TYPE = 15
 DISTRACTORS = 30
 STRATEGIES = ("classic", "auto", "pipeline")
 
-# Measured on this subset (seed 7, 15 questions per type, evidence docs + 30 distractors), minus about 0.05:
-# classic 0.454 / 0.800 / 0.933, auto 0.737 / 0.956 / 0.867, pipeline 0.746 / 0.956 / 0.933 (recall / Hits@10 / null).
+# Measured on this subset (seed 7, 15 questions per type, evidence docs + 30 distractors), minus about 0.05,
+# with every search hit kept in classic's and the pipeline's context (recall / Hits@10 / null):
+# classic 0.578 / 0.844 / 0.867, auto 0.737 / 0.956 / 0.867, pipeline 0.739 / 0.956 / 0.933.
 THRESHOLDS = {
-    "classic": {"evidence_recall": 0.40, "hits_at_10": 0.75, "null_abstained": 0.88},
+    "classic": {"evidence_recall": 0.52, "hits_at_10": 0.79, "null_abstained": 0.80},
     "auto": {"evidence_recall": 0.68, "hits_at_10": 0.90, "null_abstained": 0.80},
-    "pipeline": {"evidence_recall": 0.69, "hits_at_10": 0.90, "null_abstained": 0.88},
+    "pipeline": {"evidence_recall": 0.68, "hits_at_10": 0.90, "null_abstained": 0.88},
 }
+# Measured margin of multi-step over one-shot recall on this subset: 0.16 (auto and pipeline); the gate keeps
+# a few points of room so machine-level float noise does not fail it while a lost multi-step gain does.
+MIN_MULTI_STEP_MARGIN = 0.12
 MIN_VERIFIED_CITATIONS = 0.9
 METRICS_SHOWN = ("evidence_recall", "hits_at_10", "hits_at_4", "mrr_at_10", "null_abstained", "citations_verified_share")
 
@@ -68,5 +72,8 @@ def test_quality_gate(settings):
         share = summary[strategy]["all"]["citations_verified_share"]
         assert share is None or share >= MIN_VERIFIED_CITATIONS, f"{strategy}: only {share:.2f} of citations verified"
     # Multi-step retrieval must keep beating one-shot retrieval at the same context size.
-    assert summary["auto"]["all"]["evidence_recall"] > summary["classic"]["all"]["evidence_recall"] + 0.15
-    assert summary["pipeline"]["all"]["evidence_recall"] > summary["classic"]["all"]["evidence_recall"] + 0.15
+    classic = summary["classic"]["all"]["evidence_recall"]
+    for strategy in ("auto", "pipeline"):
+        recall = summary[strategy]["all"]["evidence_recall"]
+        assert recall > classic + MIN_MULTI_STEP_MARGIN, \
+            f"{strategy} recall {recall:.3f} is not {MIN_MULTI_STEP_MARGIN} over classic {classic:.3f}"
