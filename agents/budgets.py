@@ -23,6 +23,8 @@ class Budgets:
     max_k: int = 10  # largest k a search tool call may ask for
     tool_output_chars: int = 6_000  # what one tool result may put in front of the model
     chunk_chars: int = 1_500  # one chunk's text in a tool result or context
+    # What the answer and judge calls may show: room for max_context_chunks whole chunks and their tags.
+    context_chars: int = 20_000
     pipeline_rounds: int = 3
     strict_citations: bool = False
 
@@ -33,6 +35,7 @@ class Budgets:
 _LIMITS: dict[str, tuple[float, float]] = {
     "max_tool_calls": (0, 100), "max_iterations": (1, 30), "max_context_chunks": (1, 50), "max_tokens": (1_000, 2_000_000),
     "max_wall_seconds": (1, 900), "max_k": (1, 50), "tool_output_chars": (500, 100_000), "chunk_chars": (200, 20_000),
+    "context_chars": (1_000, 200_000),
     "pipeline_rounds": (1, 6),
 }
 

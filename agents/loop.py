@@ -33,7 +33,16 @@ from agents.messages import (
     UserMessage,
 )
 from agents.planning import interleave
-from agents.prompts import answer_prompt, budget_note, judge_prompt, render_context, repair_prompt, rewrite_prompt, system_prompt
+from agents.prompts import (
+    answer_prompt,
+    budget_note,
+    fitting_chunks,
+    judge_prompt,
+    render_context,
+    repair_prompt,
+    rewrite_prompt,
+    system_prompt,
+)
 from agents.providers import Provider
 from agents.text import split_question
 from agents.tools import TOOL_SPECS, ToolDeps, ToolOutcome, run_tool
@@ -261,14 +270,19 @@ def final_without_tools(state: RunState, reason: str) -> str:
     return turn.text or f"NOT_ENOUGH_EVIDENCE: no answer could be produced ({reason})."
 
 
-def _context(state: RunState, chunk_ids: list[int]) -> tuple[list[RetrievedChunk], tuple[ContextChunk, ...]]:
+def _context(state: RunState, chunk_ids: list[int]) -> tuple[str, tuple[ContextChunk, ...]]:
+    """The context shown to an answer or judge call, rendered and as the chunk list recorded with the call.
+
+    Both hold the same chunks: at most max_context_chunks, and no more than fit in context_chars,
+    so the trace (and the evaluation reading it) never lists a chunk the model was not shown."""
     chunks = [state.retrieved[c] for c in chunk_ids if c in state.retrieved][: state.budgets.max_context_chunks]
-    return chunks, tuple(ContextChunk(c.chunk_id, c.text, c.title, c.locator, c.score, c.flags, c.metadata) for c in chunks)
+    shown = fitting_chunks(chunks, max_chars_per_chunk=state.budgets.chunk_chars, max_total_chars=state.budgets.context_chars)
+    rendered = render_context(shown, max_chars_per_chunk=state.budgets.chunk_chars, max_total_chars=state.budgets.context_chars)
+    return rendered, tuple(ContextChunk(c.chunk_id, c.text, c.title, c.locator, c.score, c.flags, c.metadata) for c in shown)
 
 
 def synthesise(state: RunState, chunk_ids: list[int], note: str = "") -> str:
-    chunks, structured = _context(state, chunk_ids)
-    rendered = render_context(chunks, max_chars_per_chunk=state.budgets.chunk_chars, max_total_chars=state.budgets.tool_output_chars * 2)
+    rendered, structured = _context(state, chunk_ids)
     turn = call_model(state, "answer", [UserMessage(answer_prompt(state.question, rendered, missing_note=note))],
                       tools_enabled=False, context=structured)
     return turn.text
@@ -379,8 +393,7 @@ def rewrite(state: RunState, facets: dict | None = None) -> list[tuple[str, dict
 
 
 def judge(state: RunState, chunk_ids: list[int]) -> dict:
-    chunks, structured = _context(state, chunk_ids)
-    rendered = render_context(chunks, max_chars_per_chunk=state.budgets.chunk_chars, max_total_chars=state.budgets.tool_output_chars * 2)
+    rendered, structured = _context(state, chunk_ids)
     turn = call_model(state, "judge", [UserMessage(judge_prompt(state.question, rendered))], tools_enabled=False, context=structured)
     data = parse_json_object(turn.text)
     if not isinstance(data.get("sufficient"), bool):

@@ -50,15 +50,24 @@ def chunk_block(chunk: RetrievedChunk, max_chars: int) -> str:
             f"{_defang(text)}\n</document_data>")
 
 
-def render_context(chunks: Iterable[RetrievedChunk], *, max_chars_per_chunk: int, max_total_chars: int) -> str:
-    blocks, used = [], 0
+def fitting_chunks(chunks: Iterable[RetrievedChunk], *, max_chars_per_chunk: int, max_total_chars: int) -> list[RetrievedChunk]:
+    """The leading chunks whose blocks fit in max_total_chars (always the first one): what render_context shows."""
+    shown, used = [], 0
     for chunk in chunks:
-        block = chunk_block(chunk, max_chars_per_chunk)
-        if used + len(block) > max_total_chars and blocks:
-            blocks.append("<!-- further chunks omitted: context budget reached -->")
+        size = len(chunk_block(chunk, max_chars_per_chunk))
+        if used + size > max_total_chars and shown:
             break
-        blocks.append(block)
-        used += len(block)
+        shown.append(chunk)
+        used += size
+    return shown
+
+
+def render_context(chunks: Iterable[RetrievedChunk], *, max_chars_per_chunk: int, max_total_chars: int) -> str:
+    chunks = list(chunks)
+    shown = fitting_chunks(chunks, max_chars_per_chunk=max_chars_per_chunk, max_total_chars=max_total_chars)
+    blocks = [chunk_block(c, max_chars_per_chunk) for c in shown]
+    if len(shown) < len(chunks):
+        blocks.append("<!-- further chunks omitted: context budget reached -->")
     return DATA_NOTICE + "\n\n" + "\n\n".join(blocks) if blocks else "(no documents were retrieved)"
 
 

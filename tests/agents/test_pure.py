@@ -197,3 +197,21 @@ def test_offline_provider_plans_searches_by_the_sources_a_question_names():
             *(ToolResultMessage(c.id, "search", {"results": []}) for c in second.tool_calls))
     final = provider.generate(ModelRequest(task="agent", system="", messages=done, tools=TOOL_SPECS, question=q, tools_enabled=False))
     assert final.text.startswith("NOT_ENOUGH_EVIDENCE") and '"zorblax"' in final.text
+
+
+def test_render_context_shows_exactly_the_fitting_chunks():
+    """The answer prompt and the recorded context list come from the same cut: no chunk recorded but unseen."""
+    import re
+
+    from agents.prompts import chunk_block, fitting_chunks, render_context
+
+    chunks = [RetrievedChunk(i, i, f"h{i}", f"Fact number {i}. " * 20, title=f"Doc {i}") for i in range(1, 8)]
+    block = len(chunk_block(chunks[0], 300))
+    budget = 3 * block + block // 2
+    shown = fitting_chunks(chunks, max_chars_per_chunk=300, max_total_chars=budget)
+    rendered = render_context(chunks, max_chars_per_chunk=300, max_total_chars=budget)
+    assert [c.chunk_id for c in shown] == [1, 2, 3]
+    assert [int(m) for m in re.findall(r'<document_data id="c:(\d+)"', rendered)] == [1, 2, 3]
+    assert "further chunks omitted" in rendered
+    # The first chunk is always shown, even alone over the budget (truncated to max_chars_per_chunk).
+    assert [c.chunk_id for c in fitting_chunks(chunks, max_chars_per_chunk=300, max_total_chars=10)] == [1]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from agents.budgets import Budgets
@@ -101,6 +103,22 @@ def test_classic_context_is_not_cut_by_the_tool_output_budget(acme):
     assert 1 <= len(shown) < 6 and "past the output budget: c:" in search.output  # the trace names the rest
     context = answer.arguments["context_chunks"]
     assert len(context) == 6 and context[: len(shown)] == shown
+
+
+def test_the_recorded_answer_context_is_exactly_what_the_model_was_shown(acme):
+    """A context budget too small for every chunk drops the tail from the rendered prompt and from
+    the recorded list alike: audit and evaluation must not count a chunk the model never saw."""
+    tenant, _, _ = acme
+    scope = whole_tenant(tenant)
+    budgets = Budgets(max_context_chunks=6, max_k=6, chunk_chars=200, context_chars=1_000)
+    run = ask(scope=scope, question="hotel leave personal days business trip", strategy="classic", provider="offline",
+              budgets=budgets)
+    with activate(scope):
+        steps = list(run_steps(scope, run.id))
+    search, answer = steps[0], [s for s in steps if s.name == "answer"][0]
+    found = [*search.chunk_ids, *(int(c) for c in re.findall(r"c:(\d+)", search.output.split("past the output budget:")[-1]))]
+    context = answer.arguments["context_chunks"]
+    assert len(set(found)) == 6 and 1 <= len(context) < 6 and context == found[: len(context)]
 
 
 def test_a_wall_time_budget_of_zero_still_gives_a_final_answer(acme):
