@@ -88,17 +88,21 @@ def test_final_context_is_capped(acme):
     assert len(answer_step.arguments["context_chunks"]) <= 2
 
 
-def test_classic_context_is_not_cut_by_the_tool_output_budget(acme):
-    """The output budget limits what a model is shown of a search; classic and the pipeline build
-    their context in code, so a small budget must not shrink it (it did: 10 asked, ~6 kept)."""
+def classic_search_and_answer(acme, budgets: Budgets) -> tuple[RunStep, RunStep]:
+    """A classic run over the acme corpus under these budgets: its search step and its answer step."""
     tenant, _, _ = acme
     scope = whole_tenant(tenant)
-    budgets = Budgets(max_context_chunks=6, max_k=6, tool_output_chars=500, chunk_chars=200)
     run = ask(scope=scope, question="hotel leave personal days business trip", strategy="classic", provider="offline",
               budgets=budgets)
     with activate(scope):
         steps = list(run_steps(scope, run.id))
-    search, answer = steps[0], [s for s in steps if s.name == "answer"][0]
+    return steps[0], [s for s in steps if s.name == "answer"][0]
+
+
+def test_classic_context_is_not_cut_by_the_tool_output_budget(acme):
+    """The output budget limits what a model is shown of a search; classic and the pipeline build
+    their context in code, so a small budget must not shrink it (it did: 10 asked, ~6 kept)."""
+    search, answer = classic_search_and_answer(acme, Budgets(max_context_chunks=6, max_k=6, tool_output_chars=500, chunk_chars=200))
     shown = search.chunk_ids
     assert 1 <= len(shown) < 6 and "past the output budget: c:" in search.output  # the trace names the rest
     context = answer.arguments["context_chunks"]
@@ -108,14 +112,7 @@ def test_classic_context_is_not_cut_by_the_tool_output_budget(acme):
 def test_the_recorded_answer_context_is_exactly_what_the_model_was_shown(acme):
     """A context budget too small for every chunk drops the tail from the rendered prompt and from
     the recorded list alike: audit and evaluation must not count a chunk the model never saw."""
-    tenant, _, _ = acme
-    scope = whole_tenant(tenant)
-    budgets = Budgets(max_context_chunks=6, max_k=6, chunk_chars=200, context_chars=1_000)
-    run = ask(scope=scope, question="hotel leave personal days business trip", strategy="classic", provider="offline",
-              budgets=budgets)
-    with activate(scope):
-        steps = list(run_steps(scope, run.id))
-    search, answer = steps[0], [s for s in steps if s.name == "answer"][0]
+    search, answer = classic_search_and_answer(acme, Budgets(max_context_chunks=6, max_k=6, chunk_chars=200, context_chars=1_000))
     found = [*search.chunk_ids, *(int(c) for c in re.findall(r"c:(\d+)", search.output.split("past the output budget:")[-1]))]
     context = answer.arguments["context_chunks"]
     assert len(set(found)) == 6 and 1 <= len(context) < 6 and context == found[: len(context)]
