@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from rest_framework import authentication, exceptions
 
+from api import ratelimit
 from tenants.models import ApiKey, Membership
 from tenants.scope import Scope
 
@@ -39,8 +40,13 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
             raw = header[len(self.keyword) + 1:].strip()
         if not raw:
             return None
+        address = ratelimit.client_address(request)
+        locked = ratelimit.auth_failures_exceeded(address)
+        if locked is not None:
+            raise exceptions.Throttled(wait=locked.retry_after, detail="too many failed API-key attempts from this address")
         key = ApiKey.authenticate(raw)
         if key is None:
+            ratelimit.record_auth_failure(address)
             raise exceptions.AuthenticationFailed("invalid or revoked API key")
         return Principal(scope=key.scope(), api_key=key), key
 

@@ -1,4 +1,5 @@
-"""Rate limits: requests per minute per caller, agent runs per tenant per UTC day.
+"""Rate limits: requests per minute per caller, agent runs per tenant per UTC day, failed API-key
+attempts per client address.
 
 Both are fixed-window counters consumed atomically: in Redis by one Lua script (check, INCR and
 PEXPIRE in a single round trip, so concurrent workers can't overshoot), or, with no Redis
@@ -139,6 +140,70 @@ def _consume_cache(key: str, limit: int, ttl_ms: int) -> Decision:
         cache.decr(key)
         return Decision(False, limit, retry)
     return Decision(True, count, retry)
+
+
+def _peek_cache(key: str, limit: int, window_seconds: int) -> Decision:
+    count = cache.get(key) or 0
+    end = cache.get(f"{key}:end") or time.time() + window_seconds
+    return Decision(count < limit, int(count), max(1, math.ceil(end - time.time())))
+
+
+def peek(key: str, limit: int, window_seconds: int) -> Decision:
+    """Whether `key`'s window still has room, without taking a unit. Storage errors allow (fail open)."""
+    url = settings.RATE_LIMIT_REDIS_URL
+    if url and time.monotonic() >= _redis_down_until.get(url, 0.0):
+        import redis
+
+        try:
+            client, _ = _redis(url)
+            with client.pipeline(transaction=False) as pipe:
+                count, pttl = pipe.get(key).pttl(key).execute()
+            count = int(count or 0)
+            return Decision(count < limit, count, max(1, math.ceil((pttl if pttl > 0 else window_seconds * 1000) / 1000)))
+        except redis.RedisError as exc:
+            with _state_lock:
+                _redis_down_until[url] = time.monotonic() + REDIS_RETRY_SECONDS
+            _warn("redis", "rate-limit Redis unavailable (%s: %s): counting in the Django cache, retrying Redis every %ss",
+                  type(exc).__name__, exc, REDIS_RETRY_SECONDS)
+    try:
+        return _peek_cache(key, limit, window_seconds)
+    except Exception as exc:
+        _warn("cache-open", "rate-limit fallback cache unavailable (%s: %s): allowing requests without a per-key limit",
+              type(exc).__name__, exc)
+        return Decision(True, 0, 1)
+
+
+def _auth_failure_key(address: str) -> tuple[str, int, float]:
+    window_seconds = max(1, int(settings.AUTH_FAILURE_WINDOW_SECONDS))
+    now = time.time()
+    window = int(now // window_seconds)
+    return f"authfail:{address}:{window}", window_seconds, (window + 1) * window_seconds - now
+
+
+def auth_failures_exceeded(address: str) -> Decision | None:
+    """The lockout of `address` when it used up AUTH_FAILURES_PER_IP failed API-key attempts in
+    this window, else None. Checked before a key is looked up, so a locked-out address cannot go
+    on guessing and learn which guess was right."""
+    limit = int(settings.AUTH_FAILURES_PER_IP)
+    if limit <= 0:
+        return None
+    key, window_seconds, _ = _auth_failure_key(address)
+    decision = peek(key, limit, window_seconds)
+    return None if decision.allowed else decision
+
+
+def record_auth_failure(address: str) -> None:
+    """Count one failed API-key attempt from `address` (fail open: a storage outage locks nobody out)."""
+    limit = int(settings.AUTH_FAILURES_PER_IP)
+    if limit > 0:
+        key, window_seconds, reset_in = _auth_failure_key(address)
+        consume(key, limit, window_seconds, reset_in=reset_in)
+
+
+def client_address(request) -> str:
+    """The caller's IP as DRF's throttles see it: REMOTE_ADDR, or the X-Forwarded-For entry
+    NUM_PROXIES trusted proxies back (the header is never trusted beyond them)."""
+    return throttling.BaseThrottle().get_ident(request) or "unknown"
 
 
 def caller_id(request) -> str:

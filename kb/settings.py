@@ -211,6 +211,9 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "api.errors.exception_handler",
     "UNAUTHENTICATED_USER": None,
+    # Client addresses (failed API-key lockout) come from REMOTE_ADDR unless this many trusted
+    # proxies sit in front and append to X-Forwarded-For; a spoofed header is never believed.
+    "NUM_PROXIES": env_int("NUM_PROXIES", 0),
 }
 SPECTACULAR_SETTINGS = {"TITLE": "grounded API", "VERSION": "1.0.0", "SERVE_INCLUDE_SCHEMA": False,
                         "COMPONENT_SPLIT_REQUEST": True, "SWAGGER_UI_DIST": "SIDECAR", "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
@@ -221,6 +224,9 @@ RATE_LIMIT_PER_MINUTE = env_int("RATE_LIMIT_PER_MINUTE", 120)
 # Hybrid searches run BM25 on this many side connections per process (kb/parallel.py); 0 = serial.
 RETRIEVAL_PARALLEL_WORKERS = env_int("RETRIEVAL_PARALLEL_WORKERS", 2)
 RATE_LIMIT_REDIS_URL = os.environ.get("RATE_LIMIT_REDIS_URL", "").strip() or REDIS_URL
+# Failed API-key attempts per client address per window before it gets 429 (0 = no lockout).
+AUTH_FAILURES_PER_IP = env_int("AUTH_FAILURES_PER_IP", 20)
+AUTH_FAILURE_WINDOW_SECONDS = env_int("AUTH_FAILURE_WINDOW_SECONDS", 600)
 # Agent runs per tenant per UTC day when Tenant.settings has no "daily_runs"; 0 = unlimited.
 DEFAULT_DAILY_RUNS = env_int("DEFAULT_DAILY_RUNS", 0)
 

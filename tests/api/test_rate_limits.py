@@ -8,6 +8,7 @@ import uuid
 
 import pytest
 import redis
+from rest_framework.test import APIClient
 
 from api import ratelimit
 
@@ -93,3 +94,54 @@ def test_storage_outage_fails_open_per_key_and_closed_for_the_daily_budget(setti
     with pytest.raises(ratelimit.RateLimitUnavailable) as exc:
         ratelimit.consume_daily_run(10**9, 5)
     assert exc.value.status_code == 503 and exc.value.wait > 0
+
+
+def _address() -> str:
+    """A client address of this test alone (Redis windows outlive a test run)."""
+    n = uuid.uuid4().int
+    return f"10.{n % 250}.{n // 250 % 250}.{n // 62500 % 250 + 1}"
+
+
+def test_failed_api_keys_lock_out_the_address_even_for_a_valid_key(world, backend, settings):
+    settings.AUTH_FAILURES_PER_IP = 3
+    attacker, bystander = _address(), _address()
+    guess = APIClient(REMOTE_ADDR=attacker)
+    codes = []
+    for i in range(4):
+        guess.credentials(HTTP_AUTHORIZATION=f"Bearer gk_guess{i}")
+        codes.append(guess.get("/api/v1/corpora/").status_code)
+    assert codes == [401, 401, 401, 429]
+    # The right key from the locked-out address is refused too: a lockout that let a correct
+    # guess through would tell the attacker which guess was right.
+    right = APIClient(REMOTE_ADDR=attacker)
+    right.credentials(HTTP_AUTHORIZATION=f"Bearer {world.keys['a-reader']}")
+    r = right.get("/api/v1/corpora/")
+    assert r.status_code == 429 and 1 <= int(r["Retry-After"]) <= settings.AUTH_FAILURE_WINDOW_SECONDS
+    assert r.json()["error"]["code"] == "throttled"
+    # Another address with the same key is served.
+    ok = APIClient(REMOTE_ADDR=bystander)
+    ok.credentials(HTTP_AUTHORIZATION=f"Bearer {world.keys['a-reader']}")
+    assert ok.get("/api/v1/corpora/").status_code == 200
+
+
+def test_successes_do_not_count_and_forwarded_for_is_not_believed(world, backend, settings):
+    settings.AUTH_FAILURES_PER_IP = 2
+    settings.RATE_LIMIT_PER_MINUTE = 100
+    address = _address()
+    good = APIClient(REMOTE_ADDR=address)
+    good.credentials(HTTP_AUTHORIZATION=f"Bearer {world.keys['a-reader']}")
+    assert [good.get("/api/v1/corpora/").status_code for _ in range(5)] == [200] * 5
+    # Without trusted proxies (NUM_PROXIES=0) a forged X-Forwarded-For does not give each guess a new address.
+    codes = []
+    for i in range(3):
+        c = APIClient(REMOTE_ADDR=address, HTTP_X_FORWARDED_FOR=_address())
+        c.credentials(HTTP_AUTHORIZATION=f"Bearer gk_forged{i}")
+        codes.append(c.get("/api/v1/corpora/").status_code)
+    assert codes == [401, 401, 429]
+
+
+def test_no_lockout_when_disabled(world, settings):
+    settings.AUTH_FAILURES_PER_IP = 0
+    c = APIClient(REMOTE_ADDR=_address())
+    c.credentials(HTTP_AUTHORIZATION="Bearer gk_nope")
+    assert {c.get("/api/v1/corpora/").status_code for _ in range(30)} == {401}
