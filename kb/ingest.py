@@ -732,42 +732,67 @@ def _reembed(scope: Scope, job: IngestJob) -> str:
     target = f"{corpus.next_embedding_model}:{corpus.next_embedding_dim}"
     embedder = get_embedder(target)
     _ensure_index_outside_transactions(target, embedder.dim)
+    # Sentence vectors move with their chunks: a search re-ranks by sentences of the chunks' model
+    # only, so sentences left on the old model would switch the re-rank off without a word.
+    kinds = [False, True] if corpus.sentence_vectors else [False]
+    for sentences in kinds:
+        total = _count_texts(scope, corpus.pk, sentences=sentences)
+        stage = "embed sentences" if sentences else "embed"
+        _update_job(scope, job.pk, stage=stage, chunks_total=total,
+                    chunks_done=total - _count_missing(scope, corpus.pk, target, sentences=sentences))
+        while True:
+            page = _missing_texts(scope, corpus.pk, target, limit=1024, sentences=sentences)
+            if not page:
+                break
+            _vectors_for(scope, embedder, dict(page))
+            _update_job(scope, job.pk, chunks_done=total - _count_missing(scope, corpus.pk, target, sentences=sentences))
+    return _switch_model(scope, job, corpus.pk, target, embedder, sentences=corpus.sentence_vectors)
+
+
+# What the embedding cache is keyed by (sha256 of the text), per chunk or per stored sentence; a
+# sentence's text is its span of the chunk's (kb.sentences), hashed as ingestion hashed it.
+_SENTENCE_TEXT = "substr(c.text, s.char_start + 1, s.char_end - s.char_start)"
+_TEXTS = {
+    False: ("c.content_hash", "c.text", "kb_chunk c"),
+    True: (f"encode(sha256(convert_to({_SENTENCE_TEXT}, 'UTF8')), 'hex')", _SENTENCE_TEXT,
+           "kb_chunksentence s JOIN kb_chunk c ON c.id = s.chunk_id"),
+}
+
+
+def _count_texts(scope: Scope, corpus_id: int, *, sentences: bool = False) -> int:
+    sha, _, source = _TEXTS[sentences]
     with activate(scope), connections["default"].cursor() as cur:
-        cur.execute("SELECT count(DISTINCT content_hash) FROM kb_chunk WHERE corpus_id = %s", [corpus.pk])
-        total = cur.fetchone()[0]
-    _update_job(scope, job.pk, stage="embed", chunks_total=total, chunks_done=total - _count_missing(scope, corpus.pk, target))
-    while True:
-        page = _missing_texts(scope, corpus.pk, target, limit=1024)
-        if not page:
-            break
-        _vectors_for(scope, embedder, dict(page))
-        _update_job(scope, job.pk, chunks_done=total - _count_missing(scope, corpus.pk, target))
-    return _switch_model(scope, job, corpus.pk, target, embedder)
-
-
-def _missing_texts(scope: Scope, corpus_id: int, model_key: str, *, limit: int) -> list[tuple[str, str]]:
-    """(content_hash, text) of the corpus's chunks with no vector of `model_key` in the cache yet."""
-    with activate(scope), connections["default"].cursor() as cur:
-        cur.execute(
-            "SELECT DISTINCT ON (c.content_hash) c.content_hash, c.text FROM kb_chunk c "
-            "WHERE c.corpus_id = %s AND NOT EXISTS (SELECT 1 FROM kb_embeddingcache e WHERE e.tenant_id = c.tenant_id "
-            "AND e.model_key = %s AND e.text_sha256 = c.content_hash) ORDER BY c.content_hash LIMIT %s",
-            [corpus_id, model_key, limit])
-        return cur.fetchall()
-
-
-def _count_missing(scope: Scope, corpus_id: int, model_key: str) -> int:
-    with activate(scope), connections["default"].cursor() as cur:
-        cur.execute(
-            "SELECT count(DISTINCT c.content_hash) FROM kb_chunk c WHERE c.corpus_id = %s AND NOT EXISTS "
-            "(SELECT 1 FROM kb_embeddingcache e WHERE e.tenant_id = c.tenant_id AND e.model_key = %s "
-            "AND e.text_sha256 = c.content_hash)", [corpus_id, model_key])
+        cur.execute(f"SELECT count(DISTINCT {sha}) FROM {source} WHERE c.corpus_id = %s", [corpus_id])
         return cur.fetchone()[0]
 
 
-def _switch_model(scope: Scope, job: IngestJob, corpus_id: int, target: str, embedder: Embedder) -> str:
-    """ONE transaction: every chunk of the corpus takes its staged vector, the corpus its new model."""
+def _missing_sql(select: str, sentences: bool, tail: str = "") -> str:
+    sha, text, source = _TEXTS[sentences]
+    return (f"SELECT {select} FROM (SELECT {sha} AS sha, {text} AS text FROM {source} WHERE c.corpus_id = %s) x "
+            "WHERE NOT EXISTS (SELECT 1 FROM kb_embeddingcache e WHERE e.tenant_id = %s AND e.model_key = %s "
+            f"AND e.text_sha256 = x.sha){tail}")
+
+
+def _missing_texts(scope: Scope, corpus_id: int, model_key: str, *, limit: int, sentences: bool = False) -> list[tuple[str, str]]:
+    """(sha256, text) of the corpus's chunks (or stored sentences) with no vector of `model_key` in the cache yet."""
+    with activate(scope), connections["default"].cursor() as cur:
+        cur.execute(_missing_sql("DISTINCT ON (x.sha) x.sha, x.text", sentences, " ORDER BY x.sha LIMIT %s"),
+                    [corpus_id, scope.tenant_id, model_key, limit])
+        return cur.fetchall()
+
+
+def _count_missing(scope: Scope, corpus_id: int, model_key: str, *, sentences: bool = False) -> int:
+    with activate(scope), connections["default"].cursor() as cur:
+        cur.execute(_missing_sql("count(DISTINCT x.sha)", sentences), [corpus_id, scope.tenant_id, model_key])
+        return cur.fetchone()[0]
+
+
+def _switch_model(scope: Scope, job: IngestJob, corpus_id: int, target: str, embedder: Embedder, *,
+                  sentences: bool = False) -> str:
+    """ONE transaction: every chunk of the corpus (and every stored sentence of them) takes its
+    staged vector, the corpus its new model."""
     model, _, dim = target.partition(":")
+    kinds = [False, True] if sentences else [False]
     for _ in range(5):
         now = timezone.now()
         with activate(scope):
@@ -776,7 +801,7 @@ def _switch_model(scope: Scope, job: IngestJob, corpus_id: int, target: str, emb
                 IngestJob.objects.for_scope(scope).filter(pk=job.pk).update(
                     status=JobStatus.DONE, stage="cancelled", finished_at=now, heartbeat_at=now)
                 return "superseded"
-            late = _missing_texts(scope, corpus_id, target, limit=257)
+            late = [t for kind in kinds for t in _missing_texts(scope, corpus_id, target, limit=257, sentences=kind)]
             if len(late) <= 256:  # chunks ingested meanwhile: few, embed them under the lock
                 if late:
                     _vectors_for(scope, embedder, dict(late))
@@ -789,6 +814,16 @@ def _switch_model(scope: Scope, job: IngestJob, corpus_id: int, target: str, emb
                     cur.execute("SELECT count(*) FROM kb_chunk WHERE corpus_id = %s AND embedding_model <> %s", [corpus_id, target])
                     if cur.fetchone()[0]:
                         raise OperationalError("re-embed switch left chunks on the old model; retrying")
+                    if sentences:
+                        cur.execute(
+                            f"UPDATE kb_chunksentence s SET embedding = e.embedding, embedding_model = %s "
+                            f"FROM kb_chunk c, kb_embeddingcache e WHERE c.id = s.chunk_id AND c.corpus_id = %s "
+                            f"AND e.tenant_id = s.tenant_id AND e.model_key = %s AND e.text_sha256 = {_TEXTS[True][0]} "
+                            f"AND s.embedding_model IS DISTINCT FROM %s", [target, corpus_id, target, target])
+                        cur.execute("SELECT count(*) FROM kb_chunksentence s JOIN kb_chunk c ON c.id = s.chunk_id "
+                                    "WHERE c.corpus_id = %s AND s.embedding_model <> %s", [corpus_id, target])
+                        if cur.fetchone()[0]:
+                            raise OperationalError("re-embed switch left sentences on the old model; retrying")
                 Corpus.objects.for_scope(scope).filter(pk=corpus_id).update(
                     embedding_model=model, embedding_dim=int(dim), next_embedding_model="", next_embedding_dim=None)
                 total = Chunk.objects.for_scope(scope).filter(corpus_id=corpus_id).count()
@@ -797,8 +832,9 @@ def _switch_model(scope: Scope, job: IngestJob, corpus_id: int, target: str, emb
                     finished_at=now, heartbeat_at=now)
                 return "done"
         # Many chunks arrived meanwhile: stage them outside the lock, then try again.
-        page = _missing_texts(scope, corpus_id, target, limit=4096)
-        _vectors_for(scope, embedder, dict(page))
+        for kind in kinds:
+            page = _missing_texts(scope, corpus_id, target, limit=4096, sentences=kind)
+            _vectors_for(scope, embedder, dict(page))
     raise OperationalError("re-embed could not catch up with concurrent ingestion")
 
 

@@ -177,3 +177,30 @@ def test_rerank_scores_sentences_against_the_rerank_query_when_given(tenant, sco
     assert by_other.applied_filter["rerank_query"] == "the marsh nesting area is closed"
     assert [h.chunk_id for h in blank.hits] == [h.chunk_id for h in by_query.hits]
     assert "rerank_query" not in blank.applied_filter
+
+
+def test_reembed_moves_the_sentences_with_their_chunks_and_the_rerank_keeps_working(tenant, scope, upload,
+                                                                                     django_capture_on_commit_callbacks):
+    from kb.embedding import HashEmbedder, embed_windowed
+    from kb.ingest import run_reembed_job, start_reembed
+    from kb.models import IngestJob
+
+    corpus = make_corpus(tenant, scope, "Reserve", sentence_vectors=True)
+    docs = {name: upload(corpus, name, text) for name, text in DOCS.items()}
+    name_of = {d.pk: name for name, d in docs.items()}
+    with django_capture_on_commit_callbacks(execute=False):
+        job = start_reembed(scope=scope, corpus=corpus, model_key="hash:128")
+    assert run_reembed_job(job_id=job.pk, tenant_id=scope.tenant_id) == "done"
+    with activate(scope):
+        rows = list(ChunkSentence.objects.for_scope(scope).select_related("chunk"))
+        job = IngestJob.objects.for_scope(scope).get(pk=job.pk)
+    assert rows and {r.embedding_model for r in rows} == {"hash:128"}
+    for r in rows:
+        text = r.chunk.text[r.char_start:r.char_end]
+        assert list(r.embedding) == pytest.approx(embed_windowed(HashEmbedder(128), [text], "document")[0], abs=1e-6)
+    assert (job.status, job.stage) == ("done", "done")
+    # The re-rank scores sentences of the chunks' model only: it still promotes a.txt's sentence.
+    with activate(scope):
+        plain = [name_of[h.document_id] for h in search(scope, QUERY, k=4, mode="hybrid").hits]
+        reranked = [name_of[h.document_id] for h in search(scope, QUERY, k=4, mode="hybrid", rerank=True).hits]
+    assert plain[0] == "b.txt" and reranked[0] == "a.txt", (plain, reranked)
