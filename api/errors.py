@@ -23,6 +23,12 @@ def _flatten(detail, prefix: str = "") -> dict[str, list[str]]:
 
 
 def exception_handler(exc, context):
+    from rest_framework.exceptions import PermissionDenied
+
+    from tenants.scope import WriteOutsideScope
+
+    if isinstance(exc, WriteOutsideScope):
+        exc = PermissionDenied(str(exc))
     response = drf_exception_handler(exc, context)
     if response is None:
         return None

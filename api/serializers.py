@@ -69,6 +69,9 @@ class CorpusSerializer(serializers.ModelSerializer):
         overlap = attrs.get("chunk_overlap_tokens", getattr(self.instance, "chunk_overlap_tokens", 30))
         if overlap >= target:
             raise serializers.ValidationError({"chunk_overlap_tokens": "must be smaller than chunk_target_tokens"})
+        scope = self.context["scope"]
+        if self.instance is None and not scope.may_change_department(attrs.get("department_id")):
+            raise serializers.ValidationError({"department": "a department-limited admin must place the corpus in one of its departments"})
         return attrs
 
 

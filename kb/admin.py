@@ -18,7 +18,7 @@ from django.utils.html import format_html
 from kb.models import Chunk, Corpus, Document, IngestJob
 from tenants.admin import TenantScopedAdmin, admin_scope, scoped_filter, scoped_queryset, scoped_view
 from tenants.models import Department
-from tenants.scope import Scope
+from tenants.scope import Scope, WriteOutsideScope
 
 EDITORS = frozenset({"admin", "editor"})
 
@@ -170,7 +170,11 @@ class DocumentAdmin(TenantScopedAdmin):
 
         n = 0
         for doc in queryset:
-            reingest_document(scope=_acting_scope(request, doc.tenant_id), document=doc)
+            try:
+                reingest_document(scope=_acting_scope(request, doc.tenant_id), document=doc)
+            except WriteOutsideScope as exc:
+                messages.error(request, f"{doc.title}: {exc}")
+                continue
             n += 1
         messages.success(request, f"Queued re-ingestion of {n} document(s).")
 
@@ -180,7 +184,11 @@ class DocumentAdmin(TenantScopedAdmin):
 
         n = 0
         for doc in queryset:
-            delete_document(scope=_acting_scope(request, doc.tenant_id), document=doc)
+            try:
+                delete_document(scope=_acting_scope(request, doc.tenant_id), document=doc)
+            except WriteOutsideScope as exc:
+                messages.error(request, f"{doc.title}: {exc}")
+                continue
             n += 1
         messages.success(request, f"Deleted {n} document(s).")
 

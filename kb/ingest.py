@@ -84,6 +84,9 @@ def upload_document(*, scope: Scope, corpus: Corpus, filename: str, data: bytes,
 
     if corpus.tenant_id != scope.tenant_id or not scope.sees_department(corpus.department_id):
         raise UploadRejected("corpus", "corpus not found")
+    if not scope.may_change_department(corpus.department_id):
+        raise UploadRejected("corpus", "a department-limited key or member can upload only to its departments' corpora, "
+                                       "not to a tenant-wide one")
     filename = (filename or "").strip()
     if not filename:
         raise UploadRejected("filename", "a file name is required")
@@ -147,6 +150,7 @@ def upload_document(*, scope: Scope, corpus: Corpus, filename: str, data: bytes,
 
 def reingest_document(*, scope: Scope, document: Document) -> IngestJob:
     """Parse, chunk and embed the stored bytes again (e.g. after a parser upgrade); returns the new job."""
+    scope.check_may_change(document.department_id, "document")
     with activate(scope):
         locked = Document.objects.for_scope(scope).select_for_update().get(pk=document.pk)
         Document.objects.for_scope(scope).filter(pk=locked.pk).update(status=DocumentStatus.PENDING, error="",
@@ -156,6 +160,7 @@ def reingest_document(*, scope: Scope, document: Document) -> IngestJob:
 
 def delete_document(*, scope: Scope, document: Document) -> None:
     """Delete a document with its chunks, content and jobs; the corpus's chunk count follows."""
+    scope.check_may_change(document.department_id, "document")
     with activate(scope):
         Corpus.objects.for_scope(scope).select_for_update().filter(pk=document.corpus_id).first()  # serialise with writers
         locked = Document.objects.for_scope(scope).select_for_update().filter(pk=document.pk).first()
@@ -683,6 +688,7 @@ def resume_stuck_jobs(*, older_than: float = 600, limit: int = 500) -> list[int]
 def start_reembed(*, scope: Scope, corpus: Corpus, model_key: str) -> IngestJob | None:
     """Queue re-embedding of all the corpus's chunks into `model_key`; searches keep the old model
     until the job switches atomically. Returns the (possibly already running) job, None if nothing to do."""
+    scope.check_may_change(corpus.department_id, "corpus")
     embedder = get_embedder(model_key)  # unknown keys fail here, before anything is stored
     if embedder.dim > HALFVEC_MAX_DIM:
         raise ValueError(f"{model_key}: {embedder.dim}-d vectors cannot be indexed (max {HALFVEC_MAX_DIM})")

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 from django import forms
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 from django.db import models
 from django.http import HttpRequest
 from django.utils.html import format_html
@@ -153,10 +154,15 @@ class TenantScopedAdmin(admin.ModelAdmin):
         return self._role_in(request, self.edit_roles)
 
     def has_change_permission(self, request, obj=None) -> bool:
-        return self._role_in(request, self.edit_roles)
+        return self._role_in(request, self.edit_roles) and self._may_change(request, obj)
 
     def has_delete_permission(self, request, obj=None) -> bool:
-        return self._role_in(request, self.edit_roles)
+        return self._role_in(request, self.edit_roles) and self._may_change(request, obj)
+
+    def _may_change(self, request, obj) -> bool:
+        """A department-limited admin changes only rows of its departments (Scope.may_change_department)."""
+        scope = admin_scope(request)
+        return obj is None or scope is None or not hasattr(obj, "department_id") or scope.may_change_department(obj.department_id)
 
     # --- what they see -----------------------------------------------------------------------------
     def get_queryset(self, request):
@@ -217,6 +223,8 @@ class TenantScopedAdmin(admin.ModelAdmin):
         scope = admin_scope(request)
         if scope is not None and hasattr(obj, "tenant_id"):
             obj.tenant_id = scope.tenant_id
+        if scope is not None and hasattr(obj, "department_id") and not scope.may_change_department(obj.department_id):
+            raise PermissionDenied("a department-limited admin saves rows of its own departments only")
         if request.user.is_superuser and not change:
             obj.save(using="owner")
             return

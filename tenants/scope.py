@@ -25,6 +25,10 @@ class ScopeRequired(RuntimeError):
 ROLES = ("admin", "editor", "reader", "auditor")
 
 
+class WriteOutsideScope(PermissionError):
+    """A change to a row the caller may read but not change (see Scope.may_change_department)."""
+
+
 @dataclass(frozen=True)
 class Scope:
     """Tenant + visible departments + role + who is asking. Immutable once built."""
@@ -49,6 +53,18 @@ class Scope:
 
     def sees_department(self, department_id: int | None) -> bool:
         return department_id is None or self.all_departments or department_id in self.department_ids
+
+    def may_change_department(self, department_id: int | None) -> bool:
+        """Writes are narrower than reads: a department-limited principal reads tenant-wide rows
+        (no department) but creates, changes and deletes only rows of its own departments, so a
+        Sales key cannot alter what Engineering reads."""
+        return self.all_departments or (department_id is not None and department_id in self.department_ids)
+
+    def check_may_change(self, department_id: int | None, what: str) -> None:
+        """Raise WriteOutsideScope unless this scope may change a `what` of `department_id`."""
+        if not self.may_change_department(department_id):
+            raise WriteOutsideScope(f"a department-limited key or member cannot change a tenant-wide {what}"
+                                    if department_id is None else f"this {what} belongs to another department")
 
     def narrowed(self, department_ids: Iterable[int] | None) -> Scope:
         """A scope that sees at most `department_ids`: narrowing never widens."""

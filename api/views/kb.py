@@ -57,6 +57,7 @@ class CorpusDetail(ScopedAPIView):
     def patch(self, request, corpus_id: int):
         with activate(self.scope):
             corpus = access_corpus(self.scope, corpus_id)
+            self.scope.check_may_change(corpus.department_id, "corpus")
             ser = s.CorpusSerializer(corpus, data=request.data, partial=True, context={"scope": self.scope})
             ser.is_valid(raise_exception=True)
             for field, value in ser.validated_data.items():
@@ -68,7 +69,9 @@ class CorpusDetail(ScopedAPIView):
     @extend_schema(responses={204: None})
     def delete(self, request, corpus_id: int):
         with activate(self.scope):
-            access_corpus(self.scope, corpus_id).delete()
+            corpus = access_corpus(self.scope, corpus_id)
+            self.scope.check_may_change(corpus.department_id, "corpus")
+            corpus.delete()
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 

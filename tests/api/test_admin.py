@@ -225,3 +225,25 @@ def test_verify_chain_and_chunk_browser(client, world):
     assert "Employees may book hotels" in body and "On-call engineers" not in body and "Search preview" in body
     b_doc = _b_doc(world)
     assert CANARY not in client.get(f"/admin/kb/chunk/?document={b_doc.id}").content.decode()
+
+
+def test_department_admin_cannot_change_tenant_wide_rows_in_the_admin(client, world):
+    user = staff(world, "admin", all_departments=False)
+    Membership.objects.get(user=user).departments.set([world.sales])
+    client.force_login(user)
+    with activate(whole_tenant(world.a)):
+        shared_doc = Document.objects.for_scope(whole_tenant(world.a)).get(corpus=world.shared)
+    # Readable, not changeable: the change form is read-only and a forged POST is refused.
+    page = client.get(f"/admin/kb/corpus/{world.shared.id}/change/")
+    assert page.status_code == 200 and 'name="_save"' not in page.content.decode()
+    r = client.post(f"/admin/kb/corpus/{world.shared.id}/change/", {"name": "renamed by sales", "description": "x",
+                                                                      "chunk_target_tokens": 240, "chunk_overlap_tokens": 30})
+    assert r.status_code == 403
+    assert client.post(f"/admin/kb/corpus/{world.shared.id}/delete/", {"post": "yes"}).status_code == 403
+    r = client.post("/admin/kb/document/", {"action": "delete_documents", "_selected_action": [shared_doc.id]}, follow=True)
+    assert "tenant-wide document" in r.content.decode()
+    with activate(whole_tenant(world.a)):
+        assert Document.objects.for_scope(whole_tenant(world.a)).filter(pk=shared_doc.pk).exists()
+        assert world.shared.__class__.objects.for_scope(whole_tenant(world.a)).get(pk=world.shared.id).name == "shared"
+    # Its own department's corpus is its to change.
+    assert 'name="_save"' in client.get(f"/admin/kb/corpus/{world.sales_corpus.id}/change/").content.decode()

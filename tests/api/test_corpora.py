@@ -110,3 +110,22 @@ def test_department_cannot_change_after_creation(world):
 
 def test_tenant_data_is_not_cacheable(world):
     assert world.client("a-reader").get("/api/v1/corpora/")["Cache-Control"] == "private, no-store"
+
+
+def test_department_admin_reads_but_cannot_change_tenant_wide_corpora(world):
+    """Writes are narrower than reads: a Sales-limited admin sees the tenant-wide corpus but may not
+    rename, delete, re-embed or create one (what every department reads is the whole tenant's)."""
+    c = world.client("a-sales-admin")
+    assert c.get(f"/api/v1/corpora/{world.shared.id}/").status_code == 200
+    r = c.patch(f"/api/v1/corpora/{world.shared.id}/", {"description": "sales wrote this"}, format="json")
+    assert r.status_code == 403 and r.json()["error"]["code"] == "permission_denied", r.content
+    assert c.delete(f"/api/v1/corpora/{world.shared.id}/").status_code == 403
+    r = c.post("/api/v1/corpora/", {"name": "tenant-wide by sales"}, format="json")
+    assert r.status_code == 400 and "department" in r.json()["error"]["fields"]
+    # Its own department's corpus stays its to manage.
+    assert c.patch(f"/api/v1/corpora/{world.sales_corpus.id}/", {"description": "ok"}, format="json").status_code == 200
+    assert c.post("/api/v1/corpora/", {"name": "sales 2", "department": world.sales.id}, format="json").status_code == 201
+    # Nothing changed in the tenant-wide corpus; a whole-tenant admin still manages it.
+    admin = world.client("a-admin")
+    assert admin.get(f"/api/v1/corpora/{world.shared.id}/").json()["description"] == ""
+    assert admin.patch(f"/api/v1/corpora/{world.shared.id}/", {"description": "all"}, format="json").status_code == 200
