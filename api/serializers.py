@@ -35,14 +35,18 @@ class DepartmentSerializer(serializers.ModelSerializer):
 class CorpusSerializer(serializers.ModelSerializer):
     department = serializers.IntegerField(source="department_id", allow_null=True, required=False, min_value=1)
     document_count = serializers.IntegerField(read_only=True, required=False)
+    reembedding_to = serializers.SerializerMethodField(help_text="'<model>:<dim>' a re-embed job is moving the corpus to, else null")
 
     class Meta:
         model = Corpus
-        fields = ["id", "name", "description", "department", "embedding_model", "embedding_dim", "chunk_target_tokens",
-                  "chunk_overlap_tokens", "sentence_vectors", "chunk_count", "document_count", "created_at"]
-        read_only_fields = ["id", "embedding_model", "embedding_dim", "chunk_count", "created_at"]
+        fields = ["id", "name", "description", "department", "embedding_model", "embedding_dim", "reembedding_to",
+                  "chunk_target_tokens", "chunk_overlap_tokens", "sentence_vectors", "chunk_count", "document_count", "created_at"]
+        read_only_fields = ["id", "chunk_count", "created_at"]
         extra_kwargs = {"chunk_target_tokens": {"min_value": 50, "max_value": 2000},
                         "chunk_overlap_tokens": {"min_value": 0, "max_value": 500}}
+
+    def get_reembedding_to(self, obj: Corpus) -> str | None:
+        return f"{obj.next_embedding_model}:{obj.next_embedding_dim}" if obj.next_embedding_model else None
 
     def validate_department(self, value):
         if self.instance is not None and value != self.instance.department_id:
@@ -69,10 +73,50 @@ class CorpusSerializer(serializers.ModelSerializer):
         overlap = attrs.get("chunk_overlap_tokens", getattr(self.instance, "chunk_overlap_tokens", 30))
         if overlap >= target:
             raise serializers.ValidationError({"chunk_overlap_tokens": "must be smaller than chunk_target_tokens"})
+        if self.instance is None:
+            if "embedding_model" in attrs or "embedding_dim" in attrs:
+                model = attrs.get("embedding_model", Corpus._meta.get_field("embedding_model").default)
+                dim = attrs.get("embedding_dim", Corpus._meta.get_field("embedding_dim").default)
+                attrs["embedding_model"], attrs["embedding_dim"] = validate_embedding_model(model, dim)
+        else:
+            for name in ("embedding_model", "embedding_dim"):
+                if name in attrs and attrs[name] != getattr(self.instance, name):
+                    raise serializers.ValidationError({name: "changes by re-embedding the corpus: POST /corpora/{id}/reembed/"})
         scope = self.context["scope"]
         if self.instance is None and not scope.may_change_department(attrs.get("department_id")):
             raise serializers.ValidationError({"department": "a department-limited admin must place the corpus in one of its departments"})
         return attrs
+
+
+def validate_embedding_model(model: str, dim: int) -> tuple[str, int]:
+    """(model, dim) an embedder exists for and the vector index can hold; errors name the field."""
+    from kb.embedding import LOCAL_MODEL_KEY, get_embedder
+    from kb.vector_index import HALFVEC_MAX_DIM
+
+    model = (model or "").strip()
+    if not model or ":" in model:
+        raise serializers.ValidationError({"embedding_model": "a model name such as minilm-l6-v2 (the dimension goes in embedding_dim)"})
+    if not isinstance(dim, int) or not 1 <= dim <= HALFVEC_MAX_DIM:
+        raise serializers.ValidationError({"embedding_dim": f"an integer from 1 to {HALFVEC_MAX_DIM}"})
+    local_model, _, local_dim = LOCAL_MODEL_KEY.partition(":")
+    if model == local_model and dim != int(local_dim):
+        raise serializers.ValidationError({"embedding_dim": f"{model} makes {local_dim}-dimensional vectors"})
+    try:
+        embedder = get_embedder(f"{model}:{dim}")
+    except ValueError as exc:
+        raise serializers.ValidationError({"embedding_model": str(exc)}) from None
+    if embedder.dim != dim:
+        raise serializers.ValidationError({"embedding_dim": f"{model} makes {embedder.dim}-dimensional vectors"})
+    return model, dim
+
+
+class ReembedSerializer(serializers.Serializer):
+    embedding_model = serializers.CharField(max_length=100)
+    embedding_dim = serializers.IntegerField(min_value=1)
+
+    def validate(self, attrs):
+        model, dim = validate_embedding_model(attrs["embedding_model"], attrs["embedding_dim"])
+        return {"model_key": f"{model}:{dim}"}
 
 
 def job_progress(job: IngestJob | None) -> dict | None:

@@ -8,6 +8,7 @@ urlpatterns = [
     path("docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
     path("corpora/", kb.CorpusList.as_view(), name="corpus-list"),
     path("corpora/<int:corpus_id>/", kb.CorpusDetail.as_view(), name="corpus-detail"),
+    path("corpora/<int:corpus_id>/reembed/", kb.CorpusReembed.as_view(), name="corpus-reembed"),
     path("documents/", kb.DocumentList.as_view(), name="document-list"),
     path("documents/<int:document_id>/", kb.DocumentDetail.as_view(), name="document-detail"),
     path("documents/<int:document_id>/reingest/", kb.DocumentReingest.as_view(), name="document-reingest"),

@@ -75,6 +75,30 @@ class CorpusDetail(ScopedAPIView):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
+class CorpusReembed(ScopedAPIView):
+    """Re-embed a corpus into another model: searches keep the old vectors until the job switches
+    every chunk (and sentence) in one transaction (docs/ingestion.md). 202 with the job, or 200
+    with the corpus when it already uses that model."""
+
+    roles = MANAGE
+
+    @extend_schema(request=s.ReembedSerializer, responses={202: s.IngestJobSerializer, 200: s.CorpusSerializer})
+    def post(self, request, corpus_id: int):
+        from kb.ingest import start_reembed
+
+        with activate(self.scope):
+            corpus = access_corpus(self.scope, corpus_id)
+        ser = s.ReembedSerializer(data=request.data)
+        ser.is_valid(raise_exception=True)
+        job = start_reembed(scope=self.scope, corpus=corpus, model_key=ser.validated_data["model_key"])
+        with activate(self.scope):
+            if job is None:
+                corpus = access_corpus(self.scope, corpus_id)
+                corpus.document_count = visible_documents(self.scope).filter(corpus=corpus).count()
+                return Response(s.CorpusSerializer(corpus).data)
+            return Response(s.IngestJobSerializer(access_job(self.scope, job.id)).data, status=status.HTTP_202_ACCEPTED)
+
+
 def _with_latest_job(qs, scope):
     return qs.prefetch_related(Prefetch("jobs", queryset=IngestJob.objects.for_scope(scope).order_by("-id"), to_attr="all_jobs"))
 

@@ -129,3 +129,62 @@ def test_department_admin_reads_but_cannot_change_tenant_wide_corpora(world):
     admin = world.client("a-admin")
     assert admin.get(f"/api/v1/corpora/{world.shared.id}/").json()["description"] == ""
     assert admin.patch(f"/api/v1/corpora/{world.shared.id}/", {"description": "all"}, format="json").status_code == 200
+
+
+def test_choose_the_embedding_model_at_creation_and_reembed_over_the_api(world, django_capture_on_commit_callbacks):
+    from tests.api.conftest import ingest
+
+    c = world.client("a-admin")
+    r = c.post("/api/v1/corpora/", {"name": "hashed", "embedding_model": "hash", "embedding_dim": 32}, format="json")
+    assert r.status_code == 201, r.content
+    body = r.json()
+    assert (body["embedding_model"], body["embedding_dim"], body["reembedding_to"]) == ("hash", 32, None)
+    from kb.models import Corpus
+    from tenants.scope import activate
+    from tests.factories import whole_tenant
+    with activate(whole_tenant(world.a)):
+        corpus = Corpus.objects.for_scope(whole_tenant(world.a)).get(pk=body["id"])
+    ingest(corpus, "Parking", "Staff park in the north garage for free.")
+    # The model changes only by re-embedding; PATCH names the way.
+    r = c.patch(f"/api/v1/corpora/{corpus.id}/", {"embedding_dim": 16}, format="json")
+    assert r.status_code == 400 and "reembed" in r.json()["error"]["fields"]["embedding_dim"][0]
+    with django_capture_on_commit_callbacks(execute=True):
+        r = c.post(f"/api/v1/corpora/{corpus.id}/reembed/", {"embedding_model": "hash", "embedding_dim": 16}, format="json")
+    assert r.status_code == 202, r.content
+    job = c.get(f"/api/v1/jobs/{r.json()['id']}/").json()
+    assert (job["kind"], job["status"], job["corpus"]) == ("reembed", "done", corpus.id)
+    after = c.get(f"/api/v1/corpora/{corpus.id}/").json()
+    assert (after["embedding_model"], after["embedding_dim"], after["reembedding_to"]) == ("hash", 16, None)
+    hits = c.post("/api/v1/search/", {"query": "where do staff park", "mode": "vector", "filters": {"corpus_ids": [corpus.id]}},
+                  format="json").json()["hits"]
+    assert hits and "north garage" in hits[0]["text"]
+    # Already on that model: nothing to do, the corpus comes back.
+    r = c.post(f"/api/v1/corpora/{corpus.id}/reembed/", {"embedding_model": "hash", "embedding_dim": 16}, format="json")
+    assert r.status_code == 200 and r.json()["id"] == corpus.id
+
+
+@pytest.mark.parametrize("body,field,on_create", [
+    ({"embedding_model": "no-such-model", "embedding_dim": 8}, "embedding_model", "embedding_model"),
+    ({"embedding_model": "hash:16", "embedding_dim": 16}, "embedding_model", "embedding_model"),
+    ({"embedding_model": "hash", "embedding_dim": 0}, "embedding_dim", "embedding_dim"),
+    ({"embedding_model": "hash", "embedding_dim": 99999}, "embedding_dim", "embedding_dim"),
+    ({"embedding_model": "minilm-l6-v2", "embedding_dim": 128}, "embedding_dim", "embedding_dim"),
+    ({"embedding_dim": 16}, "embedding_model", "embedding_dim"),  # on creation the model defaults to minilm-l6-v2 (384)
+])
+def test_reembed_bad_input_names_the_field_and_changes_nothing(world, body, field, on_create):
+    c = world.client("a-admin")
+    r = c.post(f"/api/v1/corpora/{world.shared.id}/reembed/", body, format="json")
+    assert r.status_code == 400 and field in r.json()["error"]["fields"], r.content
+    assert c.get(f"/api/v1/corpora/{world.shared.id}/").json()["reembedding_to"] is None
+    r = c.post("/api/v1/corpora/", {"name": "bad model", **body}, format="json")
+    assert r.status_code == 400 and on_create in r.json()["error"]["fields"], r.content
+
+
+def test_reembed_needs_a_whole_tenant_admin_for_tenant_wide_corpora(world):
+    body = {"embedding_model": "hash", "embedding_dim": 16}
+    for who in ("a-reader", "a-editor"):
+        assert world.client(who).post(f"/api/v1/corpora/{world.shared.id}/reembed/", body, format="json").status_code == 403
+    r = world.client("a-sales-admin").post(f"/api/v1/corpora/{world.shared.id}/reembed/", body, format="json")
+    assert r.status_code == 403 and r.json()["error"]["code"] == "permission_denied"
+    assert world.client("a-admin").post(f"/api/v1/corpora/{world.b_corpus.id}/reembed/", body, format="json").status_code == 404
+    assert world.client("a-admin").get(f"/api/v1/corpora/{world.shared.id}/").json()["reembedding_to"] is None
