@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.forms import AdminAuthenticationForm
 from django.core.exceptions import PermissionDenied
 from django.db import models
 from django.http import HttpRequest
@@ -131,6 +132,28 @@ def scoped_filter(field: str, model: type[models.Model], title: str, label=str) 
 
     Filter.title = title
     return Filter
+
+
+class LockoutAuthenticationForm(AdminAuthenticationForm):
+    """The admin sign-in with the API's lockout (api.ratelimit): an address that failed
+    AUTH_FAILURES_PER_IP times in the window is refused, right password or not, until it ends."""
+
+    def clean(self):
+        from api import ratelimit
+
+        address = ratelimit.client_address(self.request)
+        locked = ratelimit.auth_failures_exceeded(address)
+        if locked is not None:
+            raise forms.ValidationError(f"Too many failed sign-ins from this address: try again in {locked.retry_after} s.",
+                                        code="locked")
+        try:
+            return super().clean()
+        except forms.ValidationError:
+            ratelimit.record_auth_failure(address)
+            raise
+
+
+admin.site.login_form = LockoutAuthenticationForm
 
 
 class TenantScopedAdmin(admin.ModelAdmin):

@@ -247,3 +247,21 @@ def test_department_admin_cannot_change_tenant_wide_rows_in_the_admin(client, wo
         assert world.shared.__class__.objects.for_scope(whole_tenant(world.a)).get(pk=world.shared.id).name == "shared"
     # Its own department's corpus is its to change.
     assert 'name="_save"' in client.get(f"/admin/kb/corpus/{world.sales_corpus.id}/change/").content.decode()
+
+
+def test_admin_sign_in_locks_out_an_address_after_failed_attempts(client, world, settings):
+    from django.core.cache import cache
+
+    settings.AUTH_FAILURES_PER_IP = 2
+    settings.RATE_LIMIT_REDIS_URL = ""
+    cache.clear()
+    staff(world, "admin")  # username admin-<slug>, password "x" * 12
+    username = f"admin-{world.a.slug}"
+    attempt = lambda password, address: client.post("/admin/login/", {"username": username, "password": password},  # noqa: E731
+                                                    REMOTE_ADDR=address)
+    assert attempt("wrong", "10.9.9.1").status_code == 200
+    assert attempt("wrong again", "10.9.9.1").status_code == 200
+    refused = attempt("x" * 12, "10.9.9.1")  # the right password, from the locked-out address
+    assert refused.status_code == 200 and "Too many failed sign-ins" in refused.content.decode()
+    assert "_auth_user_id" not in client.session
+    assert attempt("x" * 12, "10.9.9.2").status_code == 302  # another address signs in
