@@ -159,6 +159,8 @@ API_PROBES: dict[str, dict[str, Callable[[CanaryWorld, Side, str], list[Req]]]] 
     "corpus-detail": {"get": _path_probe("/api/v1/corpora/{id}/", "corpus_ids"),
                       "patch": _path_probe("/api/v1/corpora/{id}/", "corpus_ids", {"description": "probe"}),
                       "delete": _path_probe("/api/v1/corpora/{id}/", "corpus_ids")},
+    "corpus-reembed": {"post": _path_probe("/api/v1/corpora/{id}/reembed/", "corpus_ids",
+                                           {"embedding_model": "hash", "embedding_dim": 16})},
     "document-list": {"get": probe_list("/api/v1/documents/", "document_ids", lambda s: [{}, *({"corpus": c} for c in s.corpus_ids)]),
                       "post": probe_upload},
     "document-detail": {"get": _path_probe("/api/v1/documents/{id}/", "document_ids"),
