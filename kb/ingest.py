@@ -740,19 +740,43 @@ def _reembed(scope: Scope, job: IngestJob) -> str:
     _ensure_index_outside_transactions(target, embedder.dim)
     # Sentence vectors move with their chunks: a search re-ranks by sentences of the chunks' model
     # only, so sentences left on the old model would switch the re-rank off without a word.
-    kinds = [False, True] if corpus.sentence_vectors else [False]
-    for sentences in kinds:
-        total = _count_texts(scope, corpus.pk, sentences=sentences)
-        stage = "embed sentences" if sentences else "embed"
-        _update_job(scope, job.pk, stage=stage, chunks_total=total,
-                    chunks_done=total - _count_missing(scope, corpus.pk, target, sentences=sentences))
-        while True:
-            page = _missing_texts(scope, corpus.pk, target, limit=1024, sentences=sentences)
-            if not page:
-                break
-            _vectors_for(scope, embedder, dict(page))
-            _update_job(scope, job.pk, chunks_done=total - _count_missing(scope, corpus.pk, target, sentences=sentences))
+    total = _count_texts(scope, corpus.pk)
+    _update_job(scope, job.pk, stage="embed", chunks_total=total, chunks_done=total - _count_missing(scope, corpus.pk, target))
+    while True:
+        page = _missing_texts(scope, corpus.pk, target, limit=1024)
+        if not page:
+            break
+        _vectors_for(scope, embedder, dict(page))
+        _update_job(scope, job.pk, chunks_done=total - _count_missing(scope, corpus.pk, target))
+    if corpus.sentence_vectors:
+        _stage_sentences(scope, job, corpus.pk, target, embedder)
     return _switch_model(scope, job, corpus.pk, target, embedder, sentences=corpus.sentence_vectors)
+
+
+def _stage_sentences(scope: Scope, job: IngestJob, corpus_id: int, target: str, embedder: Embedder) -> None:
+    """Stage the vectors of the corpus's stored sentences, a page of chunks at a time (a sentence's
+    cache key is computed from its chunk's text, so paging by chunk keeps each page's work its own);
+    progress counts chunks whose sentences are staged."""
+    with activate(scope):
+        total = Chunk.objects.for_scope(scope).filter(corpus_id=corpus_id).count()
+    _update_job(scope, job.pk, stage="embed sentences", chunks_total=total, chunks_done=0)
+    done, last = 0, 0
+    while True:
+        with activate(scope):
+            ids = list(Chunk.objects.for_scope(scope).filter(corpus_id=corpus_id, pk__gt=last).order_by("pk")
+                       .values_list("pk", flat=True)[:256])
+        if not ids:
+            return
+        sha, text, source = _TEXTS[True]
+        with activate(scope), connections["default"].cursor() as cur:
+            cur.execute(f"SELECT DISTINCT ON (x.sha) x.sha, x.text FROM (SELECT {sha} AS sha, {text} AS text FROM {source} "
+                        "WHERE c.id = ANY(%s)) x WHERE NOT EXISTS (SELECT 1 FROM kb_embeddingcache e WHERE e.tenant_id = %s "
+                        "AND e.model_key = %s AND e.text_sha256 = x.sha) ORDER BY x.sha", [ids, scope.tenant_id, target])
+            page = cur.fetchall()
+        if page:
+            _vectors_for(scope, embedder, dict(page))
+        done, last = done + len(ids), ids[-1]
+        _update_job(scope, job.pk, chunks_done=done)
 
 
 # What the embedding cache is keyed by (sha256 of the text), per chunk or per stored sentence; a
@@ -765,10 +789,9 @@ _TEXTS = {
 }
 
 
-def _count_texts(scope: Scope, corpus_id: int, *, sentences: bool = False) -> int:
-    sha, _, source = _TEXTS[sentences]
+def _count_texts(scope: Scope, corpus_id: int) -> int:
     with activate(scope), connections["default"].cursor() as cur:
-        cur.execute(f"SELECT count(DISTINCT {sha}) FROM {source} WHERE c.corpus_id = %s", [corpus_id])
+        cur.execute("SELECT count(DISTINCT content_hash) FROM kb_chunk WHERE corpus_id = %s", [corpus_id])
         return cur.fetchone()[0]
 
 
@@ -787,9 +810,9 @@ def _missing_texts(scope: Scope, corpus_id: int, model_key: str, *, limit: int, 
         return cur.fetchall()
 
 
-def _count_missing(scope: Scope, corpus_id: int, model_key: str, *, sentences: bool = False) -> int:
+def _count_missing(scope: Scope, corpus_id: int, model_key: str) -> int:
     with activate(scope), connections["default"].cursor() as cur:
-        cur.execute(_missing_sql("count(DISTINCT x.sha)", sentences), [corpus_id, scope.tenant_id, model_key])
+        cur.execute(_missing_sql("count(DISTINCT x.sha)", False), [corpus_id, scope.tenant_id, model_key])
         return cur.fetchone()[0]
 
 
