@@ -89,25 +89,15 @@ class CorpusSerializer(serializers.ModelSerializer):
 
 
 def validate_embedding_model(model: str, dim: int) -> tuple[str, int]:
-    """(model, dim) an embedder exists for and the vector index can hold; errors name the field."""
-    from kb.embedding import LOCAL_MODEL_KEY, get_embedder
-    from kb.vector_index import HALFVEC_MAX_DIM
+    """(model, dim) a corpus can use (kb.embedding.checked_model_key); errors name the field."""
+    from kb.embedding import ModelChoiceError, checked_model_key
 
-    model = (model or "").strip()
-    if not model or ":" in model:
-        raise serializers.ValidationError({"embedding_model": "a model name such as minilm-l6-v2 (the dimension goes in embedding_dim)"})
-    if not isinstance(dim, int) or not 1 <= dim <= HALFVEC_MAX_DIM:
-        raise serializers.ValidationError({"embedding_dim": f"an integer from 1 to {HALFVEC_MAX_DIM}"})
-    local_model, _, local_dim = LOCAL_MODEL_KEY.partition(":")
-    if model == local_model and dim != int(local_dim):
-        raise serializers.ValidationError({"embedding_dim": f"{model} makes {local_dim}-dimensional vectors"})
     try:
-        embedder = get_embedder(f"{model}:{dim}")
-    except ValueError as exc:
-        raise serializers.ValidationError({"embedding_model": str(exc)}) from None
-    if embedder.dim != dim:
-        raise serializers.ValidationError({"embedding_dim": f"{model} makes {embedder.dim}-dimensional vectors"})
-    return model, dim
+        key = checked_model_key(model, dim)
+    except ModelChoiceError as exc:
+        raise serializers.ValidationError({exc.field: str(exc)}) from None
+    name, _, size = key.partition(":")
+    return name, int(size)
 
 
 class ReembedSerializer(serializers.Serializer):

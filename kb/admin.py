@@ -15,7 +15,7 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 
-from kb.models import Chunk, Corpus, Document, IngestJob
+from kb.models import DEFAULT_EMBEDDING_DIM, DEFAULT_EMBEDDING_MODEL, Chunk, Corpus, Document, IngestJob
 from tenants.admin import TenantScopedAdmin, admin_scope, scoped_filter, scoped_queryset, scoped_view
 from tenants.models import Department
 from tenants.scope import Scope, WriteOutsideScope
@@ -53,6 +53,41 @@ class CorpusAdmin(TenantScopedAdmin):
     @admin.display(description="documents", ordering="n_documents")
     def document_count(self, obj) -> int:
         return obj.n_documents
+
+    actions = ["reembed"]
+
+    @admin.action(description="Re-embed selected corpora into another model", permissions=["change"])
+    def reembed(self, request, queryset):
+        """Ask for the model (an intermediate page), then queue one re-embed job per corpus."""
+        from kb.embedding import ModelChoiceError, checked_model_key
+        from kb.ingest import start_reembed
+
+        form = ReembedForm(request.POST if "apply" in request.POST else None)
+        if form.is_valid():
+            try:
+                key = checked_model_key(form.cleaned_data["embedding_model"], form.cleaned_data["embedding_dim"])
+            except ModelChoiceError as exc:
+                form.add_error(exc.field, str(exc))
+            else:
+                for corpus in queryset:
+                    try:
+                        job = start_reembed(scope=_acting_scope(request, corpus.tenant_id), corpus=corpus, model_key=key)
+                    except WriteOutsideScope as exc:
+                        messages.error(request, f"{corpus.name}: {exc}")
+                        continue
+                    messages.success(request, f"{corpus.name}: " + (f"re-embedding into {key} (job {job.pk})" if job
+                                                                      else f"already uses {key}"))
+                return None
+        context = {**self.admin_site.each_context(request), "opts": self.model._meta, "title": "Re-embed corpora",
+                   "form": form, "corpora": list(queryset)}
+        return TemplateResponse(request, "admin/kb/corpus/reembed.html", context)
+
+
+class ReembedForm(forms.Form):
+    embedding_model = forms.CharField(max_length=100, initial=DEFAULT_EMBEDDING_MODEL,
+                                      help_text="minilm-l6-v2 (local, 384), gemini-embedding-001 or gemini-embedding-2 "
+                                                "(needs GEMINI_API_KEY)")
+    embedding_dim = forms.IntegerField(min_value=1, initial=DEFAULT_EMBEDDING_DIM)
 
 
 class MultiFileInput(forms.ClearableFileInput):

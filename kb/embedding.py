@@ -296,6 +296,36 @@ def default_model_key() -> str:
     return choice  # already a model key
 
 
+class ModelChoiceError(ValueError):
+    """A model/dimension a corpus cannot use; `field` is "embedding_model" or "embedding_dim"."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def checked_model_key(model: str, dim: int) -> str:
+    """'<model>:<dim>' when an embedder exists for it and the vector index can hold its vectors;
+    ModelChoiceError naming the input at fault otherwise."""
+    from kb.vector_index import HALFVEC_MAX_DIM
+
+    model = (model or "").strip()
+    if not model or ":" in model:
+        raise ModelChoiceError("embedding_model", "a model name such as minilm-l6-v2 (the dimension goes in embedding_dim)")
+    if not isinstance(dim, int) or isinstance(dim, bool) or not 1 <= dim <= HALFVEC_MAX_DIM:
+        raise ModelChoiceError("embedding_dim", f"an integer from 1 to {HALFVEC_MAX_DIM}")
+    local_model, _, local_dim = LOCAL_MODEL_KEY.partition(":")
+    if model == local_model and dim != int(local_dim):
+        raise ModelChoiceError("embedding_dim", f"{model} makes {local_dim}-dimensional vectors")
+    try:
+        embedder = get_embedder(f"{model}:{dim}")
+    except ValueError as exc:
+        raise ModelChoiceError("embedding_model", str(exc)) from None
+    if embedder.dim != dim:
+        raise ModelChoiceError("embedding_dim", f"{model} makes {embedder.dim}-dimensional vectors")
+    return f"{model}:{dim}"
+
+
 def get_embedder(model_key: str) -> Embedder:
     """Resolve a stored model key to an embedder instance (cached per process)."""
     from django.conf import settings

@@ -265,3 +265,24 @@ def test_admin_sign_in_locks_out_an_address_after_failed_attempts(client, world,
     assert refused.status_code == 200 and "Too many failed sign-ins" in refused.content.decode()
     assert "_auth_user_id" not in client.session
     assert attempt("x" * 12, "10.9.9.2").status_code == 302  # another address signs in
+
+
+def test_reembed_corpora_from_the_admin(admin_client, world, django_capture_on_commit_callbacks):
+    from kb.models import Corpus, IngestJob
+
+    url = "/admin/kb/corpus/"
+    page = admin_client.post(url, {"action": "reembed", "_selected_action": [world.shared.id]})
+    assert page.status_code == 200 and 'name="embedding_dim"' in page.content.decode()  # the model is asked for first
+    bad = admin_client.post(url, {"action": "reembed", "_selected_action": [world.shared.id], "apply": "1",
+                                  "embedding_model": "no-such-model", "embedding_dim": 8})
+    assert bad.status_code == 200 and "unknown embedding model" in bad.content.decode()
+    with django_capture_on_commit_callbacks(execute=True):
+        r = admin_client.post(url, {"action": "reembed", "_selected_action": [world.shared.id, world.b_corpus.id], "apply": "1",
+                                    "embedding_model": "hash", "embedding_dim": 16}, follow=True)
+    assert r.status_code == 200 and "re-embedding into hash:16" in r.content.decode()
+    with activate(whole_tenant(world.a)):
+        corpus = Corpus.objects.for_scope(whole_tenant(world.a)).get(pk=world.shared.id)
+        assert (corpus.embedding_model, corpus.embedding_dim) == ("hash", 16)
+        assert IngestJob.objects.for_scope(whole_tenant(world.a)).filter(corpus=corpus, kind="reembed", status="done").exists()
+    with activate(whole_tenant(world.b)):  # the foreign id in the POST was ignored
+        assert Corpus.objects.for_scope(whole_tenant(world.b)).get(pk=world.b_corpus.id).embedding_dim != 16
