@@ -563,9 +563,11 @@ def _query_vector(model_key: str, query: str, given: Mapping[str, Sequence[float
         if key in _qvec_cache:
             _qvec_cache.move_to_end(key)
             return _qvec_cache[key]
-    from kb.embedding import get_embedder
+    from kb.embedding import embed_windowed, get_embedder
 
-    vec = get_embedder(model_key).embed([query], task="query")[0]
+    # A query longer than the model's window is embedded whole (the mean of its windows), not cut
+    # to the window's worth of words the model would silently keep.
+    vec = [float(x) for x in embed_windowed(get_embedder(model_key), [query], "query")[0]]
     with _qvec_lock:
         _qvec_cache[key] = vec
         while len(_qvec_cache) > 512:

@@ -448,3 +448,35 @@ def test_keyword_match_uses_the_gin_index_under_rls():
         # 100,000 chunks in docs/retrieval.md: a sequential scan of every tsvector without it.)
         cur.execute("SELECT count(*) FROM kb_chunk WHERE search_vector @@ 'penguin'::tsquery")
         assert cur.fetchone()[0] == 1
+
+
+class TruncatingEmbedder:
+    """A hash embedder that, like a real model, ignores the words past its 12-token window."""
+
+    max_tokens = 12
+
+    def __init__(self) -> None:
+        from kb.embedding import HashEmbedder
+
+        self.inner, self.dim, self.model_key = HashEmbedder(64), 64, "truncating:64"
+
+    def embed(self, texts, task="document"):
+        return self.inner.embed([" ".join(t.split()[: self.max_tokens]) for t in texts], task)
+
+    def count_tokens(self, text: str) -> int:
+        return len(text.split())
+
+
+def test_a_query_longer_than_the_models_window_is_embedded_whole(monkeypatch):
+    import kb.embedding
+
+    emb, real = TruncatingEmbedder(), kb.embedding.get_embedder
+    monkeypatch.setattr(kb.embedding, "get_embedder", lambda key: emb if key == "truncating:64" else real(key))
+    tenant = make_tenant("Long queries")
+    c = corpus(tenant, "Notes", model="truncating", dim=64)
+    parking = chunk(doc(c, "Parking"), "north garage parking permits for staff cars")
+    chunk(doc(c, "Weather"), "rain forecast for tomorrow morning commute")
+    # Its first window is about the weather; the three after it ask about parking.
+    query = "rain forecast for tomorrow morning commute. " * 2 + "north garage parking permits for staff cars. " * 6
+    hits = search(whole_tenant(tenant), query, k=2, mode="vector").hits
+    assert hits[0].chunk_id == parking.id, [h.document_title for h in hits]
