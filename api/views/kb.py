@@ -88,6 +88,7 @@ class CorpusReembed(ScopedAPIView):
 
         with activate(self.scope):
             corpus = access_corpus(self.scope, corpus_id)
+        self.scope.check_may_change(corpus.department_id, "corpus")
         ser = s.ReembedSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
         job = start_reembed(scope=self.scope, corpus=corpus, model_key=ser.validated_data["model_key"])

@@ -186,5 +186,7 @@ def test_reembed_needs_a_whole_tenant_admin_for_tenant_wide_corpora(world):
         assert world.client(who).post(f"/api/v1/corpora/{world.shared.id}/reembed/", body, format="json").status_code == 403
     r = world.client("a-sales-admin").post(f"/api/v1/corpora/{world.shared.id}/reembed/", body, format="json")
     assert r.status_code == 403 and r.json()["error"]["code"] == "permission_denied"
+    r = world.client("a-sales-admin").post(f"/api/v1/corpora/{world.shared.id}/reembed/", {"embedding_model": "?"}, format="json")
+    assert r.status_code == 403  # refused before the body is looked at
     assert world.client("a-admin").post(f"/api/v1/corpora/{world.b_corpus.id}/reembed/", body, format="json").status_code == 404
     assert world.client("a-admin").get(f"/api/v1/corpora/{world.shared.id}/").json()["reembedding_to"] is None
