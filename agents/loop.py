@@ -32,7 +32,7 @@ from agents.messages import (
     ToolResultMessage,
     UserMessage,
 )
-from agents.planning import interleave
+from agents.planning import fuse
 from agents.prompts import (
     answer_prompt,
     budget_note,
@@ -354,10 +354,12 @@ def _share(state: RunState, n_queries: int) -> int:
 
 
 def _merged(state: RunState, *groups: list[list[int]]) -> list[int]:
-    """Each group's search results interleaved by rank (every sub-query gets its share), groups in
-    order, de-duplicated by chunk and by identical text."""
+    """Each group's search results fused by reciprocal rank (a chunk both a publisher's search and
+    the search of a fact the question states rank comes first), groups in order, de-duplicated by
+    chunk and by identical text. Measured on the evaluation sample against interleaving the lists:
+    evidence recall 0.747 -> 0.757 with the fact searches (docs/evaluation.md)."""
     seen_hashes, out = set(), []
-    ranked = [cid for lists in groups for cid in interleave(lists, k=sum(len(ids) for ids in lists), key=lambda c: c)]
+    ranked = [cid for lists in groups for cid in fuse(lists, rrf_k=CONTEXT_RRF_K, key=lambda c: c)]
     for cid in ranked:
         h = state.retrieved[cid].content_hash if cid in state.retrieved else str(cid)
         if h not in seen_hashes:
@@ -367,6 +369,8 @@ def _merged(state: RunState, *groups: list[list[int]]) -> list[int]:
 
 
 _ISO_DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+MAX_SUBQUERIES = 8  # a rewrite's sub-queries searched (per publisher, per fact); the tool-call budget still applies
+CONTEXT_RRF_K = 60
 
 
 def rewrite(state: RunState, facets: dict | None = None) -> list[tuple[str, dict | None]]:
@@ -374,7 +378,7 @@ def rewrite(state: RunState, facets: dict | None = None) -> list[tuple[str, dict
     turn = call_model(state, "rewrite", [UserMessage(rewrite_prompt(state.question, facets))], tools_enabled=False)
     known = set((facets or {}).get("sources") or {})
     out: dict[str, tuple[str, dict | None]] = {}
-    for item in parse_json_object(turn.text).get("queries", [])[:4]:
+    for item in parse_json_object(turn.text).get("queries", [])[:MAX_SUBQUERIES]:
         query, filters = (item, None) if isinstance(item, str) else (item.get("query"), {}) if isinstance(item, dict) else (None, None)
         if not isinstance(query, str) or not query.strip():
             continue

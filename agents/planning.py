@@ -165,6 +165,51 @@ def without_facets(text: str, sources: Iterable[str] = ()) -> str:
     return " ".join("".join(out).split())
 
 
+_SEGMENT_SPLIT = re.compile(r"[,;]|\b(?:and|while|but|despite|whereas|although|whilst)\b", re.I)
+# Words that frame a question about documents rather than describe a fact in them.
+_FRAME_WORDS = ("article articles report reports reported reporting story stories piece pieces discussed discussing "
+                "mentioned featured covered covering published recently respectively individual company person "
+                "platform organization entity suggest suggests suggested indicate indicates")
+
+
+def fact_segments(question: str, sources: Iterable[str] = (), *, min_terms: int = 3) -> list[str]:
+    """The question's descriptive segments: cut at commas, semicolons and conjunctions, a piece
+    with fewer than `min_terms` content words joined to the next, without the publishers and dates
+    it names and not counting words that only frame it ("reported", "article"). A multi-hop question
+    describes each fact it needs in one such segment ("threw four touchdowns against the Cowboys,
+    ... struggles when under pressure"), which a search of the whole question ranks low."""
+    from agents.text import stem, terms
+
+    frame = {stem(w) for w in _FRAME_WORDS.split()}
+    out: list[str] = []
+    carry = ""
+    for piece in _SEGMENT_SPLIT.split(without_facets(question, sources)):
+        piece = f"{carry} {piece}".strip(" ?.!'\"") if carry else piece.strip(" ?.!'\"")
+        if len(terms(piece) - frame) < min_terms:
+            carry = piece
+            continue
+        out.append(piece)
+        carry = ""
+    if carry and out and terms(carry) - frame:
+        out[-1] = f"{out[-1]} {carry}"
+    return out
+
+
+def fuse(ranked_lists: Sequence[Sequence[T]], *, rrf_k: float, key: Callable[[T], object]) -> list[T]:
+    """Reciprocal-rank fusion, best first, without duplicates: an item several lists rank (a
+    publisher's own search and the search of the fact it states) comes before one only a single
+    list ranks as high."""
+    scores: dict[object, float] = {}
+    first: dict[object, T] = {}
+    for ranked in ranked_lists:
+        for rank, item in enumerate(ranked):
+            k = key(item)
+            scores[k] = scores.get(k, 0.0) + 1.0 / (rrf_k + rank)
+            first.setdefault(k, item)
+    order = sorted(scores, key=lambda k: -scores[k])  # stable: ties keep first-seen order
+    return [first[k] for k in order]
+
+
 def named_terms(question: str, sources: Iterable[str] = ()) -> list[str]:
     """Capitalised words inside the question's sentences (names: "Sygic", "Wozniak", "OpenAI"),
     lowercased, without possessives, publisher mentions or month and day names.

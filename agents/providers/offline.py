@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from agents.citations import NOT_ENOUGH_EVIDENCE
 from agents.messages import AssistantMessage, ModelRequest, ModelTurn, ToolCall, ToolResultMessage, Usage
-from agents.planning import named_terms, plan, without_facets
+from agents.planning import fact_segments, named_terms, plan, without_facets
 from agents.prompts import FACETS_LABEL
 from agents.text import coverage, key_words, looks_like_instructions, question_context, sentences, split_question, terms
 
@@ -30,6 +30,8 @@ PART_COVERED = 0.5  # share of a part's terms one retrieved chunk must contain
 SENTENCE_MIN = 0.25  # share of a part's terms a quoted sentence must contain
 MAX_ROUNDS = 4  # tool rounds: facets, the planned searches, up to two refinements
 CONTEXT_CHUNKS = 10  # what the planned searches share between them
+SEGMENT_MIN_TERMS = 3  # content words a question segment needs to be searched on its own (planning.fact_segments)
+MAX_SEGMENT_QUERIES = 6
 SENTENCES_PER_PART = 3
 NAME_CONTEXT = 0.3  # share of its part's terms a chunk must share to count as mentioning a name the part asks about
 RELATIVE_MIN = 0.6  # a quoted sentence scores at least this share of the part's best sentence
@@ -111,6 +113,11 @@ class OfflineProvider:
             queries: list = [{"query": sub.text, "sources": list(sub.sources),
                               **{k: v for k, v in (("published_after", sub.published_after),
                                                    ("published_before", sub.published_before)) if v}} for sub in subs]
+            # One more search per fact the question describes, within the publishers it names.
+            named = sorted({v for sub in subs for v in sub.sources})
+            segments = fact_segments(request.question, _prompt_sources(request), min_terms=SEGMENT_MIN_TERMS)
+            if named and len(segments) > 1:
+                queries += [{"query": seg, "sources": named} for seg in segments[:MAX_SEGMENT_QUERIES]]
             return json.dumps({"queries": queries}), []
         parts = split_question(request.question)
         queries = [with_context(p, request.question) for p in parts[:3]] if len(parts) > 1 else \

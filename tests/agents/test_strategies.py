@@ -179,3 +179,21 @@ def test_pipeline_gives_narrowed_searches_the_whole_context_and_the_others_a_sha
     # One narrowed sub-query and the question: the narrowed one may fill all 10 slots (its results
     # come first), the unfiltered one gets an equal share of two.
     assert by_filter == {True: Budgets().max_context_chunks, False: 5}
+
+
+def test_pipeline_searches_each_fact_the_question_states_within_the_publishers_it_names(newsroom):
+    tenant, chunks = newsroom
+    scope = whole_tenant(tenant)
+    question = ("Did the Daily Ledger report say what the harbour bridge repairs cost, "
+                "and did Metro Times say how commuters felt about the repairs?")
+    run = ask(scope=scope, question=question, strategy="pipeline", provider="offline")
+    with activate(scope):
+        steps = run_steps(scope, run.id)
+    searches = [s for s in steps if s.name == "search"]
+    per_fact = [s for s in searches if s.effective_filter["applied"]["metadata"] == {"source": ["Daily Ledger", "Metro Times - City"]}]
+    assert {s.arguments["query"] for s in per_fact} == {"Did the report say what the harbour bridge repairs cost",
+                                                         "did say how commuters felt about the repairs"}
+    assert all(chunks["other"].id not in s.chunk_ids for s in per_fact)  # never wider than the named publishers
+    context = next(s for s in reversed(steps) if s.name == "answer").arguments["context_chunks"]
+    # Each publisher's chunk is ranked by its own search and by its fact's search: both lead the context.
+    assert set(context[:2]) == {chunks["ledger"].id, chunks["metro"].id}

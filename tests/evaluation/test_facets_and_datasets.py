@@ -45,6 +45,26 @@ def test_interleave_takes_rank_one_of_every_list_first_without_duplicates():
     assert planning.interleave([[1, 2, 3], [4, 1, 5], [6]], k=5, key=lambda x: x) == [1, 4, 6, 2, 3]
 
 
+def test_fact_segments_cut_a_question_into_the_facts_it_describes():
+    sources = ["Sporting News", "Sportskeeda", "CBSSports.com"]
+    question = ("Which NFL quarterback, featured in articles from Sporting News, Sportskeeda, and CBSSports.com, threw four "
+                "touchdowns against the Cowboys, has accumulated significant fantasy points over recent games, but struggles "
+                "with a decreased completion rate when under pressure?")
+    segments = planning.fact_segments(question, sources)
+    assert segments[1:] == ["has accumulated significant fantasy points over recent games",
+                            "struggles with a decreased completion rate when under pressure"]
+    # Pieces with too few content words join the next; publishers and framing words never count.
+    assert "threw four touchdowns against the Cowboys" in segments[0] and "Sportskeeda" not in segments[0]
+    assert planning.fact_segments("Did the TechCrunch article say so?", ["TechCrunch"]) == []
+    assert len(planning.fact_segments("What did the report say about hotel costs and meal allowances?")) == 1
+
+
+def test_fuse_ranks_what_several_lists_agree_on_first():
+    assert planning.fuse([[1, 2, 3], [3, 4]], rrf_k=60, key=lambda c: c) == [3, 1, 2, 4]
+    assert planning.fuse([[1, 2], [3, 4]], rrf_k=60, key=lambda c: c) == [1, 3, 2, 4]  # ties: first seen first
+    assert planning.fuse([], rrf_k=60, key=lambda c: c) == []
+
+
 def test_final_context_comes_from_the_answer_step_or_is_derived_from_tool_results():
     answer_step = {"kind": "model_call", "name": "answer", "arguments": {"context_chunks": [7, 3]}, "chunk_ids": []}
     tools = [{"kind": "tool_call", "name": "search", "arguments": {}, "chunk_ids": ids} for ids in ([1, 2], [3, 1])]
