@@ -318,7 +318,10 @@ def run_classic(state: RunState) -> str:
 
 
 def run_pipeline(state: RunState) -> str:
-    queries = rewrite(state, code_facets(state))
+    facets = code_facets(state)
+    known_sources = set(facets.get("sources") or {})
+    queries = rewrite(state, facets)
+    searched: set[str] = set()
     narrowed: list[list[int]] = []
     lists: list[list[int]] = []
     rounds = min(state.budgets.pipeline_rounds, state.budgets.max_iterations)
@@ -329,6 +332,10 @@ def run_pipeline(state: RunState) -> str:
         k_narrowed = _share(state, n_narrowed)
         k = _share(state, len(queries))
         for query, filters in queries:
+            key = json.dumps([query, filters], sort_keys=True)
+            if key in searched:
+                continue  # a follow-up the judge asks for again: its results are in already
+            searched.add(key)
             ids = code_search(state, query, k_narrowed if filters else k, f"pipeline{round_no}", filters)
             if filters and not ids and ("published_after" in filters or "published_before" in filters):
                 undated = {n: v for n, v in filters.items() if n not in ("published_after", "published_before")}
@@ -340,10 +347,10 @@ def run_pipeline(state: RunState) -> str:
         if reason := state.spent():
             state.budget_reason = reason
             break
-        verdict = judge(state, _merged(state, narrowed, lists))
+        verdict = judge(state, _merged(state, narrowed, lists), facets)
         if verdict.get("sufficient"):
             break
-        queries = [(q, None) for q in verdict.get("missing", []) if isinstance(q, str) and q.strip()][:3] or [(state.question, None)]
+        queries = _parsed_queries(verdict.get("missing", []), known_sources)[:MAX_SUBQUERIES] or [(state.question, None)]
     ids = _merged(state, narrowed, lists)
     return synthesise(state, ids, budget_note(state.budget_reason) if state.budget_reason else "")
 
@@ -376,9 +383,17 @@ CONTEXT_RRF_K = 60
 def rewrite(state: RunState, facets: dict | None = None) -> list[tuple[str, dict | None]]:
     """Sub-queries with optional narrowing filters (source values the facets listed, a date window), plus the question."""
     turn = call_model(state, "rewrite", [UserMessage(rewrite_prompt(state.question, facets))], tools_enabled=False)
-    known = set((facets or {}).get("sources") or {})
+    queries = _parsed_queries(parse_json_object(turn.text).get("queries", [])[:MAX_SUBQUERIES], set((facets or {}).get("sources") or {}))
+    if not any(q == state.question and not f for q, f in queries):
+        queries.append((state.question, None))
+    return queries
+
+
+def _parsed_queries(items: list, known: set[str]) -> list[tuple[str, dict | None]]:
+    """A model's proposed searches: strings, or {query, sources, published_after, published_before}
+    objects whose sources must be values the facets listed; duplicates dropped."""
     out: dict[str, tuple[str, dict | None]] = {}
-    for item in parse_json_object(turn.text).get("queries", [])[:MAX_SUBQUERIES]:
+    for item in items if isinstance(items, list) else []:
         query, filters = (item, None) if isinstance(item, str) else (item.get("query"), {}) if isinstance(item, dict) else (None, None)
         if not isinstance(query, str) or not query.strip():
             continue
@@ -390,15 +405,13 @@ def rewrite(state: RunState, facets: dict | None = None) -> list[tuple[str, dict
                 if isinstance(item.get(name), str) and _ISO_DAY.match(item[name]):
                     filters[name] = item[name]
         out.setdefault(json.dumps([query.strip(), filters], sort_keys=True), (query.strip(), filters or None))
-    queries = list(out.values())
-    if not any(q == state.question and not f for q, f in queries):
-        queries.append((state.question, None))
-    return queries
+    return list(out.values())
 
 
-def judge(state: RunState, chunk_ids: list[int]) -> dict:
+def judge(state: RunState, chunk_ids: list[int], facets: dict | None = None) -> dict:
     rendered, structured = _context(state, chunk_ids)
-    turn = call_model(state, "judge", [UserMessage(judge_prompt(state.question, rendered))], tools_enabled=False, context=structured)
+    turn = call_model(state, "judge", [UserMessage(judge_prompt(state.question, rendered, facets))], tools_enabled=False,
+                      context=structured)
     data = parse_json_object(turn.text)
     if not isinstance(data.get("sufficient"), bool):
         return {"sufficient": False, "why": "unreadable judgement", "missing": [state.question]}

@@ -225,3 +225,24 @@ def named_terms(question: str, sources: Iterable[str] = ()) -> list[str]:
         if len(word) > 1 and word not in _NOT_NAMES:
             out.setdefault(word, None)
     return list(out)
+
+
+def clause_segments(question: str, sources: Sequence[str], *, min_terms: int = 3) -> list[SubQuery]:
+    """The question's descriptive segments (`fact_segments`), each with the publisher whose clause
+    holds it (from its mention to the next) and the date named there; none unless the question names
+    at least two publishers and each clause describes something. "The Polygon report on November 9
+    about X, and the Engadget review of Y" asks for X in Polygon's article of that day."""
+    mentions = find_sources(question, source_aliases(sources))
+    if len(mentions) < 2:
+        return []
+    out: list[SubQuery] = []
+    for i, (start, end, values) in enumerate(mentions):
+        clause = question[end: mentions[i + 1][0] if i + 1 < len(mentions) else len(question)]
+        if i == 0:
+            clause = f"{question[:start]} {clause}"
+        after, before = date_window(clause)
+        segments = fact_segments(clause, sources, min_terms=min_terms)
+        if not segments:
+            return []
+        out += [SubQuery(seg, values, after, before) for seg in segments]
+    return out

@@ -93,10 +93,17 @@ def rewrite_prompt(question: str, facets: dict | None = None) -> str:
 FACETS_LABEL = "Metadata of the documents you can search: "
 
 
-def judge_prompt(question: str, context: str) -> str:
-    return (f"Question: {question}\n\nRetrieved sources:\n{context}\n\nDo these sources contain enough evidence to answer "
-            "EVERY part of the question? Reply with JSON only: "
-            '{"sufficient": true|false, "why": "...", "missing": ["search query for each missing part"]}')
+def judge_prompt(question: str, context: str, facets: dict | None = None) -> str:
+    """With facets, a follow-up query may narrow by source and date like the rewrite's."""
+    if not facets or not facets.get("sources"):
+        return (f"Question: {question}\n\nRetrieved sources:\n{context}\n\nDo these sources contain enough evidence to answer "
+                "EVERY part of the question? Reply with JSON only: "
+                '{"sufficient": true|false, "why": "...", "missing": ["search query for each missing part"]}')
+    summary = {"sources": list(facets.get("sources", {})), "published_at": facets.get("published_at")}
+    return (f"Question: {question}\n\n{FACETS_LABEL}{json.dumps(summary, default=str)}\n\nRetrieved sources:\n{context}\n\n"
+            "Do these sources contain enough evidence to answer EVERY part of the question? Reply with JSON only: "
+            '{"sufficient": true|false, "why": "...", "missing": ["search query for each missing part", '
+            '{"query": "...", "sources": ["exact source value"], "published_after": "YYYY-MM-DD", "published_before": "YYYY-MM-DD"}]}')
 
 
 def repair_prompt(report: str) -> str:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from agents.citations import NOT_ENOUGH_EVIDENCE
 from agents.messages import AssistantMessage, ModelRequest, ModelTurn, ToolCall, ToolResultMessage, Usage
-from agents.planning import fact_segments, named_terms, plan, without_facets
+from agents.planning import clause_segments, fact_segments, find_sources, named_terms, plan, source_aliases, without_facets
 from agents.prompts import FACETS_LABEL
 from agents.text import coverage, key_words, looks_like_instructions, question_context, sentences, split_question, terms
 
@@ -116,6 +116,12 @@ class OfflineProvider:
             # One more search per fact the question describes, within the publishers it names.
             named = sorted({v for sub in subs for v in sub.sources})
             segments = fact_segments(request.question, _prompt_sources(request), min_terms=SEGMENT_MIN_TERMS)
+            # And per fact within its own publisher's clause, dated like it ("the Polygon report on
+            # November 9 about ..."), when every publisher named has a clause describing something.
+            for sub in clause_segments(request.question, _prompt_sources(request), min_terms=SEGMENT_MIN_TERMS)[:MAX_SEGMENT_QUERIES]:
+                queries.append({"query": sub.text, "sources": list(sub.sources),
+                                **{k: v for k, v in (("published_after", sub.published_after),
+                                                     ("published_before", sub.published_before)) if v}})
             if named and len(segments) > 1:
                 queries += [{"query": seg, "sources": named} for seg in segments[:MAX_SEGMENT_QUERIES]]
             return json.dumps({"queries": queries}), []
@@ -126,10 +132,17 @@ class OfflineProvider:
 
     def _judge(self, request: ModelRequest) -> tuple[str, list[ToolCall]]:
         parts = split_question(request.question)
-        missing = uncovered_parts(parts, _chunks_from(request), _prompt_sources(request))
+        chunks = _chunks_from(request)
+        missing = uncovered_parts(parts, chunks, _prompt_sources(request))
         why = "every part of the question is covered by retrieved text" if not missing else \
             f"no retrieved text covers: {'; '.join(missing)}"
-        queries = [with_context(" ".join(key_words(p)), request.question) for p in missing]
+        queries: list = [with_context(" ".join(key_words(p)), request.question) for p in missing]
+        found = entity_bridge(request.question, chunks, _prompt_sources(request))
+        if found and found.open_facts:
+            why = f"no retrieved text states these facts about {found.names}: {'; '.join(found.open_facts)}"
+            return json.dumps({"sufficient": False, "why": why, "missing": found.queries(found.open_facts)}), []
+        if missing and found:
+            queries = found.queries(found.facts)
         return json.dumps({"sufficient": not missing, "why": why, "missing": queries}), []
 
     def _answer(self, request: ModelRequest) -> tuple[str, list[ToolCall]]:
@@ -320,3 +333,55 @@ def compose_answer(parts: list[str], chunks: list[SeenChunk], context: str = "",
     if missing:
         text += "\n\nNot found in the documents you can see: " + "; ".join(f'"{p}"' for p in missing) + "."
     return text
+
+
+_ASKS_FOR_ENTITY = re.compile(r"^\s*(?:who|whom|whose|which|what)\b", re.I)
+BRIDGE_MIN_CHUNKS = 3  # chunks that must share a name (and at least 30 % of those seen) for it to be the entity
+
+
+def bridge_names(question: str, chunks: list[SeenChunk], sources: list[str] = ()) -> list[str]:
+    """The (at most two) names most retrieved chunks share that the question does not use: for a
+    "who/which/what" question, the entity it asks about once the first searches found text on it."""
+    asked = set(named_terms(question, sources)) | terms(question)
+    counts: dict[str, int] = {}
+    for c in chunks:
+        for name in dict.fromkeys(named_terms(c.text, sources)):  # ties: the name seen first
+            if name not in asked and not terms(name) & asked:
+                counts[name] = counts.get(name, 0) + 1
+    spelled: dict[str, str] = {}
+    for c in chunks:
+        for m in re.finditer(r"[A-Z][A-Za-z0-9]*", c.text):
+            spelled.setdefault(m.group(0).lower(), m.group(0))
+    need = max(BRIDGE_MIN_CHUNKS, math.ceil(0.3 * len(chunks)))
+    return [spelled.get(n, n) for n in sorted(counts, key=lambda n: -counts[n])[:2] if counts[n] >= need]
+
+
+@dataclass(frozen=True)
+class EntityBridge:
+    """What a question asking for an unnamed entity needs next: each fact it states, found in a
+    text that also names the entity. A multi-hop question paraphrases its facts ("likened to a
+    notable investor"); searched with the entity's name ("Bankman-Fried ... compared to Warren
+    Buffett") they rank where the paraphrase alone did not (measured in docs/evaluation.md)."""
+
+    names: str
+    publishers: list[str]
+    facts: list[str]
+    open_facts: list[str]  # facts no retrieved chunk states (PART_COVERED) together with the names
+
+    def queries(self, facts: list[str]) -> list[dict]:
+        return [{"query": f"{self.names} {fact}", "sources": self.publishers} for fact in facts]
+
+
+def entity_bridge(question: str, chunks: list[SeenChunk], sources: list[str]) -> EntityBridge | None:
+    """None unless the question asks who/which/what, names publishers and the chunks share a name."""
+    if not _ASKS_FOR_ENTITY.match(question):
+        return None
+    publishers = sorted({v for _s, _e, values in find_sources(question, source_aliases(sources)) for v in values})
+    names = bridge_names(question, chunks, sources)
+    if not publishers or not names:
+        return None
+    lowered = [n.lower() for n in names]
+    facts = fact_segments(question, sources, min_terms=SEGMENT_MIN_TERMS)[:MAX_SEGMENT_QUERIES]
+    open_facts = [f for f in facts if not any(any(n in c.text.lower() for n in lowered) and
+                                              part_coverage(f, [c], sources) >= PART_COVERED for c in chunks)]
+    return EntityBridge(" ".join(names), publishers, facts, open_facts)

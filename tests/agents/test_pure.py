@@ -215,3 +215,39 @@ def test_render_context_shows_exactly_the_fitting_chunks():
     assert "further chunks omitted" in rendered
     # The first chunk is always shown, even alone over the budget (truncated to max_chars_per_chunk).
     assert [c.chunk_id for c in fitting_chunks(chunks, max_chars_per_chunk=300, max_total_chars=10)] == [1]
+
+
+def test_entity_bridge_finds_the_name_the_chunks_share_and_the_facts_not_yet_stated_with_it():
+    from agents.providers.offline import SeenChunk, bridge_names, entity_bridge
+
+    sources = ["Daily Ledger", "Metro Times"]
+    question = ("Which company won the harbour bridge contract according to the Daily Ledger, "
+                "and was penalised for late work as reported by Metro Times?")
+    chunks = [SeenChunk(1, "Officials said Zorvath Industries won the harbour bridge contract after a tender.", 1.0, False),
+              SeenChunk(2, "Repairs by Zorvath Industries would cost 40 million.", 0.9, False),
+              SeenChunk(3, "Commuters blamed Zorvath Industries for the closures.", 0.8, False),
+              SeenChunk(4, "The Daily Ledger spoke to Harbour officials.", 0.7, False)]
+    assert bridge_names(question, chunks, sources) == ["Zorvath", "Industries"]  # "Harbour" is in the question
+    found = entity_bridge(question, chunks, sources)
+    assert found.names == "Zorvath Industries" and found.publishers == ["Daily Ledger", "Metro Times"]
+    assert len(found.facts) == 2 and found.open_facts == [found.facts[1]]  # "won the contract" is stated with the name
+    assert "penalised for late work" in found.open_facts[0]
+    assert found.queries(found.open_facts) == [{"query": f"Zorvath Industries {found.open_facts[0]}",
+                                                "sources": ["Daily Ledger", "Metro Times"]}]
+    # Not a question asking for an entity, no publisher named, or no name shared by 3 chunks: no bridge.
+    assert entity_bridge("Did the Daily Ledger say the contract was won, and did Metro Times report a penalty?", chunks, sources) is None
+    assert entity_bridge("Which company won the harbour bridge contract?", chunks, sources) is None
+    assert entity_bridge(question, chunks[:2], sources) is None
+
+
+def test_follow_up_queries_keep_only_sources_the_facets_listed():
+    from agents.loop import _parsed_queries
+
+    items = ["plain query", {"query": "narrowed", "sources": ["Daily Ledger", "Not A Source"], "published_after": "2024-01-31"},
+             {"query": "unknown source only", "sources": ["Not A Source"]}, {"query": " "}, 42, "plain query"]
+    assert _parsed_queries(items, {"Daily Ledger"}) == [
+        ("plain query", None),
+        ("narrowed", {"metadata": {"source": ["Daily Ledger"]}, "published_after": "2024-01-31"}),
+        ("unknown source only", None),
+    ]
+    assert _parsed_queries("not a list", {"Daily Ledger"}) == []

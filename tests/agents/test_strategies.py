@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -197,3 +198,34 @@ def test_pipeline_searches_each_fact_the_question_states_within_the_publishers_i
     context = next(s for s in reversed(steps) if s.name == "answer").arguments["context_chunks"]
     # Each publisher's chunk is ranked by its own search and by its fact's search: both lead the context.
     assert set(context[:2]) == {chunks["ledger"].id, chunks["metro"].id}
+
+
+def test_pipeline_searches_the_entity_the_first_results_name_with_each_fact_not_yet_found(db):
+    """A question asking "which company" describes it by facts its publishers phrase differently;
+    once the first searches find the company's name, the judge asks for each fact not yet stated
+    together with it, narrowed to the publishers the question names, and no search is repeated."""
+    tenant = make_tenant("Harbour news")
+    corpus = hash_corpus(tenant, "Wire")
+    for i, (text, source) in enumerate((
+            ("Officials said Zorvath Industries won the harbour bridge contract after a tender.", "Daily Ledger"),
+            ("Repairs by Zorvath Industries would cost 40 million.", "Daily Ledger"),
+            ("Commuters blamed Zorvath Industries for the harbour bridge closures.", "Metro Times"),
+            ("Regulators fined Zorvath Industries for missing deadlines.", "Metro Times"))):
+        add_chunk(corpus, text, f"Harbour bridge {i}", metadata={"source": source})
+    gazette = add_chunk(corpus, "A contractor was penalised for late work on the bridge, the Gazette says.", "Gazette report",
+                        metadata={"source": "Gazette"})
+    scope = whole_tenant(tenant)
+    question = ("Which company won the harbour bridge contract according to the Daily Ledger, "
+                "and was penalised for late work as reported by Metro Times?")
+    run = ask(scope=scope, question=question, strategy="pipeline", provider="offline")
+    with activate(scope):
+        steps = run_steps(scope, run.id)
+    judged = next(s for s in steps if s.name == "judge")
+    assert "Zorvath Industries" in judged.output and '"sufficient": false' in judged.output
+    follow_ups = [s for s in steps if s.name == "search" and s.arguments["query"].startswith("Zorvath Industries")]
+    assert follow_ups and all(s.effective_filter["applied"]["metadata"] == {"source": ["Daily Ledger", "Metro Times"]}
+                              for s in follow_ups)
+    searches = [s for s in steps if s.name == "search"]
+    assert all(gazette.id not in s.chunk_ids for s in searches if s.effective_filter["applied"].get("metadata"))
+    keys = [(s.arguments["query"], json.dumps(s.effective_filter["applied"], sort_keys=True)) for s in searches]
+    assert len(keys) == len(set(keys))  # a follow-up asked for again is not searched again

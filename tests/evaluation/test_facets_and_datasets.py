@@ -126,3 +126,20 @@ def test_a_source_named_with_two_dates_gets_a_search_per_date():
     rest = planning.without_facets(q, SOURCES)
     assert subs[0].text == f" been consistent between the article about phones on October 19, 2023 {rest}"
     assert subs[1].text == f", and the one covering laptops on December 3, 2023 {rest}"
+
+
+def test_clause_segments_give_each_fact_its_publishers_clause_and_date():
+    sources = ["Polygon", "Engadget", "TechCrunch"]
+    question = ("After the Polygon report on the Steam Deck OLED improvements published on November 9, 2023, and the "
+                "Engadget review of the handheld battery life, did the two sources agree?")
+    subs = planning.clause_segments(question, sources)
+    polygon = [s for s in subs if s.sources == ("Polygon",)]
+    engadget = [s for s in subs if s.sources == ("Engadget",)]
+    assert polygon and all((s.published_after, s.published_before) == ("2023-11-09", "2023-11-10") for s in polygon)
+    assert any("Steam Deck OLED improvements" in s.text for s in polygon)
+    assert engadget and all(s.published_after is None for s in engadget)
+    assert any("handheld battery life" in s.text for s in engadget)
+    assert not any("Polygon" in s.text or "Engadget" in s.text or "2023" in s.text for s in subs)
+    # One publisher, or a clause that describes nothing ("reported by TechCrunch and Polygon"): none.
+    assert planning.clause_segments("Did the Polygon review praise the Steam Deck OLED screen?", sources) == []
+    assert planning.clause_segments("Which company, as reported by TechCrunch and Polygon, makes the Steam Deck?", sources) == []
