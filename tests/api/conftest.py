@@ -76,3 +76,17 @@ def world(db) -> World:
     w.keys["a-sales-admin"] = issue(a, "admin", [sales])
     w.keys["a-sales-auditor"] = issue(a, "auditor", [sales])
     return w
+
+
+@pytest.fixture
+def fixed_lockout_window(monkeypatch):
+    """The failed-sign-in lockout counts per fixed window (api.ratelimit): pin the clock it reads
+    one second into a window, so a test's attempts cannot straddle a window boundary (where the
+    count restarts and a test of the lockout would fail by chance)."""
+    import time as real_time
+    from types import SimpleNamespace
+
+    from api import ratelimit
+
+    window = 600 * 3_000_000  # a multiple of every window a test sets (600 s by default)
+    monkeypatch.setattr(ratelimit, "time", SimpleNamespace(time=lambda: window + 1.0, monotonic=real_time.monotonic))

@@ -249,7 +249,7 @@ def test_department_admin_cannot_change_tenant_wide_rows_in_the_admin(client, wo
     assert 'name="_save"' in client.get(f"/admin/kb/corpus/{world.sales_corpus.id}/change/").content.decode()
 
 
-def test_admin_sign_in_locks_out_an_address_after_failed_attempts(client, world, settings):
+def test_admin_sign_in_locks_out_an_address_after_failed_attempts(client, world, settings, fixed_lockout_window):
     from django.core.cache import cache
 
     settings.AUTH_FAILURES_PER_IP = 2

@@ -102,7 +102,7 @@ def _address() -> str:
     return f"10.{n % 250}.{n // 250 % 250}.{n // 62500 % 250 + 1}"
 
 
-def test_failed_api_keys_lock_out_the_address_even_for_a_valid_key(world, backend, settings):
+def test_failed_api_keys_lock_out_the_address_even_for_a_valid_key(world, backend, settings, fixed_lockout_window):
     settings.AUTH_FAILURES_PER_IP = 3
     attacker, bystander = _address(), _address()
     guess = APIClient(REMOTE_ADDR=attacker)
@@ -124,7 +124,7 @@ def test_failed_api_keys_lock_out_the_address_even_for_a_valid_key(world, backen
     assert ok.get("/api/v1/corpora/").status_code == 200
 
 
-def test_successes_do_not_count_and_forwarded_for_is_not_believed(world, backend, settings):
+def test_successes_do_not_count_and_forwarded_for_is_not_believed(world, backend, settings, fixed_lockout_window):
     settings.AUTH_FAILURES_PER_IP = 2
     settings.RATE_LIMIT_PER_MINUTE = 100
     address = _address()
