@@ -69,6 +69,19 @@ _SYNONYM_GROUPS = (
 SYNONYMS: dict[str, frozenset[str]] = {t: frozenset(g - {t}) for g in _SYNONYM_GROUPS for t in g}
 
 
+def shingles(text: str, n: int = 5) -> frozenset[str]:
+    """The text's word n-grams (lowercased): two texts sharing most of them are copies, not two
+    texts that happen to share a phrase."""
+    words = _WORD.findall(text.lower())
+    return frozenset(" ".join(words[i:i + n]) for i in range(max(1, len(words) - n + 1))) if words else frozenset()
+
+
+def contained_share(a: frozenset[str], b: frozenset[str]) -> float:
+    """Share of the smaller shingle set found in the other: 1.0 when one text is a copy of (a part of) the other."""
+    small = min(len(a), len(b))
+    return len(a & b) / small if small else 0.0
+
+
 def coverage(part_terms: set[str], text_terms: set[str]) -> float:
     """Share of `part_terms` that occur in `text_terms`, directly or as a listed synonym."""
     if not part_terms:

@@ -251,3 +251,36 @@ def test_follow_up_queries_keep_only_sources_the_facets_listed():
         ("unknown source only", None),
     ]
     assert _parsed_queries("not a list", {"Daily Ledger"}) == []
+
+
+STORY = ("The harbour authority approved the new bridge on Tuesday after a two-year review, citing lower traffic "
+         "on the ferry routes and a budget that came in under the estimate presented to the council last spring.")
+
+
+def test_a_near_copy_of_a_chunk_already_in_the_context_does_not_take_a_slot():
+    from types import SimpleNamespace
+
+    from agents.loop import _merged
+
+    chunks = {1: RetrievedChunk(1, 1, "h1", f"By Ana Ruiz. {STORY}"),
+              2: RetrievedChunk(2, 2, "h2", f"{STORY} Reporting by Lee Chan."),  # the story syndicated: other byline, other hash
+              3: RetrievedChunk(3, 3, "h3", "Ferry operators said the new bridge would cut their routes by half. " + STORY[:60]),
+              4: RetrievedChunk(4, 4, "h4", "Annual leave requests must be filed two weeks ahead."),
+              5: RetrievedChunk(5, 5, "h1", "same hash as chunk 1: an identical text")}
+    state = SimpleNamespace(retrieved=chunks, budgets=SimpleNamespace(max_context_chunks=3))
+    # 2 ranks first (both lists hold it), so 1, its copy, is dropped, and 5 with 1's hash too; 3
+    # shares a phrase with the story but is a text of its own; 4 takes the slot the copies left.
+    assert _merged(state, [[1, 2, 5], [2, 3, 4]]) == [2, 3, 4]
+    state.budgets.max_context_chunks = 2
+    assert _merged(state, [[1, 2, 5], [2, 3, 4]]) == [2, 3]
+
+
+def test_shingle_containment_tells_copies_from_shared_phrases():
+    from agents.loop import NEAR_COPY
+    from agents.text import contained_share, shingles
+
+    story = shingles(STORY)
+    assert contained_share(shingles(f"By Ana Ruiz. {STORY}"), story) == 1.0
+    assert contained_share(shingles(STORY[: len(STORY) // 2]), story) == 1.0  # a text that is part of the other
+    assert contained_share(shingles("Ferry operators said the bridge would cut their routes. " + STORY[:60]), story) < NEAR_COPY
+    assert contained_share(shingles(""), story) == 0.0
