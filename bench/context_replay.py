@@ -1,0 +1,155 @@
+"""Where the pipeline's gold facts are lost, from the searches an evaluation run recorded.
+
+    GROUNDED_DATA_DIR=/tmp/eval-pg .venv/bin/python bench/context_replay.py [--since ISO] [--until ISO]
+
+Reads the pipeline runs of the evaluation tenant (the latest run per question inside the window;
+default: the last 24 hours) and, for each answerable question of ../shared/eval, the ranked lists
+its searches returned (hits past the tool output budget included, as the step's output names
+them). It then merges those lists again with the pipeline's own `_merged` and prints: the recorded
+and the replayed evidence recall (equal when the replay is faithful), the pool ceiling (every
+chunk any search returned), and where the facts that were in the pool but not in the 10-chunk
+context sat: how many lists held their chunk and at what best rank. A merge variant can be tried
+by editing `replayed_context` and re-running (seconds for the full dev set instead of a 16-minute
+run); judge decisions do not follow the variant, so confirm a winner with a real run.
+
+Skips (exit 0) when ../shared/eval is absent. Nothing is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import datetime as dt
+import os
+import re
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kb.settings")
+EVAL = ROOT.parent / "shared" / "eval"
+K_CONTEXT = 10
+_OVERFLOW = re.compile(r"past the output budget: ([^;]*)")
+
+
+def searched_lists(steps: list[dict]) -> list[dict]:
+    """Each search step's ranked chunk ids (with those past the output budget), its narrowing, its round."""
+    out, round_no = [], 1
+    for s in steps:
+        if s["kind"] == "model_call" and s["name"] == "judge":
+            round_no += 1
+        if s["kind"] != "tool_call" or s["name"] != "search":
+            continue
+        ids = list(s["chunk_ids"])
+        if m := _OVERFLOW.search(s["output"] or ""):
+            ids += [int(x) for x in re.findall(r"c:(\d+)", m.group(1))]
+        a = s["arguments"] or {}
+        narrowed = bool(a.get("metadata") or a.get("published_after") or a.get("published_before"))
+        out.append({"ids": ids, "narrowed": narrowed, "round": round_no})
+    return out
+
+
+def replayed_context(lists: list[dict], texts: dict[int, tuple[str, str]]) -> list[int]:
+    """The pipeline's merge (agents.loop._merged): narrowed searches fused first, then the others.
+    `texts`: chunk id -> (text, content hash)."""
+    from agents.loop import _merged
+
+    state = SimpleNamespace(retrieved={c: SimpleNamespace(text=texts[c][0], content_hash=texts[c][1])
+                                       for found in lists for c in found["ids"] if c in texts},
+                            budgets=SimpleNamespace(max_context_chunks=K_CONTEXT))
+    return _merged(state, [f["ids"] for f in lists if f["narrowed"]], [f["ids"] for f in lists if not f["narrowed"]])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    now = dt.datetime.now(dt.UTC)
+    parser.add_argument("--since", default=(now - dt.timedelta(days=1)).isoformat())
+    parser.add_argument("--until", default=now.isoformat())
+    parser.add_argument("--tenant", default="evaluation")
+    args = parser.parse_args()
+    if not (EVAL / "questions-dev.jsonl").exists():
+        print(f"skipped: {EVAL} is absent")
+        return 0
+
+    import django
+
+    django.setup()
+    from agents.evaluation.dataset import load_corpus, load_questions
+    from agents.evaluation.metrics import strip_spaces
+    from agents.models import Run, RunStep
+    from kb.models import Chunk
+    from tenants.models import Tenant
+    from tenants.scope import Scope, activate
+
+    questions = load_questions(EVAL / "questions-dev.jsonl", load_corpus(EVAL / "corpus.jsonl"))
+    tenant = Tenant.objects.get(slug=args.tenant)
+    scope = Scope.system(tenant.id, principal="context-replay")
+    with activate(scope):
+        texts = {pk: (text, h) for pk, text, h in Chunk.objects.for_scope(scope).values_list("pk", "text", "content_hash")}
+        latest: dict[str, int] = {}
+        for pk, question in (Run.objects.for_scope(scope)
+                             .filter(strategy_requested="pipeline", created_at__gte=args.since, created_at__lte=args.until)
+                             .values_list("pk", "question")):
+            latest[question] = max(pk, latest.get(question, 0))
+        steps: dict[int, list[dict]] = collections.defaultdict(list)
+        for s in (RunStep.objects.for_scope(scope).filter(run_id__in=list(latest.values())).order_by("run_id", "ordinal")
+                  .values("run_id", "kind", "name", "arguments", "chunk_ids", "output")):
+            steps[s["run_id"]].append(s)
+
+    chunks = {pk: (strip_spaces(text), h) for pk, (text, h) in texts.items()}
+    totals = collections.Counter()
+    by_type: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0.0, 0])
+    lost = collections.Counter()
+    for q in questions:
+        if not q.answerable or q.question not in latest:
+            continue
+        run_steps = steps[latest[q.question]]
+        facts = list(dict.fromkeys(strip_spaces(g.fact) for g in q.gold if g.fact))
+        if not facts:
+            continue
+        lists = searched_lists(run_steps)
+        recorded = next((list(s["arguments"].get("context_chunks", []))[:K_CONTEXT] for s in reversed(run_steps)
+                         if s["kind"] == "model_call" and s["name"] == "answer"), [])
+        replayed = replayed_context(lists, texts)
+        pool = list(dict.fromkeys(c for found in lists for c in found["ids"]))
+
+        def held(ids: list[int], facts: list[str] = facts) -> set[int]:
+            return {i for c in ids for i, f in enumerate(facts) if f in chunks.get(c, ("", ""))[0]}
+
+        in_context, in_pool = held(recorded), held(pool)
+        row = by_type[q.question_type]
+        row[0] += len(in_context) / len(facts)
+        row[1] += len(held(replayed)) / len(facts)
+        row[2] += 1
+        totals["questions"] += 1
+        totals["reproduced"] += replayed == recorded
+        totals["pool"] += len(pool)
+        totals["ceiling"] += len(in_pool) / len(facts)
+        for i in in_pool - in_context:
+            holder = next(c for c in pool if facts[i] in chunks.get(c, ("", ""))[0])
+            ranks = [found["ids"].index(holder) for found in lists if holder in found["ids"]]
+            lost[(min(len(ranks), 3), min(ranks) if min(ranks) < 5 else "5+")] += 1
+
+    n = totals["questions"]
+    if not n:
+        print("no pipeline runs of answerable questions in the window")
+        return 1
+    print(f"{n} answerable questions; contexts reproduced by the replay: {totals['reproduced']}")
+    print("| question type | n | recorded recall | replayed recall |\n|---|---|---|---|")
+    for name, (rec, rep, count) in sorted(by_type.items()):
+        print(f"| {name} | {count} | {rec / count:.4f} | {rep / count:.4f} |")
+    rec_all = sum(r[0] for r in by_type.values()) / n
+    rep_all = sum(r[1] for r in by_type.values()) / n
+    print(f"| all | {n} | {rec_all:.4f} | {rep_all:.4f} |")
+    print(f"\npool: {totals['pool'] / n:.1f} distinct chunks per question; ceiling (every fact the pool holds) {totals['ceiling'] / n:.4f}")
+    print(f"facts in the pool but not in the context: {sum(lost.values())}")
+    print("| lists holding the chunk (3 = 3+) | best rank | facts |\n|---|---|---|")
+    for (lists_n, rank), count in sorted(lost.items(), key=lambda kv: -kv[1]):
+        print(f"| {lists_n} | {rank} | {count} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
