@@ -198,7 +198,9 @@ def _summary(outcome: ToolOutcome) -> str:
         results = outcome.content["results"]
         # Ingest-time injection flags go into the trace, so an auditor sees which shown chunks were suspect.
         flagged = [f"c:{r['chunk_id']} {','.join(r['flagged'])}" for r in results if isinstance(r, dict) and r.get("flagged")]
-        past = f"; past the output budget: {', '.join(f'c:{c.chunk_id}' for c in outcome.overflow)}" if outcome.overflow else ""
+        rank = {cid: i for i, cid in enumerate(outcome.ranked_ids, start=1)}
+        past = f"; past the output budget: {', '.join(f'c:{c.chunk_id} (#{rank.get(c.chunk_id)})' for c in outcome.overflow)}" \
+            if outcome.overflow else ""
         return f"{len(results)} result(s)" + (" (cached)" if outcome.cached else "") + past + \
             (f"; flagged as possible instructions to the model: {'; '.join(flagged)}" if flagged else "")
     return json.dumps(outcome.content, default=str)[:1000]
@@ -299,7 +301,8 @@ def code_search(state: RunState, query: str, k: int, tag: str, filters: dict | N
     # shown whole by its answer call, so hits past that budget are kept (registered as retrieved).
     for chunk in outcome.overflow:
         state.retrieved.setdefault(chunk.chunk_id, chunk)
-    return [*outcome.chunk_ids, *(c.chunk_id for c in outcome.overflow)]
+    # In the search's order: a long hit past the budget keeps its rank above shorter ones shown after it.
+    return list(outcome.ranked_ids) or [*outcome.chunk_ids, *(c.chunk_id for c in outcome.overflow)]
 
 
 def code_facets(state: RunState) -> dict:
@@ -322,7 +325,7 @@ def run_pipeline(state: RunState) -> str:
     known_sources = set(facets.get("sources") or {})
     queries = rewrite(state, facets)
     searched: set[str] = set()
-    narrowed: list[list[int]] = []
+    narrowed: list[tuple[list[int], int]] = []  # (results, their share of the context)
     lists: list[list[int]] = []
     rounds = min(state.budgets.pipeline_rounds, state.budgets.max_iterations)
     for round_no in range(1, rounds + 1):
@@ -331,33 +334,46 @@ def run_pipeline(state: RunState) -> str:
         n_narrowed = sum(1 for _, filters in queries if filters)
         k_narrowed = _share(state, n_narrowed)
         k = _share(state, len(queries))
+        k_whole = min(state.budgets.max_k, state.budgets.max_context_chunks)
         for query, filters in queries:
             key = json.dumps([query, filters], sort_keys=True)
             if key in searched:
                 continue  # a follow-up the judge asks for again: its results are in already
             searched.add(key)
-            ids = code_search(state, query, k_narrowed if filters else k, f"pipeline{round_no}", filters)
+            # A narrowed search asks for the whole context: its share comes first, the rest of its
+            # list fills slots no other search filled (a question naming one publisher often has few).
+            ids = code_search(state, query, k_whole if filters else k, f"pipeline{round_no}", filters)
             if filters and not ids and ("published_after" in filters or "published_before" in filters):
                 undated = {n: v for n, v in filters.items() if n not in ("published_after", "published_before")}
-                ids = code_search(state, query, k_narrowed, f"pipeline{round_no}", undated)  # a time zone can move a day
+                ids = code_search(state, query, k_whole, f"pipeline{round_no}", undated)  # a time zone can move a day
             # Narrowed sub-queries are more specific than the whole question: their results come first.
-            (narrowed if filters else lists).append(ids)
+            if filters:
+                narrowed.append((ids, k_narrowed))
+            else:
+                lists.append(ids)
         if round_no == rounds:
             break  # the last round skips the judge
         if reason := state.spent():
             state.budget_reason = reason
             break
-        verdict = judge(state, _merged(state, narrowed, lists), facets)
+        verdict = judge(state, _context_order(state, narrowed, lists), facets)
         if verdict.get("sufficient"):
             break
         queries = _parsed_queries(verdict.get("missing", []), known_sources)[:MAX_SUBQUERIES] or [(state.question, None)]
-    ids = _merged(state, narrowed, lists)
+    ids = _context_order(state, narrowed, lists)
     return synthesise(state, ids, budget_note(state.budget_reason) if state.budget_reason else "")
 
 
 def _share(state: RunState, n_queries: int) -> int:
     """Results per search when `n_queries` searches fill the context: an equal share, at least 5."""
     return min(state.budgets.max_k, max(5, -(-state.budgets.max_context_chunks // max(n_queries, 1))))
+
+
+def _context_order(state: RunState, narrowed: list[tuple[list[int], int]], others: list[list[int]]) -> list[int]:
+    """The pipeline's context: each narrowed search's share of its results fused first, then the
+    other searches', then the rest of the narrowed searches' results for slots still free (narrowed
+    searches that return the same chunks left slots empty: 16 of 1,705 evaluation contexts)."""
+    return _merged(state, [ids[:share] for ids, share in narrowed], others, [ids[share:] for ids, share in narrowed])
 
 
 def _merged(state: RunState, *groups: list[list[int]]) -> list[int]:

@@ -52,6 +52,9 @@ class ToolOutcome:
     # Hits past the output budget: not shown to the model, so not citable by it. A strategy that
     # builds its context in code (the pipeline) may still use them: its answer call shows them.
     overflow: tuple[RetrievedChunk, ...] = ()
+    # Every hit's id in the search's own order, shown or past the budget (a long chunk that does not
+    # fit is passed over for shorter ones after it, so shown + overflow is not that order).
+    ranked_ids: tuple[int, ...] = ()
 
     @classmethod
     def failed(cls, message: str) -> ToolOutcome:
@@ -152,7 +155,8 @@ def _render_hits(deps: ToolDeps, chunks: list[RetrievedChunk], extra: dict) -> T
         content["note"] = "no matching text in the documents you can see"
     shown = [c for c in chunks if c.chunk_id in {r["chunk_id"] for r in results}]
     return ToolOutcome(content=content, chunk_ids=tuple(c.chunk_id for c in shown),
-                       content_hashes=tuple(c.content_hash for c in shown), overflow=tuple(overflow))
+                       content_hashes=tuple(c.content_hash for c in shown), overflow=tuple(overflow),
+                       ranked_ids=tuple(c.chunk_id for c in chunks))
 
 
 def _hit_to_chunk(hit: retrieval.SearchHit) -> RetrievedChunk:

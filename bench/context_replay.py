@@ -35,31 +35,50 @@ _OVERFLOW = re.compile(r"past the output budget: ([^;]*)")
 
 
 def searched_lists(steps: list[dict]) -> list[dict]:
-    """Each search step's ranked chunk ids (with those past the output budget), its narrowing, its round."""
-    out, round_no = [], 1
+    """Each search step's ranked chunk ids (with those past the output budget at their ranks), its narrowing, its round."""
+    from agents.loop import MAX_SUBQUERIES, parse_json_object
+
+    out, round_no, planned = [], 1, {}
     for s in steps:
-        if s["kind"] == "model_call" and s["name"] == "judge":
-            round_no += 1
+        if s["kind"] == "model_call" and s["name"] in ("rewrite", "judge"):
+            round_no += s["name"] == "judge"
+            # The round's narrowed sub-queries, as the pipeline counts them for their share (a
+            # repeated follow-up counts but is not searched again)
+            items = parse_json_object(s["output"] or "").get("queries" if s["name"] == "rewrite" else "missing") or []
+            planned[round_no] = sum(1 for i in items[:MAX_SUBQUERIES] if isinstance(i, dict) and
+                                    (i.get("sources") or i.get("published_after") or i.get("published_before")))
         if s["kind"] != "tool_call" or s["name"] != "search":
             continue
         ids = list(s["chunk_ids"])
         if m := _OVERFLOW.search(s["output"] or ""):
-            ids += [int(x) for x in re.findall(r"c:(\d+)", m.group(1))]
+            # "c:7079 (#4)": the hit's rank in the search (traces before ranks were recorded: appended)
+            past = [(int(cid), int(rank) if rank else None) for cid, rank in re.findall(r"c:(\d+)(?: \(#(\d+)\))?", m.group(1))]
+            for cid, rank in sorted(past, key=lambda p: p[1] or len(ids) + len(past)):
+                ids.insert(rank - 1 if rank else len(ids), cid)
         a = s["arguments"] or {}
         narrowed = bool(a.get("metadata") or a.get("published_after") or a.get("published_before"))
-        out.append({"ids": ids, "narrowed": narrowed, "round": round_no})
+        retry = bool(out and narrowed and out[-1]["narrowed"] and not out[-1]["ids"] and out[-1]["query"] == a.get("query"))
+        out.append({"ids": ids, "narrowed": narrowed, "round": round_no, "query": a.get("query"), "retry": retry})
+    # A narrowed search's share of the context (agents.loop._share over the round's narrowed sub-queries)
+    for r in {f["round"] for f in out}:
+        n = planned.get(r) or sum(1 for f in out if f["round"] == r and f["narrowed"] and not f["retry"])
+        for f in out:
+            if f["round"] == r:
+                f["share"] = min(K_CONTEXT, max(5, -(-K_CONTEXT // max(n, 1))))
     return out
 
 
 def replayed_context(lists: list[dict], texts: dict[int, tuple[str, str]]) -> list[int]:
-    """The pipeline's merge (agents.loop._merged): narrowed searches fused first, then the others.
+    """The pipeline's merge (agents.loop._context_order): narrowed searches' shares fused first,
+    then the others, then the rest of the narrowed searches' lists.
     `texts`: chunk id -> (text, content hash)."""
-    from agents.loop import _merged
+    from agents.loop import _context_order
 
     state = SimpleNamespace(retrieved={c: SimpleNamespace(text=texts[c][0], content_hash=texts[c][1])
                                        for found in lists for c in found["ids"] if c in texts},
                             budgets=SimpleNamespace(max_context_chunks=K_CONTEXT))
-    return _merged(state, [f["ids"] for f in lists if f["narrowed"]], [f["ids"] for f in lists if not f["narrowed"]])
+    return _context_order(state, [(f["ids"], f["share"]) for f in lists if f["narrowed"]],
+                          [f["ids"] for f in lists if not f["narrowed"]])
 
 
 def main() -> int:

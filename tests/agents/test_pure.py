@@ -284,3 +284,37 @@ def test_shingle_containment_tells_copies_from_shared_phrases():
     assert contained_share(shingles(STORY[: len(STORY) // 2]), story) == 1.0  # a text that is part of the other
     assert contained_share(shingles("Ferry operators said the bridge would cut their routes. " + STORY[:60]), story) < NEAR_COPY
     assert contained_share(shingles(""), story) == 0.0
+
+
+def test_hits_past_the_output_budget_keep_their_rank_for_strategies_that_build_context_in_code():
+    """A long hit that does not fit the output budget is passed over for shorter ones after it; the
+    model sees only those, but the order a strategy merges by stays the search's own (it was shown +
+    the rest, which moved the long hit behind every shorter one)."""
+    from types import SimpleNamespace
+
+    from agents.tools import _render_hits
+
+    hits = [RetrievedChunk(1, 1, "h1", "short one"), RetrievedChunk(2, 2, "h2", "long " * 200),
+            RetrievedChunk(3, 3, "h3", "short three"), RetrievedChunk(4, 4, "h4", "long " * 200)]
+    deps = SimpleNamespace(budgets=Budgets(tool_output_chars=700, chunk_chars=1_500), retrieved={})
+    out = _render_hits(deps, hits, {})
+    assert out.chunk_ids == (1, 3)  # what fits, in order: the model never sees 2 or 4
+    assert [c.chunk_id for c in out.overflow] == [2, 4]
+    assert out.ranked_ids == (1, 2, 3, 4)
+    assert set(deps.retrieved) == {1, 3}
+
+
+def test_pipeline_context_fills_free_slots_from_past_the_narrowed_searches_shares():
+    """Narrowed searches that return the same chunks leave slots free: the rest of their lists fills
+    them, after their shares and after the other searches, never before."""
+    from types import SimpleNamespace
+
+    from agents.loop import _context_order
+
+    chunks = {i: RetrievedChunk(i, i, f"h{i}", f"text number {i} " * 3) for i in range(1, 20)}
+    state = SimpleNamespace(retrieved=chunks, budgets=SimpleNamespace(max_context_chunks=6))
+    narrowed = [([1, 2, 3, 4, 5], 2), ([2, 1, 6, 7, 8], 2)]  # shares: 1, 2 and 2, 1
+    assert _context_order(state, narrowed, [[9, 10]]) == [1, 2, 9, 10, 3, 6]
+    assert _context_order(state, narrowed, [[9, 10, 11, 12, 13]]) == [1, 2, 9, 10, 11, 12]  # the others first
+    state.budgets.max_context_chunks = 10
+    assert _context_order(state, [([1, 2, 3], 5)], []) == [1, 2, 3]  # nothing past the share
