@@ -17,6 +17,8 @@ from kb.embedding import (
     embed_windowed,
     get_embedder,
 )
+from kb.mpnet import MPNetEmbedder
+from kb.mpnet import model_dir as mpnet_model_dir
 from tests.fakes.fake_gemini_embed import FakeGeminiEmbed, fake_vector
 
 os.environ.setdefault("GROUNDED_EMBEDDER_PLUGINS", "tests.fakes.embedders")
@@ -178,3 +180,28 @@ def test_texts_within_the_window_are_embedded_as_they_are():
     emb = SmallWindowEmbedder()
     embed_windowed(emb, ["a b c", "d e f g"])
     assert emb.calls == ["a b c", "d e f g"]
+
+
+def test_mpnet_plugin_resolves_its_key_and_says_how_to_fetch_missing_weights(monkeypatch, tmp_path):
+    from kb import embedding, mpnet
+
+    monkeypatch.setattr(mpnet, "_loaded", None)
+    monkeypatch.setenv("GROUNDED_MPNET_PATH", str(tmp_path / "absent"))
+    found = embedding._resolve("all-mpnet-base-v2:768", "hash", "kb.mpnet")
+    assert isinstance(found, mpnet.MPNetEmbedder) and (found.model_key, found.dim) == ("all-mpnet-base-v2:768", 768)
+    assert mpnet.resolve("all-mpnet-base-v2", 384) is None and mpnet.resolve("minilm-l6-v2", 384) is None
+    assert found.embed_array([]).shape == (0, 768)  # nothing to embed: the model is not loaded
+    with pytest.raises(FileNotFoundError, match="scripts/get_mpnet.sh"):
+        found.embed(["hello"])
+
+
+@pytest.mark.skipif(not (mpnet_model_dir() / "modules.json").exists(), reason="all-mpnet-base-v2 not fetched (scripts/get_mpnet.sh)")
+def test_real_mpnet_embeds_offline():
+    emb = MPNetEmbedder()
+    a, b, c = emb.embed(["Employees may claim hotel costs for business trips.",
+                         "Staff can be reimbursed for accommodation while travelling for work.",
+                         "The cafeteria serves vegetarian lasagna on Fridays."])
+    assert len(a) == 768 and all(abs(norm(v) - 1) < 1e-4 for v in (a, b, c))
+    cos = lambda x, y: sum(p * q for p, q in zip(x, y, strict=True))  # noqa: E731
+    assert cos(a, b) > cos(a, c) + 0.2
+    assert emb.count_tokens("hello world") == 2

