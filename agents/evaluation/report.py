@@ -43,7 +43,8 @@ def markdown(report: dict) -> str:
         "# Evaluation report", "",
         f"- command: `{meta['command']}`",
         f"- questions: {meta['questions']} ({meta['answerable']} with gold evidence), corpus: {meta['corpus_documents']} documents, "
-        f"provider: {meta['provider']}, final context: {meta['context_chunks']} chunks, seed {meta['seed']}",
+        f"provider: {meta['provider']}, embedder: {meta.get('embedding_model') or 'minilm-l6-v2:384'}, "
+        f"final context: {meta['context_chunks']} chunks, seed {meta['seed']}",
         f"- run at {meta['finished_at']} in {meta['elapsed_s']:.0f} s", "",
         "## Retrieval (answerable questions; official MultiHop-RAG matching)", "",
         "| strategy | " + " | ".join(label for _, label in RETRIEVAL_COLUMNS) + " | null → not enough evidence |",

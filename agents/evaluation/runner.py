@@ -44,6 +44,7 @@ class EvalCorpus:
     corpus_id: int
     doc_keys: dict[int, str]  # Document.pk -> corpus doc_id
     uploaded: int  # documents (re)ingested by this call; 0 when everything was reused
+    model_key: str = ""  # the corpus's embedding model, "<model>:<dim>"
 
 
 def check_strategies(names: Iterable[str]) -> list[str]:
@@ -64,27 +65,38 @@ def filename_for(doc_id: str) -> str:
 
 
 def ensure_corpus(docs: list[CorpusDoc], *, tenant_slug: str, corpus_name: str, sentence_vectors: bool = True,
-                  chunk_tokens: int | None = None,
+                  chunk_tokens: int | None = None, embedding_model: str | None = None,
                   progress: Callable[[Iterable], Iterable] = lambda it: it, wait_s: float = 3600.0) -> EvalCorpus:
     """Ingest `docs` into the evaluation tenant's corpus (created on first use, with sentence
-    vectors unless told otherwise) and wait for them.
+    vectors unless told otherwise, embedded with `embedding_model` ("<model>:<dim>", default the
+    product's default for new corpora; a reused corpus is checked against it only when it is
+    given) and wait for them.
 
     Documents no longer in `docs` are deleted so the corpus is exactly the file. Ingest jobs that
     did not run on commit (no broker and an outer transaction, or a busy worker) are run here: jobs
     are idempotent and leased, so running one twice changes nothing. Documents another process is
     ingesting (a Celery worker, a parallel `--shard`) are waited for, up to `wait_s`.
     """
+    from kb.embedding import ModelChoiceError, checked_model_key, default_model_key
     from kb.ingest import resume_stuck_jobs, run_ingest_job, upload_document
 
+    model, _, dim = (embedding_model or default_model_key()).partition(":")
+    try:
+        model_key = checked_model_key(model, int(dim) if dim.isdigit() else 0)
+    except ModelChoiceError as exc:
+        raise EvaluationError(f"--embedding-model {embedding_model or default_model_key()!r}: {exc}") from None
     tenant, _ = Tenant.objects.get_or_create(slug=tenant_slug, defaults={"name": f"Evaluation ({tenant_slug})"})
     scope = Scope.system(tenant.id, principal="evaluate")
-    defaults: dict = {"sentence_vectors": sentence_vectors}
+    defaults: dict = {"sentence_vectors": sentence_vectors, "embedding_model": model, "embedding_dim": int(dim)}
     if chunk_tokens:
         defaults["chunk_target_tokens"] = chunk_tokens
     with activate(scope):
         corpus, _ = Corpus.objects.for_scope(scope).get_or_create(tenant=tenant, name=corpus_name, defaults=defaults)
     if chunk_tokens and corpus.chunk_target_tokens != chunk_tokens:  # nor the chunk size
         raise EvaluationError(f"corpus {corpus_name!r} was chunked at {corpus.chunk_target_tokens} tokens: use another "
+                              "--corpus-name or --tenant, or delete it first")
+    if embedding_model and corpus.model_key != model_key:  # reused vectors would not be the model asked for
+        raise EvaluationError(f"corpus {corpus_name!r} is embedded with {corpus.model_key}, not {model_key}: use another "
                               "--corpus-name or --tenant, or delete it first")
     if corpus.sentence_vectors != sentence_vectors:  # reused documents would not match the flag
         raise EvaluationError(f"corpus {corpus_name!r} was ingested {'with' if corpus.sentence_vectors else 'without'} "
@@ -119,7 +131,7 @@ def ensure_corpus(docs: list[CorpusDoc], *, tenant_slug: str, corpus_name: str, 
     if failed:
         raise EvaluationError(f"{len(failed)} document(s) did not ingest, e.g. {failed[0][0]}: {failed[0][1] or 'still pending'}")
     return EvalCorpus(scope=scope, corpus_id=corpus.pk, doc_keys={pk: names[name].doc_id for pk, name, _, _ in rows},
-                      uploaded=len(jobs))
+                      uploaded=len(jobs), model_key=corpus.model_key)
 
 
 # --- One question -----------------------------------------------------------------------------

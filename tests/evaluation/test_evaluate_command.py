@@ -9,7 +9,7 @@ from django.core.management import CommandError, call_command
 
 from agents.evaluation.dataset import load_corpus
 from agents.evaluation.runner import EvaluationError, ensure_corpus
-from kb.models import Corpus, Document
+from kb.models import Chunk, Corpus, Document
 from tenants.scope import activate
 
 pytestmark = pytest.mark.django_db(databases=["default", "owner"])
@@ -105,3 +105,20 @@ def test_shards_merge_into_the_report_of_one_run(files, tmp_path):
     for strategy in ("classic", "search:keyword"):
         for metric in ("questions", "evidence_recall", "hits_at_10", "null_abstained", "tool_calls"):
             assert merged[strategy]["all"][metric] == whole[strategy]["all"][metric], (strategy, metric)
+
+
+def test_embedding_model_is_set_for_a_new_corpus_and_checked_on_reuse(files):
+    corpus, _ = files
+    docs = load_corpus(corpus)
+    ev = ensure_corpus(docs, tenant_slug="eval-model", corpus_name="c", embedding_model="hash:32")
+    assert ev.model_key == "hash:32"
+    with activate(ev.scope):
+        assert Corpus.objects.for_scope(ev.scope).get(pk=ev.corpus_id).model_key == "hash:32"
+        assert {c.embedding_model for c in Chunk.objects.for_scope(ev.scope).filter(corpus_id=ev.corpus_id)} == {"hash:32"}
+    assert ensure_corpus(docs, tenant_slug="eval-model", corpus_name="c").uploaded == 0  # not asked: as it is
+    with pytest.raises(EvaluationError, match="embedded with hash:32, not minilm-l6-v2:384"):
+        ensure_corpus(docs, tenant_slug="eval-model", corpus_name="c", embedding_model="minilm-l6-v2:384")
+    with pytest.raises(EvaluationError, match="'word2vec': an integer from 1"):  # no dimension
+        ensure_corpus(docs, tenant_slug="eval-model", corpus_name="d", embedding_model="word2vec")
+    with pytest.raises(EvaluationError, match="unknown embedding model"):
+        ensure_corpus(docs, tenant_slug="eval-model", corpus_name="d", embedding_model="word2vec:300")

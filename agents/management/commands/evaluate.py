@@ -49,6 +49,9 @@ class Command(BaseCommand):
                             help="ingest without sentence vectors (searches then skip the sentence re-rank; for comparison)")
         parser.add_argument("--chunk-tokens", type=int, default=None, metavar="N",
                             help="chunk target size in tokens for a corpus created by this run (default: the product's)")
+        parser.add_argument("--embedding-model", default=None, metavar="MODEL:DIM",
+                            help="embedding model key for a corpus created by this run, e.g. all-mpnet-base-v2:768 "
+                                 "(default: GROUNDED_EMBEDDER's, minilm-l6-v2:384 unless set)")
         parser.add_argument("--records", action="store_true", help="also write per-question results (ids and numbers) to records.jsonl")
         parser.add_argument("--no-charts", action="store_true")
         parser.add_argument("--shard", default=None, metavar="I/N",
@@ -75,6 +78,7 @@ class Command(BaseCommand):
         try:
             ev = ensure_corpus(docs, tenant_slug=opts["tenant"], corpus_name=opts["corpus_name"] or opts["corpus"].stem,
                                sentence_vectors=not opts["no_sentence_vectors"], chunk_tokens=opts["chunk_tokens"],
+                               embedding_model=opts["embedding_model"],
                                progress=lambda it: tqdm(it, total=len(docs), desc="ingest", unit="doc", file=sys.stderr))
         except EvaluationError as exc:
             raise CommandError(str(exc)) from exc
@@ -102,7 +106,7 @@ class Command(BaseCommand):
             "corpus": str(opts["corpus"]), "questions_file": str(opts["questions"]), "corpus_documents": len(docs),
             "documents_ingested_now": ev.uploaded, "ingest_s": round(ingest_s, 1), "questions": len(questions),
             "answerable": sum(q.answerable for q in questions), "strategies": strategies,
-            "provider": f"{provider.name}/{provider.model}",
+            "provider": f"{provider.name}/{provider.model}", "embedding_model": ev.model_key,
             "context_chunks": K_CONTEXT, "seed": opts["seed"], "limit": opts["limit"], "shard": opts["shard"],
             "finished_at": datetime.now(UTC).isoformat(timespec="seconds"), "elapsed_s": round(time.perf_counter() - started, 1),
         }
