@@ -47,6 +47,19 @@ class Department(models.Model):
         return f"{self.tenant.slug}/{self.name}"
 
 
+class TenantUser(models.Model):
+    """The tenant a user account belongs to (its home). Users created by a tenant's admins (API or
+    admin site) belong to that tenant; a tenant's admins find and attach only their own tenant's users.
+    Cross-tenant memberships (a consultant in two tenants) are made by operators through the owner
+    connection, never by a tenant admin."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, primary_key=True, related_name="home")
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="users")
+
+    def __str__(self) -> str:
+        return f"{self.user} @ {self.tenant.slug}"
+
+
 class Membership(models.Model):
     """A user's role in a tenant. `all_departments` or an explicit department list."""
 
