@@ -100,7 +100,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 
-ROOT_URLCONF = "kb.urls"
+ROOT_URLCONF = "api.root_urls"
 WSGI_APPLICATION = "kb.wsgi.application"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 TEMPLATES = [
