@@ -1,6 +1,8 @@
-"""Authentication: API keys in the `Authorization: Bearer gk_...` or `X-API-Key` header.
+"""Authentication: API keys in the `Authorization: Bearer gk_...` or `X-API-Key` header, and session
+users, who name their tenant with `X-Tenant: <slug>` when they belong to several.
 
-The authenticated principal carries its Scope; views never build one from request data.
+The authenticated principal carries its Scope; views never build one from request data. Finding the
+key's or user's tenant and reading their row under it is tenants.principals' job.
 """
 
 from __future__ import annotations
@@ -10,8 +12,11 @@ from dataclasses import dataclass
 from rest_framework import authentication, exceptions
 
 from api import ratelimit
-from tenants.models import ApiKey, Membership
+from tenants.models import ApiKey
+from tenants.principals import TenantChoiceRequired, authenticate_key, choose_tenant, user_scope
 from tenants.scope import Scope
+
+TENANT_HEADER = "X-Tenant"
 
 
 @dataclass(frozen=True)
@@ -44,32 +49,44 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         locked = ratelimit.auth_failures_exceeded(address)
         if locked is not None:
             raise exceptions.Throttled(wait=locked.retry_after, detail="too many failed API-key attempts from this address")
-        key = ApiKey.authenticate(raw)
-        if key is None:
+        found = authenticate_key(raw)
+        if found is None:
             ratelimit.record_auth_failure(address)
             raise exceptions.AuthenticationFailed("invalid or revoked API key")
-        return Principal(scope=key.scope(), api_key=key), key
+        key, scope = found
+        return Principal(scope=scope, api_key=key), key
 
     def authenticate_header(self, request) -> str:
         return self.keyword
 
 
 def scope_for_user(user, tenant_slug: str | None = None) -> Scope | None:
-    """The scope of a logged-in user: their membership (in `tenant_slug` if they have several)."""
-    qs = Membership.objects.filter(user=user).select_related("tenant")
-    if tenant_slug:
-        qs = qs.filter(tenant__slug=tenant_slug)
-    membership = qs.order_by("id").first()
-    return membership.scope() if membership else None
+    """The scope of a logged-in user in the tenant they named (`tenant_slug`), or in their only one.
+
+    None when they have no membership. A user of several tenants who names none, or names one that is
+    not theirs (whether or not it exists), gets a 400 naming the X-Tenant header; never a default.
+    """
+    try:
+        choice = choose_tenant(user, tenant_slug or None)
+    except TenantChoiceRequired as exc:
+        if not exc.choices:
+            return None
+        raise exceptions.ValidationError({TENANT_HEADER: [f"{exc}: send the {TENANT_HEADER} header with a tenant slug"]}) from None
+    return user_scope(user, choice.tenant_id)
 
 
 def request_scope(request) -> Scope:
-    """The caller's scope, from the authenticated principal only."""
+    """The caller's scope, from the authenticated principal only (worked out once per request)."""
+    cached = getattr(request, "_grounded_scope", None)
+    if cached is not None:
+        return cached
     user = request.user
+    scope = None
     if isinstance(user, Principal):
-        return user.scope
-    if getattr(user, "is_authenticated", False):
-        scope = scope_for_user(user, request.headers.get("X-Tenant"))
-        if scope is not None:
-            return scope
-    raise exceptions.NotAuthenticated("no tenant membership for this caller")
+        scope = user.scope
+    elif getattr(user, "is_authenticated", False):
+        scope = scope_for_user(user, request.headers.get(TENANT_HEADER))
+    if scope is None:
+        raise exceptions.NotAuthenticated("no tenant membership for this caller")
+    request._grounded_scope = scope
+    return scope

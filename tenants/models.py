@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import hashlib
-import hmac
 import secrets
 
 from django.conf import settings
-from django.db import models
+from django.db import connections, models
 from django.utils import timezone
 
-from tenants.scope import Scope
+from tenants.scope import Scope, ScopeRequired, activate
 
 
 class Role(models.TextChoices):
@@ -97,7 +96,7 @@ class ApiKey(models.Model):
     """A program's credential. Only the hash of the secret is stored; the raw key is shown once.
 
     Raw form: gk_<public id>_<secret>. The public id finds the row; the secret is compared
-    in constant time against its hash.
+    in constant time against its hash (tenants.principals.authenticate_key).
     """
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="api_keys")
@@ -116,29 +115,26 @@ class ApiKey(models.Model):
 
     @classmethod
     def issue(cls, *, tenant: Tenant, name: str, role: str = Role.READER, all_departments: bool = False,
-              departments: list[Department] | None = None) -> tuple[ApiKey, str]:
-        """Create a key and return it with its raw value, which is never retrievable again."""
+              departments: list[Department] | None = None, using: str = "default") -> tuple[ApiKey, str]:
+        """Create a key of `tenant` and return it with its raw value, which is never retrievable again.
+
+        Activates `tenant` itself (RLS), so callers need not; `tenant` must come from the caller's own
+        scope (never from request data). Inside another tenant's activation it refuses (ScopeRequired)
+        rather than write across. `departments` must be `tenant`'s: RLS refuses a link to another
+        tenant's department. Operators pass `using="owner"` (tenants.operator).
+        """
+        active = _active_tenant(using)
+        if active and active != str(tenant.pk):
+            raise ScopeRequired(f"ApiKey.issue for tenant {tenant.pk} inside tenant {active}'s activation")
         public_id = secrets.token_hex(8)
         secret = secrets.token_urlsafe(32)
-        key = cls.objects.create(tenant=tenant, name=name, public_id=public_id, secret_hash=hash_secret(secret),
-                                 role=role, all_departments=all_departments)
-        if departments:
-            key.departments.set(departments)
+        with activate(Scope.system(tenant.pk, principal="issue_key"), using=using):
+            key = cls.objects.db_manager(using).create(
+                tenant=tenant, name=name, public_id=public_id, secret_hash=hash_secret(secret), role=role,
+                all_departments=all_departments)
+            if departments:
+                key.departments.set(departments)
         return key, f"{KEY_PREFIX}{public_id}_{secret}"
-
-    @classmethod
-    def authenticate(cls, raw: str) -> ApiKey | None:
-        if not raw.startswith(KEY_PREFIX) or raw.count("_") < 2:
-            return None
-        public_id, _, secret = raw[len(KEY_PREFIX):].partition("_")
-        key = cls.objects.select_related("tenant").filter(public_id=public_id, revoked_at__isnull=True).first()
-        if key is None or not hmac.compare_digest(key.secret_hash, hash_secret(secret)):
-            return None
-        now = timezone.now()
-        if key.last_used_at is None or (now - key.last_used_at).total_seconds() > 60:
-            cls.objects.filter(pk=key.pk).update(last_used_at=now)
-            key.last_used_at = now
-        return key
 
     def revoke(self) -> None:
         self.revoked_at = timezone.now()
@@ -156,3 +152,10 @@ class ApiKey(models.Model):
             role=self.role,
             principal=f"key:{self.public_id}",
         )
+
+
+def _active_tenant(using: str) -> str:
+    """The tenant id activated on connection `using` ('' for none)."""
+    with connections[using].cursor() as cur:
+        cur.execute("SELECT current_setting('app.tenant_id', true)")
+        return cur.fetchone()[0] or ""

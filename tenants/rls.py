@@ -2,7 +2,8 @@
 
 Tenant-owned tables get ENABLE + FORCE ROW LEVEL SECURITY and one policy comparing the row's
 tenant_id with the transaction-local setting `app.tenant_id` (set by tenants.scope.activate).
-An unset tenant matches nothing, so a forgotten scope fails closed.
+An unset tenant matches nothing, so a forgotten scope fails closed. The tenants app's own tables,
+link tables and the user-flag guard are in tenants/migrations/0003_row_level_security.py.
 """
 
 from __future__ import annotations
@@ -34,7 +35,11 @@ def enable_rls(table: str) -> RunSQL:
 def grant_app_role(sender, using: str = "default", **kwargs) -> None:
     """After migrations (run as owner): make sure the app role exists and may use the tables.
 
-    The role never gets ownership, superuser, BYPASSRLS or TRUNCATE.
+    The role never gets ownership, superuser, BYPASSRLS or TRUNCATE. It may run the two
+    SECURITY DEFINER look-ups that authentication needs before a tenant is known, and may not write
+    Django's permission and group tables (so it cannot grant itself or anyone admin permissions).
+    Safe to run again: every statement is idempotent, and functions not created yet (a database
+    migrated to before tenants 0003) are skipped.
     """
     if using != "owner" or getattr(sender, "name", "") != "tenants":
         return
@@ -49,6 +54,14 @@ def grant_app_role(sender, using: str = "default", **kwargs) -> None:
         cur.execute(f'GRANT USAGE ON SCHEMA public TO "{role}"')
         cur.execute(f'GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO "{role}"')
         cur.execute(f'GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO "{role}"')
+        for table in PERMISSION_TABLES:
+            cur.execute("SELECT to_regclass(%s)", [table])
+            if cur.fetchone()[0] is not None:
+                cur.execute(f'REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON "{table}" FROM "{role}"')
+        for function in DEFINER_FUNCTIONS:
+            cur.execute("SELECT to_regprocedure(%s)", [function])
+            if cur.fetchone()[0] is not None:
+                cur.execute(f'GRANT EXECUTE ON FUNCTION {function} TO "{role}"')
         cur.execute("SELECT current_database()")
         dbname = cur.fetchone()[0]
         cur.execute(f'GRANT CONNECT ON DATABASE "{dbname}" TO "{role}"')
@@ -58,3 +71,8 @@ def grant_app_role(sender, using: str = "default", **kwargs) -> None:
 
 
 APPEND_ONLY_HOOKS: list = []
+
+# Django's permission tables: read-only for the application role.
+PERMISSION_TABLES = ("auth_user_user_permissions", "auth_user_groups", "auth_group_permissions", "auth_group")
+# The cross-tenant look-ups of tenants.principals (created by tenants 0003, owned by the owner role).
+DEFINER_FUNCTIONS = ("grounded_api_key_tenant(text)", "grounded_user_tenants(integer)")

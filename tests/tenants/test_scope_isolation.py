@@ -6,9 +6,8 @@ import pytest
 from django.db import connections
 
 from kb.models import Chunk, Corpus
-from tenants.models import Department
 from tenants.scope import Scope, ScopeRequired, activate
-from tests.factories import dept_scope, make_chunk, make_corpus, make_tenant, whole_tenant
+from tests.factories import department, dept_scope, make_chunk, make_corpus, make_tenant, whole_tenant
 
 pytestmark = pytest.mark.django_db(databases=["default", "owner"])
 
@@ -17,8 +16,8 @@ pytestmark = pytest.mark.django_db(databases=["default", "owner"])
 def two_tenants():
     a = make_tenant("Acme")
     b = make_tenant("Globex")
-    sales_a = Department.objects.get(tenant=a, name="Sales")
-    eng_a = Department.objects.get(tenant=a, name="Engineering")
+    sales_a = department(a, "Sales")
+    eng_a = department(a, "Engineering")
     shared_a = make_corpus(a, "shared")
     sales_c = make_corpus(a, "sales-only", department=sales_a)
     eng_c = make_corpus(a, "eng-only", department=eng_a)
@@ -50,7 +49,7 @@ def test_scoped_query_sees_only_its_tenant_and_departments(two_tenants):
 def test_narrowing_never_widens(two_tenants):
     a, _ = two_tenants
     sales_only = dept_scope(a, "Sales")
-    eng_id = Department.objects.get(tenant=a, name="Engineering").id
+    eng_id = department(a, "Engineering").id
     narrowed = sales_only.narrowed([eng_id])
     assert narrowed.department_ids == frozenset()
     with activate(narrowed):
