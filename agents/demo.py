@@ -15,7 +15,7 @@ from django.db import transaction
 
 from kb.ingest import upload_document
 from kb.models import Corpus, Document, DocumentStatus
-from tenants.models import Department, Membership, Tenant
+from tenants.models import Department, Membership, Tenant, TenantUser
 from tenants.scope import Scope, activate
 
 DEMO_DIR = Path(__file__).resolve().parent.parent / "kb" / "demo"
@@ -59,8 +59,9 @@ def seed_demo(*, log=print) -> Tenant:
     """Tenant, departments, corpora, users, and the uploads (ingestion runs after commit, or in a worker)."""
     with transaction.atomic(using="default"):
         tenant, _ = Tenant.objects.get_or_create(slug=TENANT_SLUG, defaults={"name": TENANT_NAME})
-        departments = {name: Department.objects.get_or_create(tenant=tenant, name=name)[0] for name in DEPARTMENTS}
     scope = Scope.system(tenant.id, principal="load_demo")
+    with activate(scope):
+        departments = {name: Department.objects.get_or_create(tenant=tenant, name=name)[0] for name in DEPARTMENTS}
     corpora: dict[str, Corpus] = {}
     for doc in DOCS:
         if doc.corpus not in corpora:
@@ -74,19 +75,22 @@ def seed_demo(*, log=print) -> Tenant:
         document, job = upload_document(scope=scope, corpus=corpora[doc.corpus], filename=doc.filename, data=data,
                                         metadata=doc.metadata, title=title)
         log(f"{'queued ' if job else 'current'} {doc.corpus} / {doc.filename}")
-    _ensure_users(tenant, departments)
+    _ensure_users(scope, tenant, departments)
     return tenant
 
 
-def _ensure_users(tenant: Tenant, departments: dict[str, Department]) -> None:
+def _ensure_users(scope: Scope, tenant: Tenant, departments: dict[str, Department]) -> None:
+    """The demo's readers: users of the demo tenant (their home), one department each."""
     user_model = get_user_model()
     for username, dept in USERS:
-        user, created = user_model.objects.get_or_create(username=username)
-        if created:
-            user.set_unusable_password()
-            user.save()
-        membership, _ = Membership.objects.get_or_create(user=user, tenant=tenant, defaults={"role": "reader"})
-        membership.departments.set([departments[dept]])
+        with activate(scope):
+            user, created = user_model.objects.get_or_create(username=username)
+            if created:
+                user.set_unusable_password()
+                user.save()
+                TenantUser.objects.create(user=user, tenant=tenant)
+            membership, _ = Membership.objects.get_or_create(user=user, tenant=tenant, defaults={"role": "reader"})
+            membership.departments.set([departments[dept]])
 
 
 def wait_until_ready(scope: Scope, wait_seconds: float, log) -> None:
@@ -107,4 +111,6 @@ def wait_until_ready(scope: Scope, wait_seconds: float, log) -> None:
 
 
 def demo_scope(tenant: Tenant, username: str = "ada") -> Scope:
-    return Membership.objects.get(tenant=tenant, user__username=username).scope()
+    """The scope of demo user `username`'s membership."""
+    with activate(Scope.system(tenant.id, principal="load_demo")):
+        return Membership.objects.get(tenant=tenant, user__username=username).scope()

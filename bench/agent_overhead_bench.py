@@ -101,7 +101,7 @@ def reuse(rows: int) -> dict:
     from tenants.models import Department, Tenant
 
     tenant = Tenant.objects.get(slug="bench-co")
-    return {"tenant": tenant, "depts": list(Department.objects.filter(tenant=tenant).order_by("id")),
+    return {"tenant": tenant, "depts": list(Department.objects.using("owner").filter(tenant=tenant).order_by("id")),
             "corpora": list(Corpus.objects.unscoped_dangerously("owner").filter(tenant=tenant)), "load_s": 0.0, "index_s": 0.0,
             "gen": TextGen(7)}
 

@@ -50,16 +50,17 @@ def resolve_scope(slug: str, user: str | None, key: str | None) -> Scope:
     t = Tenant.objects.filter(slug=slug).first()
     if t is None:
         raise CommandError(f"no tenant with slug {slug!r}")
-    if user:
-        membership = Membership.objects.filter(tenant=t, user__username=user).first()
-        if membership is None:
-            raise CommandError(f"{user!r} is not a member of {slug!r}")
-        return membership.scope()
-    if key:
-        api_key = ApiKey.objects.filter(tenant=t, public_id=key, revoked_at__isnull=True).first()
-        if api_key is None:
-            raise CommandError(f"no active key {key!r} in {slug!r}")
-        return api_key.scope()
+    with activate(Scope.system(t.id, principal="cli")):
+        if user:
+            membership = Membership.objects.filter(tenant=t, user__username=user).first()
+            if membership is None:
+                raise CommandError(f"{user!r} is not a member of {slug!r}")
+            return membership.scope()
+        if key:
+            api_key = ApiKey.objects.filter(tenant=t, public_id=key, revoked_at__isnull=True).first()
+            if api_key is None:
+                raise CommandError(f"no active key {key!r} in {slug!r}")
+            return api_key.scope()
     return Scope(tenant_id=t.id, all_departments=True, role="admin", principal="cli")
 
 

@@ -33,7 +33,7 @@ class Command(BaseCommand):
         if found is None:
             raise CommandError(f"no tenant with slug {tenant!r}")
         scope = Scope.system(found.id, principal="manage.py search")
-        dept_ids = tuple(self._department_id(found, d) for d in department) or None
+        dept_ids = tuple(self._department_id(scope, found, d) for d in department) or None
         corpus_ids = tuple(self._corpus_id(scope, c) for c in corpus) or None
         result = search(scope, query, k=k, mode=mode, filters=SearchFilters(corpus_ids=corpus_ids, department_ids=dept_ids))
         if as_json:
@@ -49,9 +49,10 @@ class Command(BaseCommand):
             self.stdout.write("no hits")
 
     @staticmethod
-    def _department_id(tenant: Tenant, value: str) -> int:
-        qs = Department.objects.filter(tenant=tenant)
-        dept = qs.filter(id=int(value)).first() if value.isdigit() else qs.filter(name=value).first()
+    def _department_id(scope: Scope, tenant: Tenant, value: str) -> int:
+        with activate(scope):
+            qs = Department.objects.filter(tenant=tenant)
+            dept = qs.filter(id=int(value)).first() if value.isdigit() else qs.filter(name=value).first()
         if dept is None:
             raise CommandError(f"no department {value!r} in tenant {tenant.slug}")
         return dept.id
