@@ -9,7 +9,7 @@ from kb.embedding import get_embedder
 from kb.models import Chunk, Corpus, Document
 from tenants.models import Department
 from tenants.scope import activate
-from tests.factories import make_chunk, make_tenant, whole_tenant
+from tests.factories import department, make_chunk, make_tenant, whole_tenant
 
 EMBEDDER = "hash:64"
 
@@ -56,7 +56,7 @@ def make_policy_corpus(tenant):
         chunks[f"travel{i}"] = add_chunk(corpus, text, "Travel and Expense Policy", metadata={"category": "travel", "source": "handbook"})
     for i, text in enumerate(LEAVE):
         chunks[f"leave{i}"] = add_chunk(corpus, text, "Leave Policy", metadata={"category": "leave", "source": "handbook"})
-    sales = Department.objects.get(tenant=tenant, name="Sales")
+    sales = department(tenant, "Sales")
     sales_corpus = hash_corpus(tenant, "Sales only", department=sales)
     chunks["secret"] = add_chunk(sales_corpus, SECRET[0], "Sales Commission")
     return corpus, chunks

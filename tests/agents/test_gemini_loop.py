@@ -16,8 +16,9 @@ from agents.selectors import run_citations, run_steps
 from agents.services import ask
 from agents.tools import TOOL_SPECS
 from kb import retrieval
-from tenants.models import Department, Tenant
+from tenants.models import Tenant
 from tenants.scope import activate
+from tests.factories import department, departments_of
 from tests.fakes.fake_gemini import FakeGemini, calls, malformed, status, text
 
 pytestmark = pytest.mark.django_db(databases=["default", "owner"])
@@ -146,8 +147,8 @@ def test_foreign_ids_in_tool_calls_return_nothing_and_cannot_be_cited(acme, glob
     tenant, _, chunks = acme
     other, other_corpus, canary = globex
     scope = scope_of(tenant, "Engineering")
-    sales = Department.objects.get(tenant=tenant, name="Sales")
-    other_dept = Department.objects.filter(tenant=other).first()
+    sales = department(tenant, "Sales")
+    other_dept = departments_of(other)[0]
     script = [
         calls(("search", {"query": "hotel reimbursed night", "corpus_ids": [other_corpus.id]}),
               ("search", {"query": "commission rate", "department_ids": [sales.id]}),
@@ -180,7 +181,8 @@ def test_foreign_ids_in_tool_calls_return_nothing_and_cannot_be_cited(acme, glob
 def test_budget_overrun_forces_a_final_answer_with_tools_off(acme):
     tenant, _, chunks = acme
     scope = scope_of(tenant)
-    Tenant.objects.filter(pk=tenant.pk).update(settings={"budgets": {"max_tool_calls": 3}})
+    with activate(scope):  # only the tenant itself may change its row (RLS)
+        Tenant.objects.filter(pk=tenant.pk).update(settings={"budgets": {"max_tool_calls": 3}})
     endless = [calls(("search", {"query": f"hotel {i}"}), ("search", {"query": f"leave {i}"})) for i in range(10)]
 
     def final(body):
@@ -224,8 +226,9 @@ def test_malformed_reply_is_retried_then_the_run_fails_with_its_partial_trace(ac
 
 def test_strict_mode_withholds_an_answer_with_unverified_citations(acme):
     tenant, _, chunks = acme
-    Tenant.objects.filter(pk=tenant.pk).update(settings={"strict_citations": True})
     scope = scope_of(tenant)
+    with activate(scope):  # only the tenant itself may change its row (RLS)
+        Tenant.objects.filter(pk=tenant.pk).update(settings={"strict_citations": True})
     script = [calls(("search", {"query": "hotel night"})),
               lambda body: text(f'"Hotels are free." [c:{returned_ids(body)[0]}] See also [c:99999999].')]
     with FakeGemini(script) as fake:

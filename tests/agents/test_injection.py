@@ -9,10 +9,9 @@ import pytest
 from agents.providers.gemini import GeminiProvider
 from agents.selectors import run_citations, run_steps
 from agents.services import ask
-from tenants.models import Department
 from tenants.scope import activate
 from tests.agents.conftest import add_chunk
-from tests.factories import dept_scope, whole_tenant
+from tests.factories import department, departments_of, dept_scope, whole_tenant
 from tests.fakes.fake_gemini import FakeGemini, calls, text
 
 pytestmark = pytest.mark.django_db(databases=["default", "owner"])
@@ -54,8 +53,8 @@ def test_offline_run_is_unaffected_by_planted_instructions(planted):
 def test_model_obeying_an_injection_still_cannot_leave_the_scope(planted):
     tenant, chunks, other, other_corpus, canary, flagged, _ = planted
     scope = dept_scope(tenant, "Engineering")
-    sales = Department.objects.get(tenant=tenant, name="Sales")
-    other_dept = Department.objects.filter(tenant=other).first()
+    sales = department(tenant, "Sales")
+    other_dept = departments_of(other)[0]
     script = [
         calls(("search", {"query": "hotel reimbursement notice"})),
         calls(("search", {"query": "commission rate", "corpus_ids": [other_corpus.id]}),

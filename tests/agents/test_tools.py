@@ -9,9 +9,8 @@ from agents.messages import ToolCall
 from agents.tools import ToolDeps, run_tool
 from kb.ingest import upload_document
 from kb.models import Corpus
-from tenants.models import Department
 from tenants.scope import activate
-from tests.factories import dept_scope, make_tenant, whole_tenant
+from tests.factories import department, dept_scope, make_tenant, whole_tenant
 
 pytestmark = pytest.mark.django_db(databases=["default", "owner"])
 
@@ -68,7 +67,7 @@ def test_search_output_is_labelled_data_and_truncated_to_budget(acme):
 
 def test_search_narrowing_cannot_widen_department_scope(acme):
     tenant, _, chunks = acme
-    sales = Department.objects.get(tenant=tenant, name="Sales")
+    sales = department(tenant, "Sales")
     deps = deps_for(dept_scope(tenant, "Engineering"))
     out = call(deps, "search", query="commission rate net revenue", department_ids=[sales.id])
     assert chunks["secret"].id not in out.chunk_ids

@@ -11,7 +11,7 @@ from rest_framework.test import APIClient
 from kb.ingest import run_ingest_job, upload_document
 from kb.models import Corpus
 from tenants.models import ApiKey, Department, Tenant
-from tests.factories import make_corpus, make_tenant, whole_tenant
+from tests.factories import department, make_corpus, make_tenant, whole_tenant
 
 CANARY = "CANARY-GLOBEX-7f3a"
 
@@ -60,8 +60,7 @@ def ingest(corpus: Corpus, title: str, text: str) -> None:
 def world(db) -> World:
     a = make_tenant("Acme")
     b = make_tenant("Globex")
-    sales = Department.objects.get(tenant=a, name="Sales")
-    eng = Department.objects.get(tenant=a, name="Engineering")
+    sales, eng = department(a, "Sales"), department(a, "Engineering")
     w = World(a=a, b=b, sales=sales, eng=eng, shared=make_corpus(a, "shared"),
               sales_corpus=make_corpus(a, "sales-only", department=sales), eng_corpus=make_corpus(a, "eng-only", department=eng),
               b_corpus=make_corpus(b, f"globex {CANARY}"))

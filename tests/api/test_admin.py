@@ -12,18 +12,23 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 
 from agents.models import Run
 from kb.models import Chunk, Document
-from tenants.models import ApiKey, Membership
+from tenants.models import ApiKey
+from tenants.principals import authenticate_key
 from tenants.scope import activate
 from tests.api.conftest import CANARY
-from tests.factories import whole_tenant
+from tests.factories import departments_of, make_membership, make_staff_user, whole_tenant
 from tests.kb import _transactional  # noqa: F401  (flush transactional tests as owner)
 
-pytestmark = pytest.mark.django_db(databases=["default", "owner"])
+# Staff users are made through the owner connection, as in production (the application role may not set
+# is_staff): their rows are committed, so these tests are transactional.
+pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "owner"])
 
 
-def staff(world, role: str, tenant=None, **kwargs):
-    user = get_user_model().objects.create_user(username=f"{role}-{(tenant or world.a).slug}", password="x" * 12, is_staff=True)
-    Membership.objects.create(user=user, tenant=tenant or world.a, role=role, all_departments=kwargs.get("all_departments", True))
+def staff(world, role: str, tenant=None, departments=None):
+    """A staff user with a `role` membership of `tenant` (A by default): all departments, or `departments`."""
+    tenant = tenant or world.a
+    user = make_staff_user(f"{role}-{tenant.slug}", "x" * 12)
+    make_membership(user, tenant, role, all_departments=departments is None, departments=departments or ())
     return user
 
 
@@ -103,10 +108,11 @@ def test_api_key_created_in_admin_shows_raw_key_once(admin_client, world):
                           follow=True)
     assert r.status_code == 200
     text = r.content.decode()
-    key = ApiKey.objects.get(name="integration")
+    with activate(whole_tenant(world.a)):
+        key = ApiKey.objects.get(name="integration")
     assert key.tenant_id == world.a.id and f"gk_{key.public_id}_" in text
     raw = text.split("id='raw-key'>")[1].split("<")[0] if "id='raw-key'>" in text else text.split('id="raw-key">')[1].split("<")[0]
-    assert ApiKey.authenticate(raw) == key
+    assert authenticate_key(raw)[0] == key
     assert raw not in admin_client.get(f"/admin/tenants/apikey/{key.id}/change/").content.decode()
 
 
@@ -158,8 +164,7 @@ def test_run_export_csv_and_jsonl_follow_filters(client, world):
 
 def test_playground_runs_with_the_chosen_members_scope(admin_client, world):
     sales_user = get_user_model().objects.create(username="sam")
-    m = Membership.objects.create(user=sales_user, tenant=world.a, role="reader")
-    m.departments.set([world.sales])
+    m = make_membership(sales_user, world.a, "reader", departments=[world.sales])
     page = admin_client.get("/admin/agents/run/ask/")
     assert page.status_code == 200 and "globex" not in page.content.decode().lower()
     r = admin_client.post("/admin/agents/run/ask/", {"act_as": f"member:{m.id}", "strategy": "auto",
@@ -169,15 +174,15 @@ def test_playground_runs_with_the_chosen_members_scope(admin_client, world):
     assert run.scope["department_ids"] == [world.sales.id] and not run.scope["all_departments"]
     assert run.principal == f"user:{sales_user.id} via admin:user:{r.wsgi_request.user.id}"
     assert "rotate weekly" not in run.answer  # the engineering runbook is outside Sam's scope
-    b_key = ApiKey.objects.filter(tenant=world.b).first()
+    with activate(whole_tenant(world.b)):
+        b_key = ApiKey.objects.filter(tenant=world.b).first()
     r = admin_client.post("/admin/agents/run/ask/", {"act_as": f"key:{b_key.id}", "strategy": "auto", "question": "hotel?"})
     assert r.context["form"].errors
 
 
-@pytest.mark.django_db(transaction=True, databases=["default", "owner"])
 def test_superuser_sees_every_tenant(client, world):
     """Superusers read through the owner alias, so the data must be committed (transactional test)."""
-    su = get_user_model().objects.create_superuser(username="root", password="x" * 12, email="r@x.test")
+    su = make_staff_user("root", "x" * 12, superuser=True, email="r@x.test")
     client.force_login(su)
     body = client.get("/admin/kb/corpus/").content.decode()
     assert CANARY in body and "shared" in body
@@ -185,26 +190,25 @@ def test_superuser_sees_every_tenant(client, world):
 
 
 def test_staff_without_membership_sees_nothing(client, world):
-    user = get_user_model().objects.create_user(username="lost", password="x" * 12, is_staff=True)
+    user = make_staff_user("lost", "x" * 12)
     client.force_login(user)
     assert client.get("/admin/kb/corpus/").status_code == 403
     assert "Corpora" not in client.get("/admin/").content.decode()
 
 
-@pytest.mark.django_db(transaction=True, databases=["default", "owner"])
 def test_superuser_cannot_give_a_key_another_tenants_department(client, world):
-    su = get_user_model().objects.create_superuser(username="root2", password="x" * 12, email="r2@x.test")
+    su = make_staff_user("root2", "x" * 12, superuser=True, email="r2@x.test")
     client.force_login(su)
-    b_dept = world.b.departments.first()
+    b_dept = departments_of(world.b)[0]
     r = client.post("/admin/tenants/apikey/add/", {"tenant": world.a.id, "name": "mixed", "role": "reader", "departments": [b_dept.id]})
     assert r.status_code == 200 and r.context["adminform"].form.errors == {
         "departments": ["departments must belong to the same tenant"]}
-    assert not ApiKey.objects.filter(name="mixed").exists()
+    assert not ApiKey.objects.using("owner").filter(name="mixed").exists()
 
 
 def test_staff_with_two_tenants_switches_between_them(client, world):
     user = staff(world, "admin")
-    Membership.objects.create(user=user, tenant=world.b, role="editor", all_departments=True)
+    make_membership(user, world.b, "editor", all_departments=True)
     client.force_login(user)
     assert CANARY not in client.get("/admin/kb/corpus/").content.decode()
     client.get(f"/admin/tenants/tenant/switch/{world.b.slug}/")
@@ -228,8 +232,7 @@ def test_verify_chain_and_chunk_browser(client, world):
 
 
 def test_department_admin_cannot_change_tenant_wide_rows_in_the_admin(client, world):
-    user = staff(world, "admin", all_departments=False)
-    Membership.objects.get(user=user).departments.set([world.sales])
+    user = staff(world, "admin", departments=[world.sales])
     client.force_login(user)
     with activate(whole_tenant(world.a)):
         shared_doc = Document.objects.for_scope(whole_tenant(world.a)).get(corpus=world.shared)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.api.conftest import CANARY
+from tests.factories import departments_of
 
 pytestmark = pytest.mark.django_db(databases=["default", "owner"])
 
@@ -55,7 +56,7 @@ def test_bad_input_names_the_field(world, body, field):
 
 
 def test_foreign_department_is_not_found_on_the_field(world):
-    globex_dept = world.b.departments.first()
+    globex_dept = departments_of(world.b)[0]
     r = world.client("a-admin").post("/api/v1/corpora/", {"name": "x", "department": globex_dept.id}, format="json")
     assert r.status_code == 400 and r.json()["error"]["fields"]["department"] == ["department not found"]
 

@@ -6,6 +6,8 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from tenants.models import ApiKey, Membership
+from tenants.scope import Scope, activate
+from tests.factories import make_membership
 
 pytestmark = pytest.mark.django_db(databases=["default", "owner"])
 
@@ -50,24 +52,27 @@ def test_department_admin_cannot_grant_more_than_it_sees(world):
 @pytest.mark.parametrize("who", ["a-reader", "a-editor", "a-auditor"])
 def test_keys_and_members_are_admin_only(world, who):
     c = world.client(who)
-    key = ApiKey.objects.filter(tenant=world.a).first()
+    with activate(Scope.system(world.a.id)):
+        key = ApiKey.objects.filter(tenant=world.a).first()
     for method, url in [("get", "/api/v1/keys/"), ("post", "/api/v1/keys/"), ("get", f"/api/v1/keys/{key.id}/"),
                         ("delete", f"/api/v1/keys/{key.id}/"), ("get", "/api/v1/members/"), ("post", "/api/v1/members/")]:
         assert getattr(c, method)(url, format="json").status_code == 403, (method, url)
 
 
 def test_foreign_key_and_member_ids_are_404(world):
-    b_key = ApiKey.objects.filter(tenant=world.b).first()
+    with activate(Scope.system(world.b.id)):
+        b_key = ApiKey.objects.filter(tenant=world.b).first()
     user = get_user_model().objects.create(username="globex-user")
-    b_member = Membership.objects.create(user=user, tenant=world.b, role="reader")
+    b_member = make_membership(user, world.b, "reader")
     c = world.client("a-admin")
     assert c.get(f"/api/v1/keys/{b_key.id}/").status_code == 404
     assert c.delete(f"/api/v1/keys/{b_key.id}/").status_code == 404
-    b_key.refresh_from_db()
-    assert b_key.is_active
     for method in ("get", "patch", "delete"):
         assert getattr(c, method)(f"/api/v1/members/{b_member.id}/", {"role": "admin"}, format="json").status_code == 404
-    assert Membership.objects.get(pk=b_member.pk).role == "reader"
+    with activate(Scope.system(world.b.id)):
+        b_key.refresh_from_db()
+        assert b_key.is_active
+        assert Membership.objects.get(pk=b_member.pk).role == "reader"
     assert "globex-user" not in c.get("/api/v1/members/").content.decode()
 
 
@@ -92,11 +97,15 @@ def test_members_add_update_remove(world):
 
 def test_session_user_uses_membership_scope_and_x_tenant(world, client):
     user = get_user_model().objects.create_user(username="bob", password="pw-123456789")
-    Membership.objects.create(user=user, tenant=world.a, role="reader", all_departments=True)
-    m_b = Membership.objects.create(user=user, tenant=world.b, role="admin", all_departments=True)
+    make_membership(user, world.a, "reader", all_departments=True)
+    m_b = make_membership(user, world.b, "admin", all_departments=True)
     client.force_login(user)
-    assert {c["name"] for c in client.get("/api/v1/corpora/").json()["results"]} == {"shared", "sales-only", "eng-only"}
-    assert client.get("/api/v1/members/").status_code == 403
+    # Two tenants and no X-Tenant: a 400 naming the header, never "the first membership".
+    r = client.get("/api/v1/corpora/")
+    assert r.status_code == 400 and "X-Tenant" in r.json()["error"]["fields"]
+    r = client.get("/api/v1/corpora/", HTTP_X_TENANT=world.a.slug)
+    assert {c["name"] for c in r.json()["results"]} == {"shared", "sales-only", "eng-only"}
+    assert client.get("/api/v1/members/", HTTP_X_TENANT=world.a.slug).status_code == 403
     r = client.get("/api/v1/members/", HTTP_X_TENANT=world.b.slug)
     assert r.status_code == 200 and r.json()["results"][0]["id"] == m_b.id
     # Changing your own admin role away or removing yourself is refused.

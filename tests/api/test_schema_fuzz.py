@@ -14,10 +14,10 @@ from schemathesis.checks import not_a_server_error
 from agents.models import Run
 from api.views import agents as agent_views
 from kb.models import Document, IngestJob
-from tenants.models import ApiKey, Membership
+from tenants.models import ApiKey
 from tenants.scope import activate
 from tests.api.conftest import CANARY
-from tests.factories import whole_tenant
+from tests.factories import make_membership, whole_tenant
 
 pytestmark = pytest.mark.django_db(databases=["default", "owner"])
 
@@ -35,11 +35,12 @@ def foreign(world, monkeypatch, settings):
         doc = Document.objects.for_scope(b).first()
         job = IngestJob.objects.for_scope(b).first()
         run = Run.objects.for_scope(b).first()
+        key = ApiKey.objects.filter(tenant=world.b).first()
     from django.contrib.auth import get_user_model
 
-    member = Membership.objects.create(user=get_user_model().objects.create(username=f"user-{CANARY}"), tenant=world.b, role="admin")
+    member = make_membership(get_user_model().objects.create(username=f"user-{CANARY}"), world.b, "admin")
     return {"corpus_id": world.b_corpus.id, "document_id": doc.id, "job_id": job.id, "run_id": run.id,
-            "key_id": ApiKey.objects.filter(tenant=world.b).first().id, "member_id": member.id}
+            "key_id": key.id, "member_id": member.id}
 
 
 @pytest.fixture

@@ -8,10 +8,9 @@ import os
 from pathlib import Path
 
 import pytest
-from django.contrib.auth import get_user_model
 
-from tenants.models import Membership
 from tests.api.conftest import World, world  # noqa: F401  (fixture)
+from tests.factories import make_membership, make_staff_user
 from tests.kb import _transactional  # noqa: F401  (flush transactional tests as owner)
 
 CHROMIUM = "/usr/bin/chromium"
@@ -47,8 +46,8 @@ def shot(page, name: str) -> None:
 
 
 def test_admin_upload_ingest_ask_and_review(live_server, world: World, page, tmp_path):  # noqa: F811
-    user = get_user_model().objects.create_user(username="ada", password="correct-horse-9", is_staff=True)
-    Membership.objects.create(user=user, tenant=world.a, role="admin", all_departments=True)
+    user = make_staff_user("ada", "correct-horse-9")
+    make_membership(user, world.a, "admin", all_departments=True)
 
     page.goto(f"{live_server.url}/admin/login/")
     page.fill("#id_username", "ada")

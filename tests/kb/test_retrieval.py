@@ -10,9 +10,8 @@ from django.db import connections
 
 from kb.models import Chunk, Corpus, Document
 from kb.retrieval import SearchFilters, search
-from tenants.models import Department
 from tenants.scope import Scope, activate
-from tests.factories import dept_scope, make_tenant, whole_tenant
+from tests.factories import department, dept_scope, make_tenant, whole_tenant
 
 pytestmark = pytest.mark.django_db(databases=["default", "owner"], transaction=False)
 
@@ -65,8 +64,8 @@ MODES = ("vector", "keyword", "hybrid")
 def two_tenants():
     a = make_tenant("Acme")
     b = make_tenant("Beta")
-    sales = Department.objects.get(tenant=a, name="Sales")
-    eng = Department.objects.get(tenant=a, name="Engineering")
+    sales = department(a, "Sales")
+    eng = department(a, "Engineering")
     ca_wide = corpus(a, "Handbook")
     ca_sales = corpus(a, "Sales playbook", department=sales)
     ca_eng = corpus(a, "Eng wiki", department=eng)

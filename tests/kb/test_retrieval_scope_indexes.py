@@ -13,9 +13,8 @@ from kb import retrieval
 from kb.models import Chunk, Corpus, Document
 from kb.retrieval import HnswIndex, SearchFilters, choose_vector_plan, search
 from kb.vector_index import ensure_scope_indexes, ensure_vector_index, scope_index_name, wanted_scope_indexes
-from tenants.models import Department
 from tenants.scope import Scope, activate
-from tests.factories import dept_scope, make_tenant, whole_tenant
+from tests.factories import departments_of, dept_scope, make_tenant, whole_tenant
 from tests.kb import _transactional  # noqa: F401  (flush transactional tests as owner)
 
 KEY = "scopetest:8"
@@ -68,7 +67,7 @@ def scoped_data(settings):
     settings.VECTOR_SCOPE_INDEX_MIN_ROWS = 50
     rnd = random.Random(11)
     a, b = make_tenant("ScopeA", departments=("Sales", "Engineering", "Ops")), make_tenant("ScopeB")
-    dept = {d.name: d for d in Department.objects.filter(tenant=a)}
+    dept = {d.name: d for d in departments_of(a)}
     data: dict = {"a": a, "b": b, "dept": dept, "corpus": {}, "chunks": {}}
     layout = [(a, dept["Sales"], 200), (a, dept["Engineering"], 200), (a, None, 100), (a, dept["Ops"], 12),
               (b, None, 600)]

@@ -26,8 +26,9 @@ from agents.messages import ToolCall
 from agents.tools import TOOLS, ToolDeps, run_tool
 from kb.celery import app as celery_app
 from kb.models import Corpus
-from tenants.models import Membership
 from tenants.scope import Scope, ScopeRequired, activate
+from tests.factories import make_membership, make_staff_user
+from tests.kb import _transactional  # noqa: F401  (flush transactional tests as owner)
 from tests.reliability.world import B_QUESTION, E_QUESTION, CanaryWorld, Side, leaks, run_ids_of, snapshot, trace_text
 
 pytestmark = pytest.mark.django_db(databases=["default", "owner"])
@@ -500,14 +501,13 @@ def admin_urls(w: CanaryWorld, side: Side) -> list[tuple[str, str]]:
     return out
 
 
+@pytest.mark.django_db(transaction=True, databases=["default", "owner"])  # staff users come through the owner connection
 @pytest.mark.parametrize("who,departments", [("admin", None), ("sales-admin", "Sales")])
 def test_admin_pages_with_foreign_ids_leak_nothing(canary_world, captured_logs, reliability, who, departments):
     """Cross-tenant and cross-department: every admin page with foreign ids"""
     w = canary_world
-    user = get_user_model().objects.create_user(username=f"acme-{who}", password="pw-probe-123", is_staff=True)
-    m = Membership.objects.create(user=user, tenant=w.a, role="admin", all_departments=departments is None)
-    if departments:
-        m.departments.set([w.a_sales])
+    user = make_staff_user(f"acme-{who}", "pw-probe-123")
+    make_membership(user, w.a, "admin", all_departments=departments is None, departments=[w.a_sales] if departments else ())
     from django.test import Client
 
     client = Client()
@@ -561,11 +561,12 @@ def test_admin_pages_with_foreign_ids_leak_nothing(canary_world, captured_logs, 
     assert not failures, "\n".join(failures[:40])
 
 
+@pytest.mark.django_db(transaction=True, databases=["default", "owner"])  # staff users come through the owner connection
 def test_admin_can_add_a_corpus(canary_world):
     """Admin: a tenant admin adds a corpus through the admin form (no foreign ids involved)"""
     w = canary_world
-    user = get_user_model().objects.create_user(username="acme-plain-admin", password="pw-probe-123", is_staff=True)
-    Membership.objects.create(user=user, tenant=w.a, role="admin", all_departments=True)
+    user = make_staff_user("acme-plain-admin", "pw-probe-123")
+    make_membership(user, w.a, "admin", all_departments=True)
     from django.test import Client
 
     client = Client()
@@ -586,11 +587,12 @@ def test_admin_can_add_a_corpus(canary_world):
     assert added() == 1
 
 
+@pytest.mark.django_db(transaction=True, databases=["default", "owner"])  # staff users come through the owner connection
 def test_admin_duplicate_department_name_is_a_form_error(canary_world):
     """Admin: adding a department whose name exists in the tenant is a form error, not a 500"""
     w = canary_world
-    user = get_user_model().objects.create_user(username="acme-dept-admin", password="pw-probe-123", is_staff=True)
-    Membership.objects.create(user=user, tenant=w.a, role="admin", all_departments=True)
+    user = make_staff_user("acme-dept-admin", "pw-probe-123")
+    make_membership(user, w.a, "admin", all_departments=True)
     from django.test import Client
 
     client = Client()

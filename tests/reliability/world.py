@@ -20,9 +20,9 @@ from django.db import connections
 from agents.services import ask
 from kb.ingest import run_ingest_job, upload_document
 from kb.models import Chunk, Corpus, Document, IngestJob
-from tenants.models import ApiKey, Department, Membership, Tenant
+from tenants.models import ApiKey, Department, Tenant
 from tenants.scope import Scope, activate
-from tests.factories import make_tenant, whole_tenant
+from tests.factories import department, departments_of, make_membership, make_tenant, whole_tenant
 
 B_PREFIX = "CNRYB"
 E_PREFIX = "CNRYE"  # tenant A, Engineering department
@@ -109,14 +109,13 @@ def build_world() -> CanaryWorld:
     planted.append(b_dept)
     b = make_tenant(f"Globex {canary(B_PREFIX, 'tenant')}", departments=("Sales", f"Research {b_dept}"))
     planted.append(b.name.split()[-1])
-    a_sales = Department.objects.get(tenant=a, name="Sales")
-    a_eng = Department.objects.get(tenant=a, name="Engineering")
+    a_sales, a_eng = department(a, "Sales"), department(a, "Engineering")
 
-    b_side = Side(tenant_id=b.id, department_ids=list(Department.objects.filter(tenant=b).values_list("id", flat=True)))
+    b_side = Side(tenant_id=b.id, department_ids=[d.id for d in departments_of(b)])
     e_side = Side(tenant_id=a.id, department_ids=[a_eng.id])
     a_own = Side(tenant_id=a.id, department_ids=[a_sales.id, a_eng.id])
 
-    for dept in (None, *Department.objects.filter(tenant=b).order_by("id")):
+    for dept in (None, *departments_of(b)):
         _plant(b, dept, B_PREFIX, b_side, planted, "Globex", "The Globex secret hotel limit")
     _plant(a, a_eng, E_PREFIX, e_side, planted, "Engineering", "The Engineering secret oncall bonus")
     # A's own visible data, so probes also exercise non-empty answers.
@@ -145,17 +144,17 @@ def build_world() -> CanaryWorld:
     e_key, _ = _issue(a, "reader", canary(E_PREFIX, "key"), [a_eng])
     planted.append(e_key.name)
     e_side.key_ids.append(e_key.id)
-    a_own.key_ids += list(ApiKey.objects.filter(tenant=a).exclude(pk=e_key.pk).values_list("id", flat=True))
+    with activate(whole_tenant(a)):
+        a_own.key_ids += list(ApiKey.objects.filter(tenant=a).exclude(pk=e_key.pk).values_list("id", flat=True))
 
     user_model = get_user_model()
     b_user = user_model.objects.create(username=canary(B_PREFIX, "user").lower(), email=f"{canary(B_PREFIX, 'mail').lower()}@globex.test")
     planted += [b_user.username, b_user.email]
-    b_side.member_ids.append(Membership.objects.create(user=b_user, tenant=b, role="reader", all_departments=True).id)
+    b_side.member_ids.append(make_membership(b_user, b, "reader", all_departments=True).id)
     b_side.user_ids.append(b_user.id)
     e_user = user_model.objects.create(username=canary(E_PREFIX, "user").lower())
     planted.append(e_user.username)
-    e_member = Membership.objects.create(user=e_user, tenant=a, role="reader")
-    e_member.departments.set([a_eng])
+    e_member = make_membership(e_user, a, "reader", departments=[a_eng])
     e_side.member_ids.append(e_member.id)
     e_side.user_ids.append(e_user.id)
 
