@@ -15,6 +15,7 @@ from tenants.models import ApiKey, Tenant, TenantUser
 from tenants.principals import TenantChoiceRequired, authenticate_key, choose_tenant, tenants_of_user, user_scope
 from tenants.scope import Scope, activate
 from tests.factories import department, departments_of, make_corpus, make_membership, make_tenant
+from tests.kb.test_migrations import _migrate, scratch_alias  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.django_db(databases=["default", "owner"])
 
@@ -331,3 +332,30 @@ def test_api_key_authenticates_through_the_api(sides):
     assert status == 200 and [r["name"] for r in body["results"]] == ["acme shared"]
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {a.raw_key[:-1]}x")
     assert client.get("/api/v1/corpora/").status_code == 401
+
+
+# --- the migration reverses cleanly ------------------------------------------------------------------
+
+
+def _rls_objects(alias: str) -> tuple[list, list, list]:
+    with connections[alias].cursor() as cur:
+        cur.execute("SELECT relname FROM pg_class WHERE relname LIKE 'tenants_%%' AND relrowsecurity ORDER BY 1")
+        tables = [r[0] for r in cur.fetchall()]
+        cur.execute("SELECT proname FROM pg_proc WHERE proname LIKE 'grounded_%%' ORDER BY 1")
+        functions = [r[0] for r in cur.fetchall()]
+        cur.execute("SELECT tgname FROM pg_trigger WHERE tgrelid = 'auth_user'::regclass AND NOT tgisinternal")
+        triggers = [r[0] for r in cur.fetchall()]
+    return tables, functions, triggers
+
+
+def test_migration_0003_reverses_and_reapplies(scratch_alias):  # noqa: F811
+    _migrate(scratch_alias, ("tenants", "0003_row_level_security"))
+    tables, functions, triggers = _rls_objects(scratch_alias)
+    assert tables == ["tenants_apikey", "tenants_apikey_departments", "tenants_department", "tenants_membership",
+                      "tenants_membership_departments", "tenants_tenant", "tenants_tenantuser"]
+    assert functions == ["grounded_api_key_tenant", "grounded_guard_user_flags", "grounded_user_tenants"]
+    assert triggers == ["auth_user_privilege_flags"]
+    _migrate(scratch_alias, ("tenants", "0002_tenant_user"))
+    assert _rls_objects(scratch_alias) == ([], [], [])
+    _migrate(scratch_alias, ("tenants", "0003_row_level_security"))
+    assert _rls_objects(scratch_alias) == (tables, functions, triggers)
