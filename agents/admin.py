@@ -25,20 +25,12 @@ from django.utils.html import format_html
 from agents.chain import GENESIS, run_hash
 from agents.models import Citation, Outcome, Run, RunStep, Verdict
 from kb.models import Chunk
-from tenants.admin import TenantScopedAdmin, admin_role, admin_scope, scoped, scoped_filter, scoped_queryset, scoped_view
+from tenants.access import ROLE_GRANTS, visible_api_keys, visible_memberships
+from tenants.admin_base import TenantScopedAdmin, admin_role, admin_scope, scoped, scoped_filter, scoped_queryset, scoped_view
 from tenants.models import ApiKey, Department, Membership, Tenant
 
 AUDITORS = frozenset({"auditor", "admin"})
 UNVERIFIED = [v for v in Verdict.values if v != Verdict.VERIFIED]
-
-
-def runs_for(request):
-    """Runs the staff user may review; a department-restricted user sees runs confined to its departments."""
-    qs = scoped_queryset(request, Run)
-    scope = admin_scope(request)
-    if scope is not None and not scope.all_departments:
-        qs = qs.filter(scope__all_departments=False, scope__department_ids__contained_by=sorted(scope.department_ids))
-    return qs
 
 
 class DepartmentFilter(admin.SimpleListFilter):
@@ -59,7 +51,7 @@ class PrincipalFilter(admin.SimpleListFilter):
     parameter_name = "principal"
 
     def lookups(self, request, model_admin):
-        principals = runs_for(request).order_by().values_list("principal", flat=True).distinct()[:100]
+        principals = scoped_queryset(request, Run).order_by().values_list("principal", flat=True).distinct()[:100]
         return [(p, p) for p in sorted(principals)]
 
     def queryset(self, request, queryset):
@@ -137,7 +129,7 @@ class RunAdmin(TenantScopedAdmin):
         return filters if request.user.is_superuser else filters[1:]
 
     def get_queryset(self, request):
-        return runs_for(request).select_related("tenant").annotate(
+        return scoped_queryset(request, Run).select_related("tenant").annotate(
             n_citations=Count("citations"), n_unverified=Count("citations", filter=Q(citations__verdict__in=UNVERIFIED)))
 
     @admin.display(description="question")
@@ -246,10 +238,12 @@ class RunAdmin(TenantScopedAdmin):
 
         if admin_role(request) not in {"superuser", "admin", "editor"}:
             raise PermissionDenied
-        form = PlaygroundForm(request.POST or None, choices=playground_choices(request), strategies=STRATEGIES)
+        with scoped(request):
+            form = PlaygroundForm(request.POST or None, choices=playground_choices(request), strategies=STRATEGIES)
+            valid = request.method == "POST" and form.is_valid()
+            scope = resolve_actor(request, form.cleaned_data["act_as"]) if valid else None
         context = {**self.admin_site.each_context(request), "opts": self.opts, "title": "Ask playground", "form": form}
-        if request.method == "POST" and form.is_valid():
-            scope = resolve_actor(request, form.cleaned_data["act_as"])
+        if valid:
             if scope is None:
                 form.add_error("act_as", "not found")
             else:
@@ -278,16 +272,17 @@ class PlaygroundForm(forms.Form):
 
 
 def _actors(request):
+    """Members and active keys the staff user may act as: those it may manage (tenants.access), every
+    tenant's for a superuser."""
     scope = admin_scope(request)
-    members = Membership.objects.select_related("user", "tenant").order_by("tenant_id", "id")
-    keys = ApiKey.objects.filter(revoked_at__isnull=True).select_related("tenant").order_by("tenant_id", "id")
-    if scope is not None:
-        # Act only as members/keys the admin may manage (api.access: within its departments when restricted).
-        from api.access import visible_api_keys, visible_memberships
-
-        members = members.filter(pk__in=visible_memberships(scope).values("pk"))
-        keys = keys.filter(pk__in=visible_api_keys(scope).values("pk"))
-    return members, keys
+    if scope is None:
+        members = Membership.objects.using("owner")
+        keys = ApiKey.objects.using("owner")
+    else:  # only principals whose role the user could grant (tenants.access.ROLE_GRANTS)
+        roles = sorted(ROLE_GRANTS.get(scope.role, ()))
+        members, keys = visible_memberships(scope).filter(role__in=roles), visible_api_keys(scope).filter(role__in=roles)
+    return (members.select_related("user", "tenant").order_by("tenant_id", "id"),
+            keys.filter(revoked_at__isnull=True).select_related("tenant").order_by("tenant_id", "id"))
 
 
 def playground_choices(request) -> list[tuple[str, str]]:
@@ -297,10 +292,11 @@ def playground_choices(request) -> list[tuple[str, str]]:
 
 
 def resolve_actor(request, value: str):
+    """The scope of the member or key picked (only among those the user may act as); None otherwise."""
     kind, _, pk = value.partition(":")
     members, keys = _actors(request)
     obj = (members if kind == "member" else keys if kind == "key" else members.none()).filter(pk=pk if pk.isdigit() else 0).first()
-    return obj.scope() if obj else None
+    return obj.scope() if obj is not None else None
 
 
 # Outcome is imported for templates that switch on it.

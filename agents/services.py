@@ -133,14 +133,6 @@ def _citation_row(pk: int, tenant_id: int, run_id: int, c: CitationCheck) -> Cit
                     reason=c.reason)
 
 
-def access_run(scope: Scope, run_id: int) -> Run:
-    """A run the caller may audit; Run.DoesNotExist alike for a missing id, another tenant's run and a
-    run outside the caller's departments (agents.selectors.runs_for). Inside `activate(scope)`."""
-    from agents.selectors import runs_for
-
-    return runs_for(scope).get(pk=run_id)
-
-
 def run_summary(run: Run) -> dict:
     """The run as a JSON-ready dict (what the API returns and the stream's final event carries)."""
     return {"id": run.id, "outcome": run.outcome, "answer": run.answer, "grounded": run.grounded, "strict": run.strict,

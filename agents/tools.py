@@ -21,7 +21,7 @@ from agents.citations import RetrievedChunk, grounding_report
 from agents.messages import ToolCall, ToolSpec
 from agents.planning import without_facets
 from agents.prompts import DATA_NOTICE, chunk_block
-from agents.selectors import chunks_around, document_section, metadata_facets, visible_corpora
+from agents.selectors import chunks_around, corpus_overview, document_section, metadata_facets
 from kb import retrieval
 from tenants.scope import Scope, activate
 
@@ -239,7 +239,7 @@ def read(deps: ToolDeps, *, chunk_id: int | None = None, neighbours: int = 1, do
 def list_corpora(deps: ToolDeps) -> ToolOutcome:
     """The corpora (document collections) the caller can see, with their ids for narrowing searches."""
     with activate(deps.scope):
-        corpora = visible_corpora(deps.scope)
+        corpora = corpus_overview(deps.scope)
     return ToolOutcome(content={"corpora": corpora})
 
 

@@ -5,4 +5,9 @@ class ApiConfig(AppConfig):
     name = "api"
 
     def ready(self) -> None:
+        from django.contrib import admin
+
         from api import schema  # noqa: F401  (registers the OpenAPI auth extension)
+        from api.admin_login import LockoutAuthenticationForm
+
+        admin.site.login_form = LockoutAuthenticationForm

@@ -23,12 +23,16 @@ def _flatten(detail, prefix: str = "") -> dict[str, list[str]]:
 
 
 def exception_handler(exc, context):
-    from rest_framework.exceptions import PermissionDenied
+    """DRF's handler in the one error format; the domain's access errors (tenants.scope) mapped:
+    NotVisible -> 404, NotAllowed -> 400 on the field it names, else 403."""
+    from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
 
-    from tenants.scope import WriteOutsideScope
+    from tenants.scope import NotAllowed, NotVisible
 
-    if isinstance(exc, WriteOutsideScope):
-        exc = PermissionDenied(str(exc))
+    if isinstance(exc, NotVisible):
+        exc = NotFound(str(exc))
+    elif isinstance(exc, NotAllowed):
+        exc = ValidationError({exc.field: [str(exc)]}) if exc.field else PermissionDenied(str(exc))
     response = drf_exception_handler(exc, context)
     if response is None:
         return None

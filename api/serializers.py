@@ -1,5 +1,6 @@
-"""Request validation and response shapes. Validation of ids that name tenant rows goes through
-api.access (so a foreign id is "not found", reported on the field at fault)."""
+"""Request validation and response shapes. Ids that name tenant rows are checked through the domain's
+access rules (tenants.access, kb.access), so a foreign id is "not found", reported on the field at
+fault; what a caller may grant is checked by tenants.access.check_grant in the services the views call."""
 
 from __future__ import annotations
 
@@ -8,13 +9,14 @@ import json
 from django.conf import settings
 from django.contrib.auth.validators import UnicodeUsernameValidator
 from rest_framework import serializers
-from rest_framework.exceptions import NotFound
 
 from agents.loop import STRATEGIES
-from api.access import access_department
+from kb.access import check_may_create_corpus
 from kb.models import DEFAULT_CHUNK_TARGET_TOKENS, Corpus, Document, IngestJob
+from tenants.access import access_department, departments_in_scope
 from tenants.models import ApiKey, Department, Membership, Role
-from tenants.scope import Scope
+from tenants.scope import NotAllowed, NotVisible, Scope
+from tenants.services import display_name
 
 
 def _department_in_scope(scope, department_id: int | None) -> Department | None:
@@ -22,8 +24,15 @@ def _department_in_scope(scope, department_id: int | None) -> Department | None:
         return None
     try:
         return access_department(scope, department_id)
-    except NotFound:
+    except NotVisible:
         raise serializers.ValidationError("department not found") from None
+
+
+def _departments(scope: Scope, ids: list[int]) -> list[Department]:
+    try:
+        return departments_in_scope(scope, ids)
+    except NotAllowed as exc:
+        raise serializers.ValidationError(str(exc)) from None
 
 
 class DepartmentSerializer(serializers.ModelSerializer):
@@ -82,9 +91,11 @@ class CorpusSerializer(serializers.ModelSerializer):
             for name in ("embedding_model", "embedding_dim"):
                 if name in attrs and attrs[name] != getattr(self.instance, name):
                     raise serializers.ValidationError({name: "changes by re-embedding the corpus: POST /corpora/{id}/reembed/"})
-        scope = self.context["scope"]
-        if self.instance is None and not scope.may_change_department(attrs.get("department_id")):
-            raise serializers.ValidationError({"department": "a department-limited admin must place the corpus in one of its departments"})
+        if self.instance is None:
+            try:
+                check_may_create_corpus(self.context["scope"], attrs.get("department_id"))
+            except NotAllowed as exc:
+                raise serializers.ValidationError({exc.field or "department": str(exc)}) from None
         return attrs
 
 
@@ -263,13 +274,7 @@ class ApiKeySerializer(serializers.ModelSerializer):
         return f"gk_{obj.public_id}_"
 
     def validate_departments(self, ids: list[int]) -> list[Department]:
-        return [_department_in_scope(self.context["scope"], i) for i in dict.fromkeys(ids)]
-
-    def validate(self, attrs):
-        scope = self.context["scope"]
-        if attrs.get("all_departments") and not scope.all_departments:
-            raise serializers.ValidationError({"all_departments": "you may not grant more departments than you see"})
-        return attrs
+        return _departments(self.context["scope"], ids)
 
 
 class ApiKeyCreatedSerializer(ApiKeySerializer):
@@ -280,18 +285,31 @@ class ApiKeyCreatedSerializer(ApiKeySerializer):
 
 
 class MembershipSerializer(serializers.ModelSerializer):
+    """A member. `username` is the name in this tenant: adding one finds the tenant's own user of that
+    name or creates one (signing in as `login`, `<username>@<tenant slug>`); users of other tenants are
+    never found, and the answer is the same whether the name exists elsewhere or not."""
+
     username = serializers.CharField(source="user.username", max_length=150, validators=[UnicodeUsernameValidator()])
+    login = serializers.SerializerMethodField(help_text="The name the member signs in with")
     email = serializers.EmailField(source="user.email", required=False, allow_blank=True)
     departments = serializers.ListField(child=serializers.IntegerField(min_value=1), required=False, write_only=True)
     department_ids = serializers.SerializerMethodField()
 
     class Meta:
         model = Membership
-        fields = ["id", "username", "email", "role", "all_departments", "departments", "department_ids"]
+        fields = ["id", "username", "login", "email", "role", "all_departments", "departments", "department_ids"]
         read_only_fields = ["id"]
 
     def get_department_ids(self, obj) -> list[int]:
         return sorted(d.id for d in obj.departments.all())
+
+    def get_login(self, obj) -> str:
+        return obj.user.username
+
+    def to_representation(self, obj):
+        data = super().to_representation(obj)
+        data["username"] = display_name(obj.user, obj.tenant.slug)
+        return data
 
     def validate_role(self, value: str) -> str:
         if value not in Role.values:
@@ -299,11 +317,9 @@ class MembershipSerializer(serializers.ModelSerializer):
         return value
 
     def validate_departments(self, ids: list[int]) -> list[Department]:
-        return [_department_in_scope(self.context["scope"], i) for i in dict.fromkeys(ids)]
+        return _departments(self.context["scope"], ids)
 
     def validate(self, attrs):
         if self.instance is not None and "user" in attrs:
             raise serializers.ValidationError({"username": "cannot be changed; remove and add the member instead"})
-        if attrs.get("all_departments") and not self.context["scope"].all_departments:
-            raise serializers.ValidationError({"all_departments": "you may not grant more departments than you see"})
         return attrs

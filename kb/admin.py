@@ -9,16 +9,18 @@ import json
 from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 from django.db.models import Count, OuterRef, Subquery
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 
+from kb import access
 from kb.models import DEFAULT_EMBEDDING_DIM, DEFAULT_EMBEDDING_MODEL, Chunk, Corpus, Document, IngestJob
-from tenants.admin import TenantScopedAdmin, admin_scope, scoped_filter, scoped_queryset, scoped_view
+from tenants.admin_base import TenantScopedAdmin, admin_scope, scoped_filter, scoped_queryset, scoped_view
 from tenants.models import Department
-from tenants.scope import Scope, WriteOutsideScope
+from tenants.scope import NotAllowed, Scope
 
 EDITORS = frozenset({"admin", "editor"})
 
@@ -50,6 +52,12 @@ class CorpusAdmin(TenantScopedAdmin):
         # Documents and chunks copy the corpus's department; moving the corpus would strand them.
         return [*self.readonly_fields, "department"] if obj is not None else self.readonly_fields
 
+    def may_change_object(self, scope: Scope, obj) -> None:
+        if obj.pk is None:
+            access.check_may_create_corpus(scope, obj.department_id)
+        else:
+            access.check_may_change(scope, obj, "corpus")
+
     @admin.display(description="documents", ordering="n_documents")
     def document_count(self, obj) -> int:
         return obj.n_documents
@@ -72,7 +80,7 @@ class CorpusAdmin(TenantScopedAdmin):
                 for corpus in queryset:
                     try:
                         job = start_reembed(scope=_acting_scope(request, corpus.tenant_id), corpus=corpus, model_key=key)
-                    except WriteOutsideScope as exc:
+                    except NotAllowed as exc:
                         messages.error(request, f"{corpus.name}: {exc}")
                         continue
                     messages.success(request, f"{corpus.name}: " + (f"re-embedding into {key} (job {job.pk})" if job
@@ -150,6 +158,9 @@ class DocumentAdmin(TenantScopedAdmin):
             job_status=Subquery(latest.values("status")[:1]), job_stage=Subquery(latest.values("stage")[:1]),
             job_done=Subquery(latest.values("chunks_done")[:1]), job_total=Subquery(latest.values("chunks_total")[:1]))
 
+    def may_change_object(self, scope: Scope, obj) -> None:
+        access.check_may_change(scope, obj, "document")
+
     @admin.display(description="progress")
     def progress(self, obj) -> str:
         if getattr(obj, "job_status", None) is None:
@@ -173,7 +184,7 @@ class DocumentAdmin(TenantScopedAdmin):
         from kb.ingest import UploadRejected, upload_document
 
         if not self.has_add_permission(request):
-            raise PermissionError("not allowed")
+            raise PermissionDenied("not allowed")
         form = UploadForm(request.POST or None, request.FILES or None)
         form.fields["corpus"].queryset = scoped_queryset(request, Corpus)
         if request.method == "POST" and form.is_valid():
@@ -207,7 +218,7 @@ class DocumentAdmin(TenantScopedAdmin):
         for doc in queryset:
             try:
                 reingest_document(scope=_acting_scope(request, doc.tenant_id), document=doc)
-            except WriteOutsideScope as exc:
+            except NotAllowed as exc:
                 messages.error(request, f"{doc.title}: {exc}")
                 continue
             n += 1
@@ -221,7 +232,7 @@ class DocumentAdmin(TenantScopedAdmin):
         for doc in queryset:
             try:
                 delete_document(scope=_acting_scope(request, doc.tenant_id), document=doc)
-            except WriteOutsideScope as exc:
+            except NotAllowed as exc:
                 messages.error(request, f"{doc.title}: {exc}")
                 continue
             n += 1
@@ -255,7 +266,7 @@ class ChunkAdmin(TenantScopedAdmin):
         from kb.retrieval import SearchFilters, search
 
         if not self.has_view_permission(request):
-            raise PermissionError("not allowed")
+            raise PermissionDenied("not allowed")
         query = request.GET.get("q", "").strip()
         mode = request.GET.get("mode", "hybrid") if request.GET.get("mode") in {"vector", "keyword", "hybrid"} else "hybrid"
         corpora = list(scoped_queryset(request, Corpus).order_by("name"))
@@ -280,12 +291,6 @@ class IngestJobAdmin(TenantScopedAdmin):
     list_filter = ["status", "kind", scoped_filter("corpus", Corpus, "corpus")]
     view_roles = EDITORS
     edit_roles = frozenset()
-
-    def get_queryset(self, request):
-        # Jobs carry no department: a department-restricted admin sees them through their corpus, as in the API.
-        qs = super().get_queryset(request)
-        scope = admin_scope(request)
-        return qs.filter(corpus__in=scoped_queryset(request, Corpus)) if scope is not None and not scope.all_departments else qs
 
     @admin.display(description="progress")
     def progress(self, obj) -> str:

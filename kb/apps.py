@@ -4,3 +4,6 @@ from django.apps import AppConfig
 class KbConfig(AppConfig):
     name = "kb"
     verbose_name = "Knowledge base"
+
+    def ready(self) -> None:
+        from kb import access  # noqa: F401  (registers the visibility rules of kb's models)

@@ -38,6 +38,7 @@ from django.db.models import Q
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from kb import access
 from kb.embedding import Embedder, TransientEmbeddingError, embed_windowed, get_embedder
 from kb.models import Chunk, Corpus, Document, DocumentContent, DocumentStatus, EmbeddingCache, IngestJob, JobStatus
 from kb.vector_index import HALFVEC_MAX_DIM, ensure_vector_index
@@ -82,6 +83,7 @@ def upload_document(*, scope: Scope, corpus: Corpus, filename: str, data: bytes,
     """
     from kb.parsing import ParseError, detect_type
 
+    access.check_may_edit_documents(scope)
     if corpus.tenant_id != scope.tenant_id or not scope.sees_department(corpus.department_id):
         raise UploadRejected("corpus", "corpus not found")
     if not scope.may_change_department(corpus.department_id):
@@ -150,7 +152,7 @@ def upload_document(*, scope: Scope, corpus: Corpus, filename: str, data: bytes,
 
 def reingest_document(*, scope: Scope, document: Document) -> IngestJob:
     """Parse, chunk and embed the stored bytes again (e.g. after a parser upgrade); returns the new job."""
-    scope.check_may_change(document.department_id, "document")
+    access.check_may_change(scope, document, "document")
     with activate(scope):
         locked = Document.objects.for_scope(scope).select_for_update().get(pk=document.pk)
         Document.objects.for_scope(scope).filter(pk=locked.pk).update(status=DocumentStatus.PENDING, error="",
@@ -160,7 +162,7 @@ def reingest_document(*, scope: Scope, document: Document) -> IngestJob:
 
 def delete_document(*, scope: Scope, document: Document) -> None:
     """Delete a document with its chunks, content and jobs; the corpus's chunk count follows."""
-    scope.check_may_change(document.department_id, "document")
+    access.check_may_change(scope, document, "document")
     with activate(scope):
         Corpus.objects.for_scope(scope).select_for_update().filter(pk=document.corpus_id).first()  # serialise with writers
         locked = Document.objects.for_scope(scope).select_for_update().filter(pk=document.pk).first()
@@ -688,7 +690,7 @@ def resume_stuck_jobs(*, older_than: float = 600, limit: int = 500) -> list[int]
 def start_reembed(*, scope: Scope, corpus: Corpus, model_key: str) -> IngestJob | None:
     """Queue re-embedding of all the corpus's chunks into `model_key`; searches keep the old model
     until the job switches atomically. Returns the (possibly already running) job, None if nothing to do."""
-    scope.check_may_change(corpus.department_id, "corpus")
+    access.check_may_change(scope, corpus, "corpus")
     embedder = get_embedder(model_key)  # unknown keys fail here, before anything is stored
     if embedder.dim > HALFVEC_MAX_DIM:
         raise ValueError(f"{model_key}: {embedder.dim}-d vectors cannot be indexed (max {HALFVEC_MAX_DIM})")

@@ -74,7 +74,7 @@ ALLOWED_HOSTS = [h.strip() for h in os.environ.get("ALLOWED_HOSTS", "localhost,1
 CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o]
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "tenants.admin_site.GroundedAdminConfig",  # django.contrib.admin with the project's site
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",

@@ -7,6 +7,7 @@ class TenantsConfig(AppConfig):
     def ready(self) -> None:
         from django.db.models.signals import post_migrate
 
+        from tenants import access  # noqa: F401  (registers the visibility rules of tenants' models)
         from tenants.rls import grant_app_role
 
         post_migrate.connect(grant_app_role, dispatch_uid="tenants.grant_app_role")

@@ -25,7 +25,22 @@ class ScopeRequired(RuntimeError):
 ROLES = ("admin", "editor", "reader", "auditor")
 
 
-class WriteOutsideScope(PermissionError):
+class NotVisible(LookupError):
+    """The row is not visible to the caller. Raised alike for a missing id and another tenant's (or
+    department's), so nothing reveals what exists elsewhere. The API answers 404; the admin, "not found"."""
+
+
+class NotAllowed(PermissionError):
+    """The caller sees the row (or may act in the tenant) but may not do this. `field`, when set, names
+    the input at fault (the API answers 400 on that field, the admin shows a form error); without one
+    the API answers 403 and the admin refuses the request."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class WriteOutsideScope(NotAllowed):
     """A change to a row the caller may read but not change (see Scope.may_change_department)."""
 
 

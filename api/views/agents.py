@@ -19,10 +19,10 @@ from rest_framework import serializers, status
 from rest_framework.exceptions import Throttled, ValidationError
 from rest_framework.response import Response
 
+from agents.access import access_run, visible_runs
 from agents.models import Citation, Outcome, Run, RunStep, Verdict
 from agents.selectors import run_citations, run_steps
 from api import serializers as s
-from api.access import access_run, visible_runs
 from api.permissions import ASK, AUDIT
 from api.ratelimit import consume_daily_run, daily_run_limit
 from api.views.base import ScopedAPIView

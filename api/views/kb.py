@@ -5,16 +5,17 @@ from __future__ import annotations
 from django.db.models import Count, Prefetch
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
-from rest_framework.exceptions import NotFound, ValidationError
+from rest_framework.exceptions import ValidationError
 from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.response import Response
 
 from api import serializers as s
-from api.access import access_corpus, access_document, access_job, visible_corpora, visible_documents, visible_jobs
 from api.permissions import EDIT_DOCUMENTS, MANAGE, READ_KB
 from api.views.base import ScopedAPIView
+from kb import access
+from kb.access import access_corpus, access_document, access_job, visible_corpora, visible_documents, visible_jobs
 from kb.models import Corpus, DocumentStatus, IngestJob, JobStatus
-from tenants.scope import activate
+from tenants.scope import NotVisible, activate
 
 
 class CorpusList(ScopedAPIView):
@@ -57,7 +58,7 @@ class CorpusDetail(ScopedAPIView):
     def patch(self, request, corpus_id: int):
         with activate(self.scope):
             corpus = access_corpus(self.scope, corpus_id)
-            self.scope.check_may_change(corpus.department_id, "corpus")
+            access.check_may_change(self.scope, corpus, "corpus")
             ser = s.CorpusSerializer(corpus, data=request.data, partial=True, context={"scope": self.scope})
             ser.is_valid(raise_exception=True)
             for field, value in ser.validated_data.items():
@@ -70,7 +71,7 @@ class CorpusDetail(ScopedAPIView):
     def delete(self, request, corpus_id: int):
         with activate(self.scope):
             corpus = access_corpus(self.scope, corpus_id)
-            self.scope.check_may_change(corpus.department_id, "corpus")
+            access.check_may_change(self.scope, corpus, "corpus")
             corpus.delete()
         return Response(status=status.HTTP_204_NO_CONTENT)
 
@@ -88,7 +89,7 @@ class CorpusReembed(ScopedAPIView):
 
         with activate(self.scope):
             corpus = access_corpus(self.scope, corpus_id)
-        self.scope.check_may_change(corpus.department_id, "corpus")
+        access.check_may_change(self.scope, corpus, "corpus")
         ser = s.ReembedSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
         job = start_reembed(scope=self.scope, corpus=corpus, model_key=ser.validated_data["model_key"])
@@ -154,7 +155,7 @@ class DocumentList(ScopedAPIView):
         with activate(self.scope):
             try:
                 corpus = access_corpus(self.scope, data["corpus"])
-            except NotFound:
+            except NotVisible:
                 raise ValidationError({"corpus": ["corpus not found"]}) from None
             for i, f in enumerate(data["files"]):
                 try:

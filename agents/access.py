@@ -1,0 +1,51 @@
+"""Who may see a tenant's agent runs, their steps and citations. The one home of these rules
+(tenants.access states the conventions); the API, the admin's audit review and the tools use them.
+
+Runs are read by auditors and admins. A department-limited caller sees only runs that were
+themselves confined to departments it can see: a whole-tenant run may have read any department, so
+its question, steps and answer are not for a department's eyes. Steps and citations follow their run.
+Runs are append-only: nobody changes them (the database refuses it as well; agents.chain).
+"""
+
+from __future__ import annotations
+
+from django.db.models import QuerySet
+
+from agents.models import Citation, Run, RunStep
+from tenants.access import one, visibility_rule
+from tenants.scope import NotAllowed, Scope
+
+AUDITORS = frozenset({"auditor", "admin", "system"})
+ASKERS = frozenset({"reader", "editor", "admin", "system"})
+
+
+@visibility_rule(Run)
+def visible_runs(scope: Scope) -> QuerySet:
+    qs = Run.objects.for_scope(scope)
+    if not scope.all_departments:
+        qs = qs.filter(scope__all_departments=False, scope__department_ids__contained_by=sorted(scope.department_ids))
+    return qs
+
+
+@visibility_rule(RunStep)
+def visible_run_steps(scope: Scope) -> QuerySet:
+    return RunStep.objects.for_scope(scope).filter(run__in=visible_runs(scope))
+
+
+@visibility_rule(Citation)
+def visible_citations(scope: Scope) -> QuerySet:
+    return Citation.objects.for_scope(scope).filter(run__in=visible_runs(scope))
+
+
+def access_run(scope: Scope, run_id: object) -> Run:
+    return one(visible_runs(scope), run_id, "run")
+
+
+def check_may_audit(scope: Scope) -> None:
+    if scope.role not in AUDITORS:
+        raise NotAllowed("your role does not allow reading runs")
+
+
+def check_may_ask(scope: Scope) -> None:
+    if scope.role not in ASKERS:
+        raise NotAllowed("your role does not allow asking")

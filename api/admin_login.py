@@ -1,0 +1,24 @@
+"""The admin sign-in with the API's lockout (api.ratelimit): an address that failed
+AUTH_FAILURES_PER_IP times in the window is refused, right password or not, until it ends.
+Installed on the admin site by ApiConfig.ready (the lockout belongs to the HTTP edge)."""
+
+from __future__ import annotations
+
+from django import forms
+from django.contrib.admin.forms import AdminAuthenticationForm
+
+from api import ratelimit
+
+
+class LockoutAuthenticationForm(AdminAuthenticationForm):
+    def clean(self):
+        address = ratelimit.client_address(self.request)
+        locked = ratelimit.auth_failures_exceeded(address)
+        if locked is not None:
+            raise forms.ValidationError(f"Too many failed sign-ins from this address: try again in {locked.retry_after} s.",
+                                        code="locked")
+        try:
+            return super().clean()
+        except forms.ValidationError:
+            ratelimit.record_auth_failure(address)
+            raise

@@ -1,0 +1,85 @@
+"""Who may see and change a tenant's knowledge base: corpora, documents, chunks and ingestion jobs.
+The one home of these rules (tenants.access states the conventions); the API and the admin site
+both use them.
+
+Visibility: a corpus is visible when it is tenant-wide or in one of the caller's departments; a
+document, chunk or job only when its own department is visible AND its corpus is (a department's
+document in a tenant-wide corpus stays with its department). Chunks are read for answers only through
+kb.retrieval.search, which applies the same scope; the chunk rule here serves the admin's browser.
+
+Changes are narrower than reads (Scope.may_change_department): a department-limited caller reads
+tenant-wide rows but changes only rows of its own departments.
+"""
+
+from __future__ import annotations
+
+from django.db.models import QuerySet
+
+from kb.models import Chunk, ChunkSentence, Corpus, Document, IngestJob
+from tenants.access import one, visibility_rule
+from tenants.scope import NotAllowed, Scope
+
+EDITORS = frozenset({"admin", "editor", "system"})
+CORPUS_MANAGERS = frozenset({"admin", "system"})
+
+
+@visibility_rule(Corpus)
+def visible_corpora(scope: Scope) -> QuerySet:
+    return Corpus.objects.for_scope(scope)
+
+
+@visibility_rule(Document)
+def visible_documents(scope: Scope) -> QuerySet:
+    return Document.objects.for_scope(scope).filter(corpus__in=visible_corpora(scope))
+
+
+@visibility_rule(Chunk)
+def visible_chunks(scope: Scope) -> QuerySet:
+    return Chunk.objects.for_scope(scope).filter(corpus__in=visible_corpora(scope))
+
+
+@visibility_rule(ChunkSentence)
+def visible_chunk_sentences(scope: Scope) -> QuerySet:
+    return ChunkSentence.objects.for_scope(scope).filter(chunk__in=visible_chunks(scope))
+
+
+@visibility_rule(IngestJob)
+def visible_jobs(scope: Scope) -> QuerySet:
+    """Jobs carry no department: they are visible through their corpus."""
+    return IngestJob.objects.for_scope(scope).filter(corpus__in=visible_corpora(scope))
+
+
+def access_corpus(scope: Scope, corpus_id: object) -> Corpus:
+    return one(visible_corpora(scope), corpus_id, "corpus")
+
+
+def access_document(scope: Scope, document_id: object) -> Document:
+    return one(visible_documents(scope).select_related("corpus"), document_id, "document")
+
+
+def access_job(scope: Scope, job_id: object) -> IngestJob:
+    return one(visible_jobs(scope), job_id, "job")
+
+
+def check_may_edit_documents(scope: Scope) -> None:
+    if scope.role not in EDITORS:
+        raise NotAllowed("your role does not allow changing documents")
+
+
+def check_may_manage_corpora(scope: Scope) -> None:
+    if scope.role not in CORPUS_MANAGERS:
+        raise NotAllowed("your role does not allow managing corpora")
+
+
+def check_may_change(scope: Scope, obj: Corpus | Document, what: str) -> None:
+    """`obj` (visible to `scope`) may be changed or deleted by it: its role allows it and the row is in
+    one of its departments (or it is tenant-wide)."""
+    (check_may_manage_corpora if isinstance(obj, Corpus) else check_may_edit_documents)(scope)
+    scope.check_may_change(obj.department_id, what)
+
+
+def check_may_create_corpus(scope: Scope, department_id: int | None) -> None:
+    """A new corpus goes into one of the caller's departments (tenant-wide only for a tenant-wide admin)."""
+    check_may_manage_corpora(scope)
+    if not scope.may_change_department(department_id):
+        raise NotAllowed("a department-limited admin must place the corpus in one of its departments", field="department")

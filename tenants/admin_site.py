@@ -1,0 +1,29 @@
+"""The project's admin site: Django's, plus the tenant choice for staff of several tenants.
+
+A staff user with admin-site memberships in several tenants sees, until they pick one, only the
+choice (links to the tenant switch, `admin:tenants_tenant_switch`); never "the first membership".
+"""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.contrib.admin.apps import AdminConfig
+from django.template.response import TemplateResponse
+
+
+class GroundedAdminConfig(AdminConfig):
+    """Django's admin app with the project's site (listed in INSTALLED_APPS instead of django.contrib.admin)."""
+
+    default_site = "tenants.admin_site.GroundedAdminSite"
+
+
+class GroundedAdminSite(admin.AdminSite):
+    site_header = "grounded administration"
+
+    def index(self, request, extra_context=None):
+        from tenants.admin_base import admin_tenant_choices, needs_tenant_choice
+
+        if needs_tenant_choice(request):
+            context = {**self.each_context(request), "title": "Choose a tenant", "choices": admin_tenant_choices(request)}
+            return TemplateResponse(request, "admin/tenants/choose_tenant.html", context)
+        return super().index(request, extra_context)
