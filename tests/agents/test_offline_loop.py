@@ -37,9 +37,9 @@ def test_multi_part_question_is_answered_with_verified_citations(acme):
 
 
 def test_department_auditors_see_only_runs_confined_to_their_departments(acme):
-    from agents.models import Run
-    from agents.selectors import runs_for
-    from agents.services import access_run
+    from agents.access import access_run
+    from agents.access import visible_runs as runs_for
+    from tenants.scope import NotVisible
     from tests.factories import whole_tenant
 
     tenant, _, _ = acme
@@ -49,7 +49,7 @@ def test_department_auditors_see_only_runs_confined_to_their_departments(acme):
     with activate(eng):
         assert [r.id for r in runs_for(eng)] == [eng_run.id]
         assert access_run(eng, eng_run.id).id == eng_run.id
-        with pytest.raises(Run.DoesNotExist):
+        with pytest.raises(NotVisible):
             access_run(eng, whole_run.id)
         assert run_steps(eng, whole_run.id) == [] and run_citations(eng, whole_run.id) == []
     with activate(sales):
