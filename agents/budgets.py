@@ -19,7 +19,8 @@ class Budgets:
     max_iterations: int = 6  # model turns in the agentic loop; search rounds in the pipeline
     max_context_chunks: int = 10  # chunks in the final context of classic/pipeline answers
     max_tokens: int = 60_000  # input + output tokens over all model calls of one run
-    max_wall_seconds: float = 90.0
+    max_wall_seconds: float = 90.0  # no model call outlives it: a call still running then is abandoned
+    max_output_tokens: int = 2_048  # one model reply's cap (lower when less of max_tokens is left)
     max_k: int = 10  # largest k a search tool call may ask for
     tool_output_chars: int = 6_000  # what one tool result may put in front of the model
     chunk_chars: int = 1_500  # one chunk's text in a tool result or context
@@ -36,7 +37,7 @@ _LIMITS: dict[str, tuple[float, float]] = {
     "max_tool_calls": (0, 100), "max_iterations": (1, 30), "max_context_chunks": (1, 50), "max_tokens": (1_000, 2_000_000),
     "max_wall_seconds": (1, 900), "max_k": (1, 50), "tool_output_chars": (500, 100_000), "chunk_chars": (200, 20_000),
     "context_chars": (1_000, 200_000),
-    "pipeline_rounds": (1, 6),
+    "pipeline_rounds": (1, 6), "max_output_tokens": (64, 32_000),
 }
 
 

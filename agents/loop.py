@@ -27,6 +27,7 @@ from agents.messages import (
     Message,
     ModelRequest,
     ModelTurn,
+    ProviderError,
     Task,
     ToolCall,
     ToolResultMessage,
@@ -95,6 +96,10 @@ class BudgetSpent:
 NextStep = CallTools | FinalAnswer | BudgetSpent
 
 
+ANSWER_RESERVE = 0.25  # share of the wall budget kept for the final answer once research stops
+MIN_OUTPUT_TOKENS = 64  # a reply's cap never goes below this, even when the token budget is spent
+
+
 @dataclass
 class RunState:
     """Everything one run knows. Mutated only by the step functions below."""
@@ -119,10 +124,21 @@ class RunState:
     def retrieved(self) -> dict[int, RetrievedChunk]:
         return self.deps.retrieved
 
+    @property
+    def deadline(self) -> float:
+        """time.monotonic() by which every model call of the run is over (abandoned if still running)."""
+        return self.started + self.budgets.max_wall_seconds
+
+    def output_cap(self) -> int:
+        """One reply's output-token cap: max_output_tokens, less when less of the run's token budget is left."""
+        left = self.budgets.max_tokens - self.input_tokens - self.output_tokens
+        return max(MIN_OUTPUT_TOKENS, min(self.budgets.max_output_tokens, left))
+
     def spent(self) -> str:
-        """Why no more research may happen ('' while budgets remain)."""
+        """Why no more research may happen ('' while budgets remain). Research stops when
+        ANSWER_RESERVE of the wall budget is left, so the final answer has time before the deadline."""
         b = self.budgets
-        if time.monotonic() - self.started >= b.max_wall_seconds:
+        if time.monotonic() - self.started >= b.max_wall_seconds * (1 - ANSWER_RESERVE):
             return f"wall time of {b.max_wall_seconds:g}s reached"
         if self.input_tokens + self.output_tokens >= b.max_tokens:
             return f"token budget of {b.max_tokens} reached"
@@ -157,11 +173,13 @@ def call_model(state: RunState, task: Task, messages: list[Message], *, tools_en
     conversational = task in ("agent", "repair")  # continues the tool conversation, so tools stay declared
     request = ModelRequest(task=task, system=system_prompt(with_tools=tools_enabled and task == "agent"),
                            messages=tuple(messages), tools=TOOL_SPECS if conversational else (), tools_enabled=tools_enabled,
-                           question=state.question, context=context, deadline=state.started + state.budgets.max_wall_seconds)
+                           question=state.question, context=context, deadline=state.deadline,
+                           max_output_tokens=state.output_cap())
     started = time.perf_counter()
     step = StepRecord(ordinal=len(state.steps), kind="model_call", name=task,
                       arguments={"provider": state.provider.name, "model": state.provider.model, "tools_enabled": tools_enabled,
-                                 "messages": len(messages), "context_chunks": [c.chunk_id for c in context]})
+                                 "messages": len(messages), "context_chunks": [c.chunk_id for c in context],
+                                 "max_output_tokens": request.max_output_tokens})
     try:
         turn = state.provider.generate(request)
     except Exception as exc:
@@ -256,7 +274,10 @@ def repair_citations(state: RunState, answer: str) -> str:
         return answer
     report = "; ".join(f"[c:{c.chunk_id}] {c.verdict} ({c.reason})" for c in bad[:10])
     state.messages.append(UserMessage(repair_prompt(report)))
-    turn = call_model(state, "repair", state.messages, tools_enabled=False)
+    try:
+        turn = call_model(state, "repair", state.messages, tools_enabled=False)
+    except ProviderError:  # e.g. the deadline cut the repair: the draft stands (its verdicts say what failed)
+        return answer
     state.messages.append(AssistantMessage(text=turn.text, raw=turn.raw))
     fixed = check_citations(turn.text, state.retrieved)
     if turn.text.strip() and (is_not_enough_evidence(turn.text) or (fixed and all(c.verified for c in fixed))):

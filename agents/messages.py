@@ -75,7 +75,10 @@ class ModelRequest:
     tools_enabled: bool = True
     question: str = ""  # the user's original question
     context: tuple[ContextChunk, ...] = ()  # already rendered into `messages`; structured copy for local reasoning
-    deadline: float | None = None  # time.monotonic() value after which no retry should start (the run's wall budget)
+    # time.monotonic() value by which the call must be over: no retry starts after it, and a network
+    # provider abandons (closes) a call still running at it. The run's wall budget.
+    deadline: float | None = None
+    max_output_tokens: int | None = None  # the reply's token cap (from the run's token budget); None = provider default
 
 
 @dataclass(frozen=True)
@@ -84,13 +87,28 @@ class Usage:
     output_tokens: int = 0
 
 
+FinishReason = Literal["stop", "tool_calls", "length", "other", ""]
+
+
 @dataclass(frozen=True)
 class ModelTurn:
     text: str
     tool_calls: tuple[ToolCall, ...] = ()
     usage: Usage = field(default_factory=Usage)
     raw: Any = None
+    # Why the model stopped, normalised: "length" = cut off at the output cap (OpenAI finish_reason
+    # "length", Gemini MAX_TOKENS); "" = the provider did not say.
+    finish_reason: FinishReason = ""
+
+    @property
+    def truncated(self) -> bool:
+        """The reply was cut off: its text (or tool arguments) is not complete."""
+        return self.finish_reason == "length"
 
 
 class ProviderError(RuntimeError):
     """The model could not be reached or answered unusably, after retries."""
+
+
+class DeadlineExceeded(ProviderError):
+    """The call was abandoned (its connection closed) because the run's wall budget ran out."""

@@ -5,6 +5,11 @@ traces them. Parallel function calls in one turn become several ToolCalls; their
 back together in one turn. With tools disabled the request keeps the declarations but sets
 function calling mode NONE, so the model must answer in text. Retries (429, 5xx, transport
 errors, unreadable replies) are ours, with exponential backoff; the SDK's own are off.
+
+Every call is bounded like the OpenAI-compatible one: `max_output_tokens` from the request, a
+per-request timeout that never passes the request's deadline, and a streamed reply
+(`streamGenerateContent`) that is closed, connection and all, when the deadline comes first.
+The finish reason MAX_TOKENS becomes finish_reason "length" on the turn.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from google.genai import errors, types
 
 from agents.messages import (
     AssistantMessage,
+    DeadlineExceeded,
     Message,
     ModelRequest,
     ModelTurn,
@@ -54,7 +60,7 @@ class GeminiProvider:
                  sleep: Callable[[float], None] = time.sleep) -> None:
         if not api_key:
             raise ProviderError("GEMINI_API_KEY is not set")
-        self.model = model
+        self.model, self.timeout_s = model, timeout_s
         self.max_attempts, self.backoff_s, self.sleep, self.temperature = max_attempts, backoff_s, sleep, temperature
         options = types.HttpOptions(base_url=base_url or None, api_version=api_version or None, timeout=int(timeout_s * 1000))
         self.client = genai.Client(api_key=api_key, http_options=options)
@@ -66,10 +72,12 @@ class GeminiProvider:
         return cls(**kwargs)
 
     def generate(self, request: ModelRequest) -> ModelTurn:
+        """One turn. Raises ProviderError after retries, DeadlineExceeded when the deadline cuts the call."""
         config = types.GenerateContentConfig(
             system_instruction=request.system,
             temperature=self.temperature,
             automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
+            max_output_tokens=request.max_output_tokens or None,
         )
         if request.tools:
             config.tools = [types.Tool(function_declarations=[
@@ -79,15 +87,28 @@ class GeminiProvider:
             config.tool_config = types.ToolConfig(function_calling_config=types.FunctionCallingConfig(mode=mode))
         contents = to_contents(request.messages)
 
-        def call() -> types.GenerateContentResponse:
-            response = self.client.models.generate_content(model=self.model, contents=contents, config=config)
-            if not response.candidates and not (response.prompt_feedback and response.prompt_feedback.block_reason):
+        def call() -> list[types.GenerateContentResponse]:
+            left = self.timeout_s if request.deadline is None else min(self.timeout_s, request.deadline - time.monotonic())
+            if left <= 0:
+                raise DeadlineExceeded("the run's wall budget is spent: no time left for a model call")
+            config.http_options = types.HttpOptions(timeout=max(1, int(left * 1000)))
+            chunks: list[types.GenerateContentResponse] = []
+            stream = self.client.models.generate_content_stream(model=self.model, contents=contents, config=config)
+            try:
+                for chunk in stream:
+                    if request.deadline is not None and time.monotonic() >= request.deadline:
+                        raise DeadlineExceeded("the run's wall budget ran out while the model was still replying: "
+                                               "the call was abandoned")
+                    chunks.append(chunk)
+            finally:
+                stream.close()  # closes the HTTP response too: the server sees the client go
+            if not any(c.candidates for c in chunks) and not any(c.prompt_feedback and c.prompt_feedback.block_reason for c in chunks):
                 raise errors.UnknownApiResponseError("response has no candidates")
-            return response
+            return chunks
 
-        response = with_retries(call, attempts=self.max_attempts, backoff_s=self.backoff_s, classify=_retryable,
-                                sleep=self.sleep, deadline=request.deadline, what=f"gemini {self.model}")
-        return from_response(response)
+        chunks = with_retries(call, attempts=self.max_attempts, backoff_s=self.backoff_s, classify=_retryable,
+                              sleep=self.sleep, deadline=request.deadline, what=f"gemini {self.model}")
+        return from_chunks(chunks)
 
 
 def to_contents(messages: tuple[Message, ...] | list[Message]) -> list[types.Content]:
@@ -118,6 +139,32 @@ def to_contents(messages: tuple[Message, ...] | list[Message]) -> list[types.Con
     return contents
 
 
+def from_chunks(chunks: list[types.GenerateContentResponse]) -> ModelTurn:
+    """A streamed reply's chunks as one turn: their parts in order (adjacent plain text joined),
+    the last usage and finish reason reported."""
+    parts: list[types.Part] = []
+    finish, usage = None, None
+    for chunk in chunks:
+        usage = chunk.usage_metadata or usage
+        candidate = chunk.candidates[0] if chunk.candidates else None
+        if candidate is None:
+            continue
+        finish = candidate.finish_reason or finish
+        for part in (candidate.content.parts or []) if candidate.content else []:
+            plain = part.text is not None and not part.thought and not part.thought_signature and part.function_call is None
+            last = parts[-1] if parts else None
+            if plain and last is not None and last.text is not None and not last.thought and not last.thought_signature \
+                    and last.function_call is None:
+                parts[-1] = types.Part(text=(last.text or "") + (part.text or ""))
+            else:
+                parts.append(part)
+    content = types.Content(role="model", parts=parts) if parts else None
+    response = types.GenerateContentResponse(
+        candidates=[types.Candidate(content=content, finish_reason=finish)] if chunks and any(c.candidates for c in chunks) else [],
+        usage_metadata=usage)
+    return from_response(response)
+
+
 def from_response(response: types.GenerateContentResponse) -> ModelTurn:
     usage = response.usage_metadata
     tokens = Usage(input_tokens=(usage.prompt_token_count or 0) if usage else 0,
@@ -134,4 +181,9 @@ def from_response(response: types.GenerateContentResponse) -> ModelTurn:
             calls.append(ToolCall(id=fc.id or f"gemini-{i}", name=fc.name or "", arguments=dict(args or {}), arguments_error=problem))
         elif part.text and not part.thought:
             texts.append(part.text)
-    return ModelTurn(text="".join(texts).strip(), tool_calls=tuple(calls), usage=tokens, raw=content)
+    finish = candidate.finish_reason if candidate else None
+    reason = "" if finish is None else "length" if finish == types.FinishReason.MAX_TOKENS else \
+        "stop" if finish == types.FinishReason.STOP else "other"
+    if reason == "stop" and calls:
+        reason = "tool_calls"
+    return ModelTurn(text="".join(texts).strip(), tool_calls=tuple(calls), usage=tokens, raw=content, finish_reason=reason)

@@ -8,7 +8,11 @@ thread and records every request body.
         provider = GeminiProvider(api_key="test", model="gemini-test", base_url=fake.base_url, backoff_s=0)
 
 A script item is a turn (`text`, `calls`), an error (`status(429)`), a broken body (`malformed()`),
-or a callable taking the request body and returning one of those.
+or a callable taking the request body and returning one of those. Misbehaviours: `cut_off(turn)`
+(finish reason MAX_TOKENS), `slow(seconds, turn)`, `never_stops()` (streams text until the
+client goes), `close_connection()` (drops the socket without a reply). `streamGenerateContent`
+is served as SSE; `single_slot=True` makes the server generate one reply at a time, like a
+self-hosted server with one slot, so a reply nobody stopped delays the next request.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -23,7 +28,7 @@ from typing import Any
 Turn = dict[str, Any]
 ScriptItem = Turn | Callable[[dict], Turn]
 
-_PATH = re.compile(r"^/(v1beta|v1)/models/([^/:]+):generateContent$")
+_PATH = re.compile(r"^/(v1beta|v1)/models/([^/:]+):(generateContent|streamGenerateContent)$")
 
 
 def text(value: str, *, prompt_tokens: int = 100, output_tokens: int = 20) -> Turn:
@@ -49,9 +54,32 @@ def malformed() -> Turn:
     return {"raw": '{"candidates": [ {"content": '}
 
 
+def cut_off(turn: Turn) -> Turn:
+    """The turn, ended with finish reason MAX_TOKENS (the output cap cut it)."""
+    return {**turn, "finish": "MAX_TOKENS"}
+
+
+def slow(seconds: float, turn: Turn) -> Turn:
+    return {**turn, "delay": seconds}
+
+
+def never_stops(piece: str = "and so on ", interval: float = 0.02) -> Turn:
+    """Streams `piece` every `interval` seconds until the client closes the connection."""
+    return {"forever": piece, "interval": interval}
+
+
+def close_connection() -> Turn:
+    return {"close": True}
+
+
 class FakeGemini:
-    def __init__(self, script: list[ScriptItem], *, when_exhausted: ScriptItem | None = None) -> None:
+    def __init__(self, script: list[ScriptItem], *, when_exhausted: ScriptItem | None = None, single_slot: bool = False) -> None:
         self.script = list(script)
+        self.single_slot = single_slot
+        self.slot = threading.Lock()
+        self.active = 0  # replies being generated right now
+        self.abandoned = 0  # replies the client stopped reading (connection closed mid-stream)
+        self.last_idle = time.monotonic()
         self.when_exhausted = when_exhausted or text("fake script exhausted")
         self.requests: list[dict] = []
         self.paths: list[str] = []
@@ -103,7 +131,32 @@ class FakeGemini:
                 with fake._lock:
                     fake.requests.append(body)
                     fake.paths.append(self.path)
+                if fake.single_slot:
+                    with fake.slot:
+                        return self._generate(body)
+                return self._generate(body)
+
+            def _generate(self, body: dict) -> None:
+                with fake._lock:
+                    fake.active += 1
+                try:
+                    self._reply(body)
+                finally:
+                    with fake._lock:
+                        fake.active -= 1
+                        fake.last_idle = time.monotonic()
+
+            def _reply(self, body: dict) -> None:
                 turn = fake.next_turn(body)
+                streamed = ":streamGenerateContent" in self.path
+                if turn.get("delay"):
+                    time.sleep(turn["delay"])
+                if turn.get("close"):
+                    self.close_connection = True
+                    self.connection.shutdown(2)
+                    return
+                if "forever" in turn:
+                    return self._forever(turn)
                 if "status" in turn:
                     code = turn["status"]
                     return self._send(code, {"error": {"code": code, "message": turn.get("message", ""), "status": "UNAVAILABLE"}})
@@ -111,11 +164,37 @@ class FakeGemini:
                     return self._send_bytes(200, turn["raw"].encode())
                 prompt, output = turn.get("usage", (0, 0))
                 payload = {
-                    "candidates": [{"content": {"role": "model", "parts": turn["parts"]}, "finishReason": "STOP", "index": 0}],
+                    "candidates": [{"content": {"role": "model", "parts": turn["parts"]}, "finishReason": turn.get("finish", "STOP"),
+                                    "index": 0}],
                     "usageMetadata": {"promptTokenCount": prompt, "candidatesTokenCount": output, "totalTokenCount": prompt + output},
                     "modelVersion": "fake-gemini",
                 }
+                if streamed:
+                    return self._send_sse([payload])
                 return self._send(200, payload)
+
+            def _forever(self, turn: Turn) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                chunk = {"candidates": [{"content": {"role": "model", "parts": [{"text": turn["forever"]}]}, "index": 0}]}
+                try:
+                    while True:
+                        self.wfile.write(f"data: {json.dumps(chunk)}\r\n\r\n".encode())
+                        self.wfile.flush()
+                        time.sleep(turn["interval"])
+                except OSError:  # the client closed the connection: stop generating
+                    with fake._lock:
+                        fake.abandoned += 1
+                    self.close_connection = True
+
+            def _send_sse(self, payloads: list[dict]) -> None:
+                data = b"".join(f"data: {json.dumps(p)}\r\n\r\n".encode() for p in payloads)
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
 
             def _send(self, code: int, payload: dict) -> None:
                 self._send_bytes(code, json.dumps(payload).encode())

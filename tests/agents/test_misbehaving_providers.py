@@ -1,0 +1,153 @@
+"""The generative providers keep their contract with slow, weak and misbehaving models (issue 34).
+
+The OpenAI-compatible provider's real httpx client talks to a local misbehaving server
+(tests.fakes.fake_openai), google-genai to the local fake Gemini (tests.fakes.fake_gemini). Nothing
+here leaves 127.0.0.1. What must hold: no run outlives its wall budget by more than SLACK_S; a
+reply nobody waits for is abandoned (its connection closed, the server idle again) so the next
+run is not delayed; a truncated reply is never stored as a complete answer; a provider that
+ignores tools never yields an answer with zero searches; an ungrounded answer is never `answered`.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+from agents.budgets import Budgets
+from agents.providers.gemini import GeminiProvider
+from agents.providers.openai_compat import OpenAICompatProvider
+from agents.selectors import run_steps
+from agents.services import ask
+from tenants.scope import activate
+from tests.factories import whole_tenant
+from tests.fakes import fake_gemini as fg
+from tests.fakes.fake_openai import FakeOpenAI, close_connection, never_stops, reply, slow
+
+pytestmark = pytest.mark.django_db(databases=["default", "owner"])
+
+SLACK_S = 2.0
+QUESTION = "What is the hotel limit per night?"
+_BLOCK = re.compile(r'<document_data id="c:(\d+)"[^>]*>\n(.*?)\n</document_data>', re.S)
+
+
+def openai(fake: FakeOpenAI, **kw) -> OpenAICompatProvider:
+    return OpenAICompatProvider(**{"base_url": fake.base_url, "model": "tiny", "backoff_s": 0, **kw})
+
+
+def gemini(fake: fg.FakeGemini, **kw) -> GeminiProvider:
+    return GeminiProvider(**{"api_key": "test-key", "model": "gemini-test", "base_url": fake.base_url, "backoff_s": 0, **kw})
+
+
+def shown_chunks(text: str) -> list[tuple[int, str]]:
+    return [(int(i), body) for i, body in _BLOCK.findall(text)]
+
+
+def prompt_text(body: dict) -> str:
+    """Everything the request shows the model (OpenAI messages or Gemini contents), as text."""
+    if "messages" in body:
+        return "\n".join(str(m.get("content") or "") for m in body["messages"])
+    return "\n".join(p.get("text", "") for c in body.get("contents", []) for p in c.get("parts", []))
+
+
+def grounded_text(body: dict) -> str:
+    """A correct answer: the first sentence of the first chunk shown, quoted and cited."""
+    chunks = shown_chunks(prompt_text(body))
+    if not chunks:
+        return "NOT_ENOUGH_EVIDENCE: nothing was shown"
+    cid, text = chunks[0]
+    return f'"{text.split(". ")[0].rstrip(".")}." [c:{cid}]'
+
+
+def timed_ask(scope, provider, budgets: Budgets, strategy: str = "classic", question: str = QUESTION):
+    started = time.monotonic()
+    run = ask(scope=scope, question=question, strategy=strategy, provider=provider, budgets=budgets)
+    return run, time.monotonic() - started
+
+
+# --- 1. Every call is bounded ---------------------------------------------------------------------
+
+def test_a_model_that_never_stops_is_cut_at_the_wall_budget_and_the_next_run_is_not_delayed(acme):
+    tenant, _, _ = acme
+    scope = whole_tenant(tenant)
+    budgets = Budgets(max_wall_seconds=3)
+    with FakeOpenAI([never_stops()], when_exhausted=lambda body: reply(grounded_text(body))) as fake:
+        run, took = timed_ask(scope, openai(fake), budgets)
+        assert took <= budgets.max_wall_seconds + SLACK_S, took
+        assert run.outcome == "failed" and "wall budget" in run.error
+        assert fake.idle_within(1.0) and fake.abandoned == 1  # the connection was closed: the server stopped
+        assert fake.requests[0]["stream"] is True and 0 < fake.requests[0]["max_tokens"] <= budgets.max_output_tokens
+
+        after, took_after = timed_ask(scope, openai(fake), budgets)
+        assert took_after < 2.0 and after.outcome == "answered", (took_after, after.outcome, after.error)
+
+
+def test_the_output_cap_follows_what_is_left_of_the_token_budget(acme):
+    tenant, _, _ = acme
+    budgets = Budgets(max_tokens=1_000, max_output_tokens=4_000)
+    with FakeOpenAI([], when_exhausted=lambda body: reply(grounded_text(body), prompt_tokens=700, completion_tokens=100)) as fake:
+        timed_ask(whole_tenant(tenant), openai(fake), budgets, strategy="pipeline")
+    caps = [r["max_tokens"] for r in fake.requests]
+    assert caps[0] == 1_000 and all(c <= 1_000 for c in caps) and caps[-1] < caps[0], caps
+
+
+def test_a_slow_provider_fails_the_call_within_the_budget_not_the_next_run(acme):
+    tenant, _, _ = acme
+    scope = whole_tenant(tenant)
+    budgets = Budgets(max_wall_seconds=2)
+    with FakeOpenAI([slow(8, reply("too late"))], when_exhausted=lambda body: reply(grounded_text(body)), single_slot=False) as fake:
+        run, took = timed_ask(scope, openai(fake, timeout_s=120), budgets)
+        assert took <= budgets.max_wall_seconds + SLACK_S and run.outcome == "failed", (took, run.outcome)
+        after, took_after = timed_ask(scope, openai(fake), budgets)
+        assert took_after < 2.0 and after.outcome == "answered", (took_after, after.error)
+
+
+def test_a_trickling_stream_is_abandoned_at_the_deadline(acme):
+    tenant, _, _ = acme
+    budgets = Budgets(max_wall_seconds=2)
+    with FakeOpenAI([never_stops(interval=0.4)]) as fake:
+        run, took = timed_ask(whole_tenant(tenant), openai(fake, timeout_s=120), budgets)
+        assert took <= budgets.max_wall_seconds + SLACK_S and run.outcome == "failed"
+        assert fake.idle_within(1.0)
+
+
+def test_a_closed_connection_is_retried_and_a_dead_server_fails_within_the_budget(acme):
+    tenant, _, _ = acme
+    scope = whole_tenant(tenant)
+    with FakeOpenAI([close_connection()], when_exhausted=lambda body: reply(grounded_text(body))) as fake:
+        run, _ = timed_ask(scope, openai(fake), Budgets(max_wall_seconds=10))
+        assert run.outcome == "answered", run.error
+    budgets = Budgets(max_wall_seconds=3)
+    with FakeOpenAI([], when_exhausted=close_connection()) as fake:
+        run, took = timed_ask(scope, openai(fake, backoff_s=0.5), budgets)
+        assert run.outcome == "failed" and took <= budgets.max_wall_seconds + SLACK_S
+        with activate(scope):
+            assert any(s.error for s in run_steps(scope, run.id))
+
+
+def test_gemini_that_never_stops_is_cut_at_the_wall_budget_and_the_next_run_is_not_delayed(acme):
+    tenant, _, _ = acme
+    scope = whole_tenant(tenant)
+    budgets = Budgets(max_wall_seconds=3)
+    with fg.FakeGemini([fg.never_stops()], when_exhausted=lambda body: fg.text(grounded_text(body)), single_slot=True) as fake:
+        run, took = timed_ask(scope, gemini(fake), budgets)
+        assert took <= budgets.max_wall_seconds + SLACK_S and run.outcome == "failed", (took, run.outcome, run.error)
+        assert fake.requests[0]["generationConfig"]["maxOutputTokens"] <= budgets.max_output_tokens
+        deadline = time.monotonic() + 1.0
+        while fake.active and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert fake.active == 0 and fake.abandoned == 1
+        after, took_after = timed_ask(scope, gemini(fake), budgets)
+        assert took_after < 2.0 and after.outcome == "answered", (took_after, after.error)
+
+
+def test_gemini_slow_and_closed_connections_stay_within_the_budget(acme):
+    tenant, _, _ = acme
+    scope = whole_tenant(tenant)
+    budgets = Budgets(max_wall_seconds=2)
+    with fg.FakeGemini([fg.slow(8, fg.text("late"))], when_exhausted=fg.close_connection()) as fake:
+        run, took = timed_ask(scope, gemini(fake, timeout_s=120), budgets)
+        assert took <= budgets.max_wall_seconds + SLACK_S and run.outcome == "failed", (took, run.error)
+        run, took = timed_ask(scope, gemini(fake, timeout_s=120), budgets)
+        assert took <= budgets.max_wall_seconds + SLACK_S and run.outcome == "failed", (took, run.error)
