@@ -43,6 +43,7 @@ from agents.prompts import (
     repair_prompt,
     rewrite_prompt,
     system_prompt,
+    truncated_note,
 )
 from agents.providers import Provider
 from agents.text import contained_share, shingles, split_question
@@ -119,6 +120,7 @@ class RunState:
     started: float = field(default_factory=time.monotonic)
     budget_reason: str = ""  # set when a budget forced the final answer
     missing: list[str] = field(default_factory=list)
+    truncated: set[str] = field(default_factory=set)  # texts of replies cut off even after their retry: never complete
 
     @property
     def retrieved(self) -> dict[int, RetrievedChunk]:
@@ -170,6 +172,21 @@ class LoopResult:
 
 def call_model(state: RunState, task: Task, messages: list[Message], *, tools_enabled: bool,
                context: tuple[ContextChunk, ...] = ()) -> ModelTurn:
+    """One model call, traced. A reply the output cap cut off (finish_reason "length") is retried once
+    with a note asking for a shorter reply; if that is cut off too, the turn is returned marked
+    (`turn.truncated`, its text in state.truncated, its step's error says so) and never counts as complete."""
+    turn = _call_once(state, task, messages, tools_enabled=tools_enabled, context=context)
+    if not turn.truncated:
+        return turn
+    retry = [*messages, UserMessage(truncated_note(state.output_cap()))]
+    turn = _call_once(state, task, retry, tools_enabled=tools_enabled, context=context, retry_of_truncated=True)
+    if turn.truncated:
+        state.truncated.add(turn.text)
+    return turn
+
+
+def _call_once(state: RunState, task: Task, messages: list[Message], *, tools_enabled: bool,
+               context: tuple[ContextChunk, ...] = (), retry_of_truncated: bool = False) -> ModelTurn:
     conversational = task in ("agent", "repair")  # continues the tool conversation, so tools stay declared
     request = ModelRequest(task=task, system=system_prompt(with_tools=tools_enabled and task == "agent"),
                            messages=tuple(messages), tools=TOOL_SPECS if conversational else (), tools_enabled=tools_enabled,
@@ -180,6 +197,8 @@ def call_model(state: RunState, task: Task, messages: list[Message], *, tools_en
                       arguments={"provider": state.provider.name, "model": state.provider.model, "tools_enabled": tools_enabled,
                                  "messages": len(messages), "context_chunks": [c.chunk_id for c in context],
                                  "max_output_tokens": request.max_output_tokens})
+    if retry_of_truncated:
+        step.arguments["retry_of_truncated"] = True
     try:
         turn = state.provider.generate(request)
     except Exception as exc:
@@ -190,6 +209,10 @@ def call_model(state: RunState, task: Task, messages: list[Message], *, tools_en
     step.latency_ms = (time.perf_counter() - started) * 1000
     step.output = turn.text
     step.input_tokens, step.output_tokens = turn.usage.input_tokens, turn.usage.output_tokens
+    if turn.finish_reason:
+        step.arguments["finish_reason"] = turn.finish_reason
+    if turn.truncated:
+        step.error = f"truncated: the reply reached the output cap of {request.max_output_tokens} tokens"
     if turn.tool_calls:
         step.arguments["tool_calls"] = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in turn.tool_calls]
     state.input_tokens += turn.usage.input_tokens
@@ -280,7 +303,7 @@ def repair_citations(state: RunState, answer: str) -> str:
         return answer
     state.messages.append(AssistantMessage(text=turn.text, raw=turn.raw))
     fixed = check_citations(turn.text, state.retrieved)
-    if turn.text.strip() and (is_not_enough_evidence(turn.text) or (fixed and all(c.verified for c in fixed))):
+    if turn.text.strip() and not turn.truncated and (is_not_enough_evidence(turn.text) or (fixed and all(c.verified for c in fixed))):
         return turn.text
     return answer
 
@@ -436,7 +459,8 @@ NEAR_COPY = 0.8
 def rewrite(state: RunState, facets: dict | None = None) -> list[tuple[str, dict | None]]:
     """Sub-queries with optional narrowing filters (source values the facets listed, a date window), plus the question."""
     turn = call_model(state, "rewrite", [UserMessage(rewrite_prompt(state.question, facets))], tools_enabled=False)
-    queries = _parsed_queries(parse_json_object(turn.text).get("queries", [])[:MAX_SUBQUERIES], set((facets or {}).get("sources") or {}))
+    proposed = {} if turn.truncated else parse_json_object(turn.text)  # a cut-off list is not the model's list
+    queries = _parsed_queries(proposed.get("queries", [])[:MAX_SUBQUERIES], set((facets or {}).get("sources") or {}))
     if not any(q == state.question and not f for q, f in queries):
         queries.append((state.question, None))
     return queries
@@ -465,7 +489,7 @@ def judge(state: RunState, chunk_ids: list[int], facets: dict | None = None) -> 
     rendered, structured = _context(state, chunk_ids)
     turn = call_model(state, "judge", [UserMessage(judge_prompt(state.question, rendered, facets))], tools_enabled=False,
                       context=structured)
-    data = parse_json_object(turn.text)
+    data = {} if turn.truncated else parse_json_object(turn.text)  # a cut-off verdict is no verdict
     if not isinstance(data.get("sufficient"), bool):
         return {"sufficient": False, "why": "unreadable judgement", "missing": [state.question]}
     return data
@@ -510,7 +534,9 @@ def run_strategy(state: RunState, strategy: str) -> LoopResult:
 def _finish(state: RunState, strategy: str, answer: str) -> LoopResult:
     state.strategy = strategy
     citations = check_citations(answer, state.retrieved)
-    if is_not_enough_evidence(answer):
+    if answer in state.truncated:
+        outcome = "truncated"  # cut off by the output cap, twice: never a complete answer
+    elif is_not_enough_evidence(answer):
         outcome = "not_enough_evidence"
     elif state.budget_reason:
         outcome = "budget_exhausted"

@@ -21,6 +21,7 @@ class Outcome(models.TextChoices):
     NOT_ENOUGH_EVIDENCE = "not_enough_evidence"
     FAILED = "failed"
     BUDGET_EXHAUSTED = "budget_exhausted"
+    TRUNCATED = "truncated"  # the answer was cut off by the output cap (even after its retry): text kept, never complete
 
 
 class StepKind(models.TextChoices):

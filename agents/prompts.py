@@ -112,6 +112,12 @@ def repair_prompt(report: str) -> str:
             f'"{NOT_ENOUGH_EVIDENCE}:".')
 
 
+def truncated_note(max_tokens: int) -> str:
+    """Sent with the one retry of a reply the output cap cut off."""
+    return (f"Your previous reply was cut off at the length limit ({max_tokens} tokens) and was discarded. Reply again, "
+            f"complete and much shorter: well under {max(16, max_tokens * 2 // 3)} tokens, no preamble, no repetition.")
+
+
 def budget_note(reason: str) -> str:
     return (f"The research budget is spent ({reason}). No more tools are available. Answer now from what was retrieved, "
             "citing chunk ids, and state explicitly which parts of the question could not be found.")

@@ -151,3 +151,64 @@ def test_gemini_slow_and_closed_connections_stay_within_the_budget(acme):
         assert took <= budgets.max_wall_seconds + SLACK_S and run.outcome == "failed", (took, run.error)
         run, took = timed_ask(scope, gemini(fake, timeout_s=120), budgets)
         assert took <= budgets.max_wall_seconds + SLACK_S and run.outcome == "failed", (took, run.error)
+
+
+# --- 2. The whole reply is read: finish_reason ----------------------------------------------------
+
+def model_steps(scope, run, name: str | None = None):
+    with activate(scope):
+        return [s for s in run_steps(scope, run.id) if s.kind == "model_call" and (name is None or s.name == name)]
+
+
+def test_a_reply_cut_off_twice_is_stored_as_truncated_never_as_a_complete_answer(acme):
+    tenant, _, _ = acme
+    scope = whole_tenant(tenant)
+    cut = lambda body: reply(grounded_text(body), finish="length")  # noqa: E731 - a complete-looking, cited, cut-off reply
+    with FakeOpenAI([cut, cut]) as fake:
+        run = ask(scope=scope, question=QUESTION, strategy="classic", provider=openai(fake), budgets=Budgets())
+    assert run.outcome == "truncated" and not run.grounded, run.outcome
+    answers = model_steps(scope, run, "answer")
+    assert len(answers) == 2 and all(s.error.startswith("truncated") for s in answers)
+    assert answers[1].arguments["retry_of_truncated"] is True and "cut off at the length limit" in prompt_text(fake.requests[1])
+
+
+def test_a_reply_cut_off_once_is_retried_with_a_tighter_request(acme):
+    tenant, _, _ = acme
+    scope = whole_tenant(tenant)
+    with FakeOpenAI([reply("Hotel stays are reimbursed up to", finish="length")],
+                    when_exhausted=lambda body: reply(grounded_text(body))) as fake:
+        run = ask(scope=scope, question=QUESTION, strategy="classic", provider=openai(fake), budgets=Budgets())
+    assert run.outcome == "answered" and run.grounded and "reimbursed up to EUR 180" in run.answer
+    assert [s.arguments.get("finish_reason") for s in model_steps(scope, run)] == ["length", "stop"]
+
+
+def test_a_cut_off_verdict_is_no_verdict(acme):
+    tenant, _, _ = acme
+    scope = whole_tenant(tenant)
+
+    def script(body: dict):
+        text = prompt_text(body)
+        if "Reply with JSON only" in text and "sufficient" in text:
+            return reply('{"sufficient": true, "why": "the sources state the hotel limit and', finish="length")
+        if '"queries"' in text:
+            return reply('{"queries": ["hotel limit"]}')
+        return reply(grounded_text(body))
+
+    with FakeOpenAI([], when_exhausted=script) as fake:
+        run = ask(scope=scope, question=QUESTION, strategy="pipeline", provider=openai(fake), budgets=Budgets())
+    judges = model_steps(scope, run, "judge")
+    assert len(judges) == 4 and all(s.error.startswith("truncated") for s in judges)  # two rounds judged, each retried once
+    assert run.outcome == "answered"  # the answer itself was complete
+
+
+def test_gemini_max_tokens_is_honoured(acme):
+    tenant, _, _ = acme
+    scope = whole_tenant(tenant)
+    cut = lambda body: fg.cut_off(fg.text(grounded_text(body)))  # noqa: E731
+    with fg.FakeGemini([cut, cut]) as fake:
+        run = ask(scope=scope, question=QUESTION, strategy="classic", provider=gemini(fake), budgets=Budgets())
+    assert run.outcome == "truncated" and not run.grounded
+    with fg.FakeGemini([cut], when_exhausted=lambda body: fg.text(grounded_text(body))) as fake:
+        run = ask(scope=scope, question=QUESTION, strategy="classic", provider=gemini(fake), budgets=Budgets())
+    assert run.outcome == "answered" and run.grounded
+    assert [s.arguments.get("finish_reason") for s in model_steps(scope, run)] == ["length", "stop"]
