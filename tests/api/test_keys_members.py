@@ -83,7 +83,8 @@ def test_members_add_update_remove(world):
     assert r.status_code == 201, r.content
     mid = r.json()["id"]
     assert r.json()["department_ids"] == [world.sales.id]
-    assert not get_user_model().objects.get(username="alice").has_usable_password()
+    # A tenant admin's new user is the tenant's own account, signing in as <name>@<tenant slug> (tenants.services).
+    assert not get_user_model().objects.get(username=f"alice@{world.a.slug}").has_usable_password()
     dup = c.post("/api/v1/members/", {"username": "alice", "role": "reader"}, format="json")
     assert dup.status_code == 400 and "username" in dup.json()["error"]["fields"]
     r = c.patch(f"/api/v1/members/{mid}/", {"role": "auditor", "departments": []}, format="json")
