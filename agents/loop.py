@@ -163,9 +163,13 @@ class RunState:
 class LoopResult:
     answer: str
     strategy: str
-    outcome: str  # agents.models.Outcome values
+    outcome: str  # agents.models.Outcome values (see decide_outcome)
     citations: list[CitationCheck]
     budget_reason: str = ""
+
+    @property
+    def grounded(self) -> bool:
+        return self.outcome in ("answered", "budget_exhausted")
 
 
 # --- Model and tool steps -------------------------------------------------------------------------
@@ -520,7 +524,7 @@ def run_strategy(state: RunState, strategy: str) -> LoopResult:
         if is_multi_part(state.question):
             return _finish(state, "agentic", run_agentic(state))
         first = _finish(state, "classic", run_classic(state))
-        if first.outcome == "answered" and first.citations and all(c.verified for c in first.citations):
+        if first.outcome == "answered":  # grounded
             return first
         if state.spent():
             return first
@@ -534,12 +538,30 @@ def run_strategy(state: RunState, strategy: str) -> LoopResult:
 def _finish(state: RunState, strategy: str, answer: str) -> LoopResult:
     state.strategy = strategy
     citations = check_citations(answer, state.retrieved)
-    if answer in state.truncated:
-        outcome = "truncated"  # cut off by the output cap, twice: never a complete answer
-    elif is_not_enough_evidence(answer):
-        outcome = "not_enough_evidence"
-    elif state.budget_reason:
-        outcome = "budget_exhausted"
-    else:
-        outcome = "answered"
+    outcome = decide_outcome(answer, citations, truncated=answer in state.truncated, budget_reason=state.budget_reason)
     return LoopResult(answer=answer, strategy=strategy, outcome=outcome, citations=citations, budget_reason=state.budget_reason)
+
+
+def is_grounded(citations: list[CitationCheck]) -> bool:
+    """At least one citation, and every citation verified against a chunk this run retrieved."""
+    return bool(citations) and all(c.verified for c in citations)
+
+
+def decide_outcome(answer: str, citations: list[CitationCheck], *, truncated: bool = False, budget_reason: str = "") -> str:
+    """What the run's text is (agents.models.Outcome values):
+
+        truncated            cut off by the output cap even after its retry: never complete, never grounded
+        not_enough_evidence  the model said so (a statement, not an answer)
+        unverified           text without a citation, or with one that failed verification: not an answer
+        budget_exhausted     grounded, but a budget ended the research early
+        answered             grounded: at least one citation, every one verified
+
+    The loop never decides `withheld`: agents.services withholds unverified and truncated text
+    when the tenant asks for strict citations."""
+    if truncated:
+        return "truncated"
+    if is_not_enough_evidence(answer):
+        return "not_enough_evidence"
+    if not is_grounded(citations):
+        return "unverified"
+    return "budget_exhausted" if budget_reason else "answered"

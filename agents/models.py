@@ -17,11 +17,15 @@ from tenants.scope import TenantScopedManager
 
 
 class Outcome(models.TextChoices):
-    ANSWERED = "answered"
+    """What a run produced (agents.loop.decide_outcome; `withheld` by agents.services)."""
+
+    ANSWERED = "answered"  # grounded: at least one citation, every one verified
     NOT_ENOUGH_EVIDENCE = "not_enough_evidence"
     FAILED = "failed"
-    BUDGET_EXHAUSTED = "budget_exhausted"
+    BUDGET_EXHAUSTED = "budget_exhausted"  # grounded, but a budget ended the research early
     TRUNCATED = "truncated"  # the answer was cut off by the output cap (even after its retry): text kept, never complete
+    UNVERIFIED = "unverified"  # text returned, but not grounded (no citation, or one that failed verification)
+    WITHHELD = "withheld"  # unverified or truncated text not shown: the tenant asked for strict citations
 
 
 class StepKind(models.TextChoices):

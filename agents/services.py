@@ -33,8 +33,9 @@ from tenants.scope import Scope, activate
 log = logging.getLogger(__name__)
 
 MAX_QUESTION_CHARS = 4_000
-WITHHELD = ("The answer is withheld: some of its citations could not be verified against the sources retrieved for it "
-            "(strict citation mode). The draft and the verdicts are in the run's audit trail.")
+WITHHELD = ("The answer is withheld: it is not grounded (no citation, or one that could not be verified against the sources "
+            "retrieved for it, or it was cut off) and strict citation mode is on. The draft and the verdicts are in the run's "
+            "audit trail.")
 
 
 class InvalidQuestion(ValueError):
@@ -78,11 +79,6 @@ def check_question(question: str, strategy: str) -> str:
     return question
 
 
-def _grounded(result: LoopResult) -> bool:
-    return result.outcome in {Outcome.ANSWERED, Outcome.BUDGET_EXHAUSTED} and bool(result.citations) and \
-        all(c.verified for c in result.citations)
-
-
 def record_run(*, scope: Scope, state: RunState, result: LoopResult | None, error: str, strategy_requested: str,
                created_at, latency_ms: float) -> Run:
     """Write the run, its steps and citations in one transaction and append it to the tenant's chain."""
@@ -90,10 +86,9 @@ def record_run(*, scope: Scope, state: RunState, result: LoopResult | None, erro
     if result is None:
         answer, outcome, grounded, checks = "", Outcome.FAILED, False, []
     else:
-        answer, outcome, checks = result.answer, result.outcome, result.citations
-        grounded = _grounded(result)
-        if budgets.strict_citations and not grounded and outcome != Outcome.NOT_ENOUGH_EVIDENCE:
-            answer = WITHHELD
+        answer, outcome, checks, grounded = result.answer, result.outcome, result.citations, result.grounded
+        if budgets.strict_citations and outcome in (Outcome.UNVERIFIED, Outcome.TRUNCATED):
+            answer, outcome = WITHHELD, Outcome.WITHHELD
     seen = [SeenChunk(c.chunk_id, c.text, c.score, bool(c.flags)) for c in state.retrieved.values()]
     missing = uncovered_parts(split_question(state.question), seen) if outcome != Outcome.FAILED else []
     with activate(scope):

@@ -19,11 +19,11 @@ from agents.budgets import Budgets
 from agents.providers.gemini import GeminiProvider
 from agents.providers.openai_compat import OpenAICompatProvider
 from agents.selectors import run_steps
-from agents.services import ask
+from agents.services import WITHHELD, ask
 from tenants.scope import activate
 from tests.factories import whole_tenant
 from tests.fakes import fake_gemini as fg
-from tests.fakes.fake_openai import FakeOpenAI, close_connection, never_stops, reply, slow
+from tests.fakes.fake_openai import FakeOpenAI, close_connection, echo, never_stops, reply, slow
 
 pytestmark = pytest.mark.django_db(databases=["default", "owner"])
 
@@ -212,3 +212,42 @@ def test_gemini_max_tokens_is_honoured(acme):
         run = ask(scope=scope, question=QUESTION, strategy="classic", provider=gemini(fake), budgets=Budgets())
     assert run.outcome == "answered" and run.grounded
     assert [s.arguments.get("finish_reason") for s in model_steps(scope, run)] == ["length", "stop"]
+
+
+# --- 3. Outcomes that say what happened -----------------------------------------------------------
+
+@pytest.mark.parametrize("strategy", ["classic", "agentic", "pipeline", "auto"])
+def test_an_echoing_model_never_yields_answered(acme, strategy):
+    tenant, _, _ = acme
+    scope = whole_tenant(tenant)
+    for question in (QUESTION, "What is the CEO's salary?"):
+        with FakeOpenAI([], when_exhausted=echo, drop_system=True, ignore_tools=True) as fake:
+            run = ask(scope=scope, question=question, strategy=strategy, provider=openai(fake), budgets=Budgets())
+        assert run.outcome in {"unverified", "not_enough_evidence"} and not run.grounded, (strategy, run.outcome, run.answer[:200])
+        with FakeOpenAI([], when_exhausted=echo, drop_system=True, ignore_tools=True) as fake:
+            run = ask(scope=scope, question=question, strategy=strategy, provider=openai(fake), budgets=Budgets(strict_citations=True))
+        assert run.outcome in {"withheld", "not_enough_evidence"} and not run.grounded
+        if run.outcome == "withheld":
+            assert run.answer == WITHHELD
+
+
+def test_a_cited_but_unverifiable_answer_is_unverified_and_marked_in_the_api_and_stream(acme, settings, monkeypatch):
+    from rest_framework.test import APIClient
+
+    from api.views import agents as agent_views
+    from tenants.models import ApiKey
+
+    tenant, _, chunks = acme
+    _, key = ApiKey.issue(tenant=tenant, name="reader", role="reader", all_departments=True, departments=None)
+    invented = reply(f'"Hotel stays are reimbursed up to EUR 400 per night." [c:{chunks["travel1"].id}]')
+    with FakeOpenAI([], when_exhausted=invented) as fake:
+        settings.DEFAULT_ANSWER_PROVIDER, settings.OPENAI_COMPAT_BASE_URL, settings.OPENAI_COMPAT_MODEL = "openai", fake.base_url, "tiny"
+        client = APIClient()
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+        data = client.post("/api/v1/ask/", {"question": QUESTION, "strategy": "classic"}, format="json").json()
+        assert data["outcome"] == "unverified" and data["grounded"] is False and "EUR 400" in data["answer"]
+        assert [c["verdict"] for c in data["citations"]] == ["quote_mismatch"]
+        monkeypatch.setattr(agent_views, "start_background", lambda target: target())  # inline: the test's data is uncommitted
+        r = client.post("/api/v1/ask/stream/", {"question": QUESTION, "strategy": "classic"}, format="json")
+        events = [block for block in b"".join(r.streaming_content).decode().split("\n\n") if block.startswith("event: answer")]
+        assert events and '"outcome": "unverified"' in events[0] and '"grounded": false' in events[0]
