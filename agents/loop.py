@@ -4,6 +4,7 @@
     agentic   the model drives the tools until it answers or a budget is spent
     pipeline  rewrite into sub-queries, fan out, merge, judge sufficiency, refine, synthesise
     auto      classic for single-fact questions; agentic for multi-part ones or when classic is not grounded
+              (the pipeline instead of agentic with a provider whose probe found it ignores tools)
 
 Every model call and tool call becomes a StepRecord, handed to `on_step` as it happens and stored
 with the run by agents.services. Nothing here writes to the database.
@@ -39,6 +40,7 @@ from agents.prompts import (
     budget_note,
     fitting_chunks,
     judge_prompt,
+    must_search_note,
     render_context,
     repair_prompt,
     rewrite_prompt,
@@ -121,6 +123,8 @@ class RunState:
     budget_reason: str = ""  # set when a budget forced the final answer
     missing: list[str] = field(default_factory=list)
     truncated: set[str] = field(default_factory=set)  # texts of replies cut off even after their retry: never complete
+    tools_ok: bool = True  # False when the provider's capability probe found it ignores tool declarations
+    fallback: str = ""  # why the strategy fell back to answering from code-retrieved evidence
 
     @property
     def retrieved(self) -> dict[int, RetrievedChunk]:
@@ -137,17 +141,24 @@ class RunState:
         return max(MIN_OUTPUT_TOKENS, min(self.budgets.max_output_tokens, left))
 
     def spent(self) -> str:
-        """Why no more research may happen ('' while budgets remain). Research stops when
-        ANSWER_RESERVE of the wall budget is left, so the final answer has time before the deadline."""
+        """Why no more research may happen ('' while budgets remain)."""
+        b = self.budgets
+        if reason := self.spent_time_or_tokens():
+            return reason
+        if self.tool_calls >= b.max_tool_calls:
+            return f"tool call budget of {b.max_tool_calls} reached"
+        if self.iterations >= b.max_iterations:
+            return f"iteration budget of {b.max_iterations} reached"
+        return ""
+
+    def spent_time_or_tokens(self) -> str:
+        """The wall or token budget is spent. Research stops when ANSWER_RESERVE of the wall budget
+        is left, so the final answer has time before the deadline."""
         b = self.budgets
         if time.monotonic() - self.started >= b.max_wall_seconds * (1 - ANSWER_RESERVE):
             return f"wall time of {b.max_wall_seconds:g}s reached"
         if self.input_tokens + self.output_tokens >= b.max_tokens:
             return f"token budget of {b.max_tokens} reached"
-        if self.tool_calls >= b.max_tool_calls:
-            return f"tool call budget of {b.max_tool_calls} reached"
-        if self.iterations >= b.max_iterations:
-            return f"iteration budget of {b.max_iterations} reached"
         return ""
 
     def record(self, step: StepRecord) -> None:
@@ -278,18 +289,43 @@ def agent_step(state: RunState) -> NextStep:
 
 
 def run_agentic(state: RunState) -> str:
+    """The model drives the tools. An answer given before any search succeeded gets one corrective
+    turn; a second one is set aside and the run answers from evidence the code retrieves (answer_from_evidence)."""
     state.messages = [UserMessage(state.question)]
+    corrected = False
     while True:
         match agent_step(state):
             case CallTools(calls):
                 execute_calls(state, calls)
+            case FinalAnswer(_) if not searched(state) and not corrected and not state.spent():
+                corrected = True
+                state.messages.append(UserMessage(must_search_note()))
+            case FinalAnswer(_) if not searched(state):
+                return answer_from_evidence(state, "the model answered without searching, even when told to search")
             case FinalAnswer(text) if text.strip():
                 return repair_citations(state, text)
             case FinalAnswer(_):
                 return repair_citations(state, final_without_tools(state, "the model returned an empty answer"))
             case BudgetSpent(reason):
                 state.budget_reason = reason
+                if not searched(state) and not state.spent_time_or_tokens():  # e.g. iterations spent on malformed calls
+                    return answer_from_evidence(state, f"no search succeeded before the budget was spent ({reason})")
                 return repair_citations(state, final_without_tools(state, reason))
+
+
+def searched(state: RunState) -> bool:
+    """A search or read call of this run succeeded (so the model has seen retrieved text)."""
+    return any(s.kind == "tool_call" and s.name in ("search", "read") and not s.error for s in state.steps)
+
+
+def answer_from_evidence(state: RunState, why: str) -> str:
+    """The fallback when the model would not retrieve: the chunks already retrieved (e.g. by auto's
+    classic attempt), else one search for the question made by the code, then an answer call over them."""
+    state.fallback = why
+    ids = [c.chunk_id for c in sorted(state.retrieved.values(), key=lambda c: -c.score)]
+    if not ids and not state.spent_time_or_tokens():
+        ids = code_search(state, state.question, state.budgets.max_context_chunks, "fallback")
+    return synthesise(state, ids)
 
 
 def repair_citations(state: RunState, answer: str) -> str:
@@ -520,15 +556,19 @@ def is_multi_part(question: str) -> bool:
 
 def run_strategy(state: RunState, strategy: str) -> LoopResult:
     """Run the requested strategy; `auto` may escalate. Exceptions propagate (the caller stores a failed run)."""
+    # A provider found to ignore tool declarations never runs the agentic strategy: the pipeline needs no tool calls.
+    escalation, escalate = ("agentic", run_agentic) if state.tools_ok else ("pipeline", run_pipeline)
     if strategy == "auto":
         if is_multi_part(state.question):
-            return _finish(state, "agentic", run_agentic(state))
+            return _finish(state, escalation, escalate(state))
         first = _finish(state, "classic", run_classic(state))
         if first.outcome == "answered":  # grounded
             return first
         if state.spent():
             return first
-        return _finish(state, "agentic", run_agentic(state))
+        return _finish(state, escalation, escalate(state))
+    if strategy == "agentic" and not state.tools_ok:
+        return _finish(state, "pipeline", run_pipeline(state))
     runner = {"classic": run_classic, "agentic": run_agentic, "pipeline": run_pipeline}.get(strategy)
     if runner is None:
         raise ValueError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")

@@ -25,6 +25,7 @@ from agents.loop import STRATEGIES, LoopResult, RunState, StepRecord, run_strate
 from agents.models import Citation, Outcome, Run, RunStep
 from agents.prompts import PROMPT_VERSION
 from agents.providers import Provider, get_provider
+from agents.providers.capabilities import known_capabilities
 from agents.providers.offline import SeenChunk, uncovered_parts
 from agents.text import split_question
 from agents.tools import ToolDeps
@@ -54,7 +55,9 @@ def ask(*, scope: Scope, question: str, strategy: str = "auto", provider: Provid
     question = check_question(question, strategy)
     model = provider if provider is not None and not isinstance(provider, str) else get_provider(provider)
     budgets = budgets or budgets_for_tenant(scope.tenant_id)
-    state = RunState(question=question, budgets=budgets, provider=model, deps=ToolDeps(scope=scope, budgets=budgets), on_step=on_step)
+    found = known_capabilities(model)  # cached probe results only: a run never probes
+    state = RunState(question=question, budgets=budgets, provider=model, deps=ToolDeps(scope=scope, budgets=budgets), on_step=on_step,
+                     tools_ok=found is None or found.tools is not False)
     created_at, started = timezone.now(), time.perf_counter()
     result: LoopResult | None = None
     error = ""

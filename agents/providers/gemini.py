@@ -61,6 +61,7 @@ class GeminiProvider:
         if not api_key:
             raise ProviderError("GEMINI_API_KEY is not set")
         self.model, self.timeout_s = model, timeout_s
+        self.endpoint = base_url or "google"
         self.max_attempts, self.backoff_s, self.sleep, self.temperature = max_attempts, backoff_s, sleep, temperature
         options = types.HttpOptions(base_url=base_url or None, api_version=api_version or None, timeout=int(timeout_s * 1000))
         self.client = genai.Client(api_key=api_key, http_options=options)

@@ -57,6 +57,7 @@ class OpenAICompatProvider:
         if not base_url or not model:
             raise ProviderError("OPENAI_COMPAT_BASE_URL and OPENAI_COMPAT_MODEL must be set")
         self.model, self.timeout_s, self.stream = model, timeout_s, stream
+        self.endpoint = base_url.rstrip("/")
         self.max_attempts, self.backoff_s, self.sleep, self.temperature = max_attempts, backoff_s, sleep, temperature
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.client = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout_s, transport=transport)

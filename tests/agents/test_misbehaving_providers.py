@@ -10,12 +10,14 @@ ignores tools never yields an answer with zero searches; an ungrounded answer is
 
 from __future__ import annotations
 
+import json
 import re
 import time
 
 import pytest
 
 from agents.budgets import Budgets
+from agents.providers.capabilities import known_capabilities, probe
 from agents.providers.gemini import GeminiProvider
 from agents.providers.openai_compat import OpenAICompatProvider
 from agents.selectors import run_steps
@@ -23,12 +25,13 @@ from agents.services import WITHHELD, ask
 from tenants.scope import activate
 from tests.factories import whole_tenant
 from tests.fakes import fake_gemini as fg
-from tests.fakes.fake_openai import FakeOpenAI, close_connection, echo, never_stops, reply, slow
+from tests.fakes.fake_openai import FakeOpenAI, close_connection, echo, last_user_text, never_stops, reply, slow, tool_calls
 
 pytestmark = pytest.mark.django_db(databases=["default", "owner"])
 
 SLACK_S = 2.0
 QUESTION = "What is the hotel limit per night?"
+MULTI = "What is the hotel limit per night, and how many days of annual leave do employees get?"
 _BLOCK = re.compile(r'<document_data id="c:(\d+)"[^>]*>\n(.*?)\n</document_data>', re.S)
 
 
@@ -251,3 +254,92 @@ def test_a_cited_but_unverifiable_answer_is_unverified_and_marked_in_the_api_and
         r = client.post("/api/v1/ask/stream/", {"question": QUESTION, "strategy": "classic"}, format="json")
         events = [block for block in b"".join(r.streaming_content).decode().split("\n\n") if block.startswith("event: answer")]
         assert events and '"outcome": "unverified"' in events[0] and '"grounded": false' in events[0]
+
+
+# --- 4. Tools ignored, system message dropped, malformed tool calls -------------------------------
+
+def obedient(body: dict) -> dict:
+    """A model that does what it is shown: obeys a system code word, calls a declared tool when asked,
+    returns asked-for JSON, searches when it has a search tool, answers from shown or returned chunks."""
+    messages = body.get("messages", [])
+    system = next((m["content"] for m in messages if m.get("role") == "system"), "")
+    tools = {t["function"]["name"] for t in body.get("tools", [])}
+    if "reply with exactly this word" in system:
+        return reply(system.rsplit(": ", 1)[-1])
+    if "get_time" in tools:
+        return tool_calls(("get_time", '{"city": "Paris"}'))
+    if "JSON object" in last_user_text(body):
+        return reply('{"ok": true, "n": 3}')
+    if "search" in tools and body.get("tool_choice") != "none" and not any(m.get("role") == "tool" for m in messages):
+        return tool_calls(("search", json.dumps({"query": QUESTION})))
+    results = [json.loads(m["content"]) for m in messages if m.get("role") == "tool"]
+    hits = [r for res in results for r in res.get("results", [])]
+    if hits:
+        return reply(f'"{hits[0]["text"].split(". ")[0].rstrip(".")}." [c:{hits[0]["chunk_id"]}]')
+    return reply(grounded_text(body))
+
+
+def search_steps(scope, run):
+    with activate(scope):
+        return [s for s in run_steps(scope, run.id) if s.kind == "tool_call" and s.name == "search" and not s.error]
+
+
+def test_the_probe_finds_what_a_server_drops(acme):
+    with FakeOpenAI([], when_exhausted=obedient) as fake:
+        found = probe(openai(fake))
+    assert (found.system, found.tools, found.json) == (True, True, True) and not found.error
+    with FakeOpenAI([], when_exhausted=obedient, drop_system=True, ignore_tools=True) as fake:
+        found = probe(openai(fake))
+        assert (found.system, found.tools, found.json) == (False, False, True)
+        assert known_capabilities(openai(fake)) == found
+    with FakeOpenAI([], when_exhausted=close_connection()) as fake:
+        found = probe(openai(fake, max_attempts=1), timeout_s=2)
+    assert (found.system, found.tools, found.json) == (None, None, None) and "RemoteProtocolError" in found.error
+
+
+@pytest.mark.parametrize("strategy", ["agentic", "auto"])
+def test_a_provider_found_to_ignore_tools_never_runs_the_agentic_strategy(acme, strategy):
+    tenant, _, _ = acme
+    scope = whole_tenant(tenant)
+    with FakeOpenAI([], when_exhausted=obedient, drop_system=True, ignore_tools=True) as fake:
+        probe(openai(fake))
+        run = ask(scope=scope, question=MULTI, strategy=strategy, provider=openai(fake), budgets=Budgets())
+    assert run.strategy == "pipeline" and search_steps(scope, run), run.strategy
+    assert run.outcome != "answered" or run.grounded
+
+
+@pytest.mark.parametrize("strategy", ["agentic", "auto"])
+def test_a_model_that_answers_without_searching_is_corrected_once_then_answered_from_evidence(acme, strategy):
+    tenant, _, _ = acme
+    scope = whole_tenant(tenant)
+    with FakeOpenAI([], when_exhausted=obedient, ignore_tools=True) as fake:  # not probed: found out during the run
+        run = ask(scope=scope, question=MULTI, strategy=strategy, provider=openai(fake), budgets=Budgets())
+    agent_requests = [r for r in fake.requests if r.get("tools")]
+    assert sum("You answered without searching" in prompt_text(r) for r in agent_requests) == 1  # one corrective turn
+    assert search_steps(scope, run), "an answer with zero searches"
+    assert run.outcome == "answered" and run.grounded, (run.outcome, run.answer)
+
+
+def test_malformed_tool_call_json_is_reported_to_the_model_and_never_ends_in_a_search_free_answer(acme):
+    tenant, _, _ = acme
+    scope = whole_tenant(tenant)
+    bad = tool_calls(("search", '{"query": "hotel limit'))
+    with FakeOpenAI([bad], when_exhausted=obedient) as fake:
+        run = ask(scope=scope, question=QUESTION, strategy="agentic", provider=openai(fake), budgets=Budgets())
+    with activate(scope):
+        steps = run_steps(scope, run.id)
+    assert "could not parse the arguments" in steps[1].error and run.outcome == "answered" and run.grounded
+    with FakeOpenAI([], when_exhausted=bad) as fake:  # never a valid call: the iteration budget runs out
+        run = ask(scope=scope, question=QUESTION, strategy="agentic", provider=openai(fake), budgets=Budgets(max_iterations=3))
+    assert search_steps(scope, run) and run.outcome in {"unverified", "budget_exhausted", "not_enough_evidence"}
+    assert run.outcome != "answered"
+
+
+def test_a_model_that_never_sees_the_rules_gives_unverified_text_not_answers(acme):
+    tenant, _, _ = acme
+    scope = whole_tenant(tenant)
+    rambling = reply("Hotels are generally reimbursed at a reasonable rate, usually per night, depending on the city.")
+    with FakeOpenAI([], when_exhausted=rambling, drop_system=True, ignore_tools=True) as fake:
+        for strategy in ("classic", "agentic", "pipeline", "auto"):
+            run = ask(scope=scope, question=QUESTION, strategy=strategy, provider=openai(fake), budgets=Budgets())
+            assert run.outcome == "unverified" and not run.grounded and search_steps(scope, run), (strategy, run.outcome)

@@ -1,0 +1,148 @@
+"""What a configured provider actually honours, checked rather than assumed.
+
+A probe makes three tiny calls (each bounded: 64 output tokens, PROBE_TIMEOUT_S):
+
+    system  does it obey a system instruction?          (reply with a code word the user never asked for)
+    tools   does it call a declared tool when asked to? (a get_time tool)
+    json    does it reply with the JSON object asked for?
+
+Results are cached (Django's cache, CAPABILITIES_TTL_S) per provider endpoint and model. Runs read
+only what is cached (`known_capabilities`), never probe inline: a run with a provider found to
+ignore tools skips the agentic strategy (agents.loop.run_strategy). `/healthz` reports the cached
+results and refreshes stale ones in the background (`provider_report`), which with a health check
+polling it is the schedule. The offline provider is local and declared capable: it is never probed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+import time
+from dataclasses import asdict, dataclass
+
+from django.conf import settings
+from django.core.cache import cache
+
+from agents.messages import ModelRequest, ToolSpec, UserMessage
+
+log = logging.getLogger(__name__)
+
+CAPABILITIES_TTL_S = 600.0
+PROBE_TIMEOUT_S = 20.0
+CODE_WORD = "PINEAPPLE-7"
+_TIME_TOOL = ToolSpec("get_time", "Returns the current local time in a city.",
+                      {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})
+_JSON_OBJECT = re.compile(r"\{.*\}", re.S)
+_probing: set[str] = set()
+_probing_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    provider: str
+    model: str
+    system: bool | None  # None: not known (the probe call failed; see error)
+    tools: bool | None
+    json: bool | None
+    checked_at: float = 0.0  # time.time() of the probe; 0 = declared, not probed
+    error: str = ""
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def provider_key(provider) -> str:
+    return f"grounded:capabilities:{provider.name}:{provider.model}:{getattr(provider, 'endpoint', '')}"
+
+
+def known_capabilities(provider) -> Capabilities | None:
+    """The cached probe result for this provider (None if never probed or expired); the offline provider's declared ones."""
+    if provider.name == "offline":
+        return Capabilities(provider.name, provider.model, True, True, True)
+    data = cache.get(provider_key(provider))
+    return Capabilities(**data) if data else None
+
+
+def probe(provider, *, timeout_s: float = PROBE_TIMEOUT_S) -> Capabilities:
+    """Probe `provider` now (three small calls) and cache the result. Never raises."""
+    if provider.name == "offline":
+        return known_capabilities(provider)  # type: ignore[return-value]
+    errors: list[str] = []
+
+    def ask(system: str, text: str, tools: tuple[ToolSpec, ...] = ()):
+        try:
+            return provider.generate(ModelRequest(task="answer", system=system, messages=(UserMessage(text),), tools=tools,
+                                                  deadline=time.monotonic() + timeout_s, max_output_tokens=64))
+        except Exception as exc:  # a probe reports, it does not fail
+            errors.append(f"{type(exc).__name__}: {str(exc)[:200]}")
+            return None
+
+    turn = ask(f"Whatever the user writes, reply with exactly this word and nothing else: {CODE_WORD}",
+               "Hello! What is your favourite fruit?")
+    system = None if turn is None else CODE_WORD.lower() in turn.text.lower()
+    turn = ask("You can call tools. Use them whenever they can answer.", "What time is it in Paris right now? Use the get_time tool.",
+               (_TIME_TOOL,))
+    tools = None if turn is None else any(c.name == _TIME_TOOL.name for c in turn.tool_calls)
+    turn = ask("Reply with JSON only.", 'Reply with exactly this JSON object and nothing else: {"ok": true, "n": 3}')
+    as_json = None if turn is None else _json_object(turn.text) == {"ok": True, "n": 3}
+    found = Capabilities(provider.name, provider.model, system, tools, as_json, checked_at=time.time(), error="; ".join(errors))
+    cache.set(provider_key(provider), found.as_dict(), CAPABILITIES_TTL_S)
+    return found
+
+
+def _json_object(text: str) -> dict | None:
+    m = _JSON_OBJECT.search(text or "")
+    try:
+        return json.loads(m.group(0)) if m else None
+    except json.JSONDecodeError:
+        return None
+
+
+def configured_providers() -> list[str]:
+    """The providers the settings configure: offline always, gemini with a key, openai with a base URL."""
+    names = ["offline"]
+    if settings.GEMINI_API_KEY:
+        names.append("gemini")
+    if settings.OPENAI_COMPAT_BASE_URL:
+        names.append("openai")
+    return names
+
+
+def provider_report() -> dict:
+    """For /healthz: each configured provider's cached capabilities, or {"status": "probing"} while a
+    background probe (started here when none is cached) runs. Never blocks on a model call."""
+    from agents.providers import get_provider
+
+    report: dict = {"default": (settings.DEFAULT_ANSWER_PROVIDER or "offline").lower()}
+    for name in configured_providers():
+        try:
+            provider = get_provider(name)
+        except Exception as exc:
+            report[name] = {"status": "misconfigured", "error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+            continue
+        found = known_capabilities(provider)
+        if found is not None:
+            report[name] = {"status": "probed" if found.checked_at else "declared", **found.as_dict()}
+        else:
+            report[name] = {"status": "probing", "provider": provider.name, "model": provider.model}
+            probe_in_background(provider)
+    return report
+
+
+def probe_in_background(provider) -> None:
+    key = provider_key(provider)
+    with _probing_lock:
+        if key in _probing:
+            return
+        _probing.add(key)
+
+    def work() -> None:
+        try:
+            probe(provider)
+        finally:
+            with _probing_lock:
+                _probing.discard(key)
+
+    threading.Thread(target=work, name="grounded-probe", daemon=True).start()
