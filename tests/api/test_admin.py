@@ -210,6 +210,12 @@ def test_staff_with_two_tenants_switches_between_them(client, world):
     user = staff(world, "admin")
     make_membership(user, world.b, "editor", all_departments=True)
     client.force_login(user)
+    # Several tenants and none chosen: the admin shows the choice, and nothing of either tenant.
+    index = client.get("/admin/").content.decode()
+    assert f"/admin/tenants/tenant/switch/{world.a.slug}/" in index and f"/admin/tenants/tenant/switch/{world.b.slug}/" in index
+    assert client.get("/admin/kb/corpus/").status_code == 403
+    client.get(f"/admin/tenants/tenant/switch/{world.a.slug}/")
+    assert "shared" in client.get("/admin/kb/corpus/").content.decode()
     assert CANARY not in client.get("/admin/kb/corpus/").content.decode()
     client.get(f"/admin/tenants/tenant/switch/{world.b.slug}/")
     assert CANARY in client.get("/admin/kb/corpus/").content.decode()
