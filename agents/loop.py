@@ -12,6 +12,7 @@ with the run by agents.services. Nothing here writes to the database.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import re
@@ -125,6 +126,7 @@ class RunState:
     truncated: set[str] = field(default_factory=set)  # texts of replies cut off even after their retry: never complete
     tools_ok: bool = True  # False when the provider's capability probe found it ignores tool declarations
     fallback: str = ""  # why the strategy fell back to answering from code-retrieved evidence
+    model_cache: dict[str, ModelTurn] = field(default_factory=dict)  # call_key -> reply: an identical call is not made twice
 
     @property
     def retrieved(self) -> dict[int, RetrievedChunk]:
@@ -214,26 +216,47 @@ def _call_once(state: RunState, task: Task, messages: list[Message], *, tools_en
                                  "max_output_tokens": request.max_output_tokens})
     if retry_of_truncated:
         step.arguments["retry_of_truncated"] = True
-    try:
-        turn = state.provider.generate(request)
-    except Exception as exc:
-        step.error = f"{type(exc).__name__}: {exc}"[:2000]
-        step.latency_ms = (time.perf_counter() - started) * 1000
-        state.record(step)
-        raise
+    key = call_key(request)
+    turn = state.model_cache.get(key)
+    if turn is not None:  # the same call earlier in this run: its reply, no tokens spent
+        step.cached = True
+    else:
+        try:
+            turn = state.provider.generate(request)
+        except Exception as exc:
+            step.error = f"{type(exc).__name__}: {exc}"[:2000]
+            step.latency_ms = (time.perf_counter() - started) * 1000
+            state.record(step)
+            raise
+        state.model_cache[key] = turn
+        step.input_tokens, step.output_tokens = turn.usage.input_tokens, turn.usage.output_tokens
+        state.input_tokens += turn.usage.input_tokens
+        state.output_tokens += turn.usage.output_tokens
     step.latency_ms = (time.perf_counter() - started) * 1000
     step.output = turn.text
-    step.input_tokens, step.output_tokens = turn.usage.input_tokens, turn.usage.output_tokens
     if turn.finish_reason:
         step.arguments["finish_reason"] = turn.finish_reason
     if turn.truncated:
         step.error = f"truncated: the reply reached the output cap of {request.max_output_tokens} tokens"
     if turn.tool_calls:
         step.arguments["tool_calls"] = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in turn.tool_calls]
-    state.input_tokens += turn.usage.input_tokens
-    state.output_tokens += turn.usage.output_tokens
     state.record(step)
     return turn
+
+
+def call_key(request: ModelRequest) -> str:
+    """What makes two model calls identical: task, instructions, conversation and tools (not the output cap,
+    which shrinks as the run spends tokens)."""
+    def message(m: Message) -> list:
+        if isinstance(m, UserMessage):
+            return ["user", m.text]
+        if isinstance(m, AssistantMessage):
+            return ["assistant", m.text, [[c.id, c.name, c.arguments, c.arguments_error] for c in m.tool_calls]]
+        return ["tool", m.call_id, m.name, m.content]
+
+    payload = [request.task, request.system, [message(m) for m in request.messages], [t.name for t in request.tools],
+               request.tools_enabled]
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def call_tool(state: RunState, call: ToolCall) -> ToolOutcome:

@@ -343,3 +343,25 @@ def test_a_model_that_never_sees_the_rules_gives_unverified_text_not_answers(acm
         for strategy in ("classic", "agentic", "pipeline", "auto"):
             run = ask(scope=scope, question=QUESTION, strategy=strategy, provider=openai(fake), budgets=Budgets())
             assert run.outcome == "unverified" and not run.grounded and search_steps(scope, run), (strategy, run.outcome)
+
+
+# --- 5. No repeated work --------------------------------------------------------------------------
+
+def test_an_identical_model_call_in_a_run_is_answered_from_the_runs_cache(acme):
+    tenant, _, _ = acme
+    scope = whole_tenant(tenant)
+
+    def script(body: dict):
+        text = prompt_text(body)
+        if "sufficient" in text:
+            return reply("I think the sources are probably fine.")  # an unreadable verdict: the judge asks for the question again
+        if '"queries"' in text:
+            return reply('{"queries": ["hotel limit"]}')
+        return reply(grounded_text(body))
+
+    with FakeOpenAI([], when_exhausted=script) as fake:
+        run = ask(scope=scope, question=QUESTION, strategy="pipeline", provider=openai(fake), budgets=Budgets())
+    judges = model_steps(scope, run, "judge")
+    assert [s.cached for s in judges] == [False, True] and judges[1].output == judges[0].output
+    assert sum("sufficient" in prompt_text(r) for r in fake.requests) == 1  # the server saw the judge once
+    assert judges[1].input_tokens == judges[1].output_tokens == 0 and run.outcome == "answered"
