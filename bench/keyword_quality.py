@@ -239,7 +239,8 @@ def run(args, chunks: list[tuple[int, str]], questions: list[dict], query_vecs: 
             delattr(settings, key)
         return r, lists, text
 
-    from kb.retrieval import DEFAULTS, _rrf
+    from kb.retrieval import DEFAULTS
+    from kb.retrieval.rank import _rrf
 
     pool = DEFAULTS["RETRIEVAL_CANDIDATES"]
     exact, _, _ = ours("ours: keyword, exact BM25 top 10 (candidates from every lexeme)", "keyword",

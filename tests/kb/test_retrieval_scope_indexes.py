@@ -9,9 +9,9 @@ import random
 import pytest
 from django.db import connections
 
-from kb import retrieval
 from kb.models import Chunk, Corpus, Document
 from kb.retrieval import HnswIndex, SearchFilters, choose_vector_plan, search
+from kb.retrieval import vector as retrieval_vector
 from kb.vector_index import ensure_scope_indexes, ensure_vector_index, scope_index_name, wanted_scope_indexes
 from tenants.scope import Scope, activate
 from tests.factories import departments_of, dept_scope, make_tenant, whole_tenant
@@ -93,9 +93,9 @@ def scoped_data(settings):
     with connections["owner"].cursor() as cur:  # index sizes (reltuples) as autovacuum would leave them
         cur.execute("VACUUM ANALYZE kb_chunk")
     data["built"] = built
-    retrieval._index_cache.clear()
+    retrieval_vector._index_cache.clear()
     yield data
-    retrieval._index_cache.clear()
+    retrieval_vector._index_cache.clear()
     with connections["owner"].cursor() as cur:
         for name in built:
             cur.execute(f'DROP INDEX IF EXISTS "{name}"')

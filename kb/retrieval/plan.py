@@ -1,0 +1,175 @@
+"""The effective filter: the scope intersected with the narrowing filters, resolved in one round trip
+to the corpus and document ids the chunk queries use."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from kb.retrieval.query import SearchFilters
+from kb.retrieval.sql import _TenantTx
+from kb.retrieval.tunables import _MODEL_KEY, MAX_QUERY_TERMS
+from tenants.scope import Scope
+
+
+@dataclass
+class _Corpus:
+    id: int
+    name: str
+    model_key: str
+    dim: int
+    chunk_count: int
+    department_id: int | None = None
+    sentences: bool = False  # stores sentence vectors (kb.sentences)
+
+
+@dataclass
+class _Plan:
+    """The effective filter: scope ∩ narrowing, resolved to ids the chunk queries use."""
+
+    tenant_id: int
+    department_ids: tuple[int, ...] | None  # None: every department
+    include_tenant_wide: bool
+    corpora: dict[int, _Corpus]
+    document_ids: tuple[int, ...] | None  # None: no document-level narrowing
+    doc_rows: int | None  # stored chunk count of those documents
+    filters: SearchFilters
+    by_model: dict[str, list[_Corpus]] = field(default_factory=dict)
+    tx: _TenantTx | None = None  # runs this search's statements under the scope's RLS tenant
+
+    @property
+    def empty(self) -> bool:
+        return not self.corpora or (self.document_ids is not None and not self.document_ids) or (
+            self.department_ids is not None and not self.department_ids and not self.include_tenant_wide)
+
+    def where(self, alias: str = "c", *, corpus_ids: Sequence[int] | None = None,
+              departments: bool = True, documents: bool = True) -> tuple[str, list]:
+        """The chunk predicate: tenant, corpora (default: all visible), departments, documents.
+
+        The tenant id is a parameter. `departments=False` leaves the department condition to the
+        caller (per-department arms of a vector search).
+        """
+        sql = [f"{alias}.tenant_id = %s", f"{alias}.corpus_id = ANY(%s)"]
+        params: list = [self.tenant_id, list(self.corpora) if corpus_ids is None else list(corpus_ids)]
+        if self.department_ids is not None and departments:
+            if self.include_tenant_wide:
+                sql.append(f"({alias}.department_id IS NULL OR {alias}.department_id = ANY(%s))")
+            else:
+                sql.append(f"{alias}.department_id = ANY(%s)")
+            params.append(list(self.department_ids))
+        if self.document_ids is not None and documents:
+            sql.append(f"{alias}.document_id = ANY(%s)")
+            params.append(list(self.document_ids))
+        return " AND ".join(sql), params
+
+    def applied(self, **extra) -> dict:
+        f = self.filters
+        out = {
+            "tenant_id": self.tenant_id,
+            "department_ids": "all" if self.department_ids is None else sorted(self.department_ids),
+            "tenant_wide_included": self.include_tenant_wide,
+            "corpus_ids": sorted(self.corpora),
+            "model_keys": sorted(self.by_model),
+            "document_ids": None if f.document_ids is None else sorted(set(f.document_ids) & set(self.document_ids or ())),
+            "metadata": dict(f.metadata) if f.metadata else None,
+            "published_after": f.published_after,
+            "published_before": f.published_before,
+            "documents_matched": None if self.document_ids is None else len(self.document_ids),
+        }
+        out.update(extra)
+        return out
+
+
+def _resolve(scope: Scope, f: SearchFilters, using: str, tx: _TenantTx, query: str | None = None,
+             rerank_query: str | None = None) -> tuple[_Plan, list[str], list[str]]:
+    """Intersect the scope with the filters; also the lexemes of `query` and of `rerank_query`
+    when given (empty lists otherwise).
+
+    One round trip: the RLS tenant, the visible corpora, the documents matching document-level
+    filters (counted, with their stored chunk counts: the scope's exact size) and the lexemes
+    travel as one script.
+    """
+    narrowed = scope.narrowed(f.department_ids)
+    if narrowed.all_departments:
+        depts: tuple[int, ...] | None = None
+        tenant_wide = True
+    else:
+        depts = tuple(sorted(narrowed.department_ids))
+        tenant_wide = f.department_ids is None or f.include_tenant_wide
+    cwhere = "tenant_id = %s"
+    cparams: list = [scope.tenant_id]
+    if depts is not None:
+        cwhere += " AND (department_id IS NULL OR department_id = ANY(%s))"
+        cparams.append(list(depts))
+    if f.corpus_ids is not None:
+        cwhere += " AND id = ANY(%s)"
+        cparams.append([int(c) for c in f.corpus_ids])
+    statements: list[str] = []
+    params: list = []
+    statements.append(f"SELECT id, name, embedding_model, embedding_dim, chunk_count, department_id, sentence_vectors FROM kb_corpus "
+                      f"WHERE {cwhere}")
+    params += cparams
+    doc_level = f.document_ids is not None or f.metadata or f.published_after or f.published_before
+    if doc_level:
+        dsql, dparams = _documents_sql(f, depts, tenant_wide, cwhere, cparams, scope.tenant_id)
+        statements.append(dsql)
+        params += dparams
+    for text in (query, rerank_query):
+        if text is not None:
+            statements.append("SELECT lexeme FROM unnest(to_tsvector('english', %s))")
+            params.append(text[:4000])
+    results = tx.query("; ".join(statements), params)
+    corpora = {r[0]: _Corpus(r[0], r[1], f"{r[2]}:{r[3]}", r[3], r[4], r[5], r[6]) for r in results.pop(0)}
+    plan = _Plan(scope.tenant_id, depts, tenant_wide, corpora, None, None, f, tx=tx)
+    if doc_level:
+        docs = results.pop(0)
+        if corpora:
+            plan.document_ids = tuple(r[0] for r in docs)
+            plan.doc_rows = sum(r[1] or 0 for r in docs)
+    lexemes = [r[0] for r in results.pop(0)][:MAX_QUERY_TERMS] if query is not None else []
+    rerank_lexemes = [r[0] for r in results.pop(0)][:MAX_QUERY_TERMS] if rerank_query is not None else []
+    for c in corpora.values():
+        if _MODEL_KEY.match(c.model_key):
+            plan.by_model.setdefault(c.model_key, []).append(c)
+    return plan, lexemes, rerank_lexemes
+
+
+def _documents_sql(f: SearchFilters, depts: tuple[int, ...] | None, tenant_wide: bool, cwhere: str, cparams: list,
+                   tenant_id: int) -> tuple[str, list]:
+    """Documents of the visible corpora matching the document-level filters: (id, chunk_count) rows."""
+    sql = [f"SELECT id, chunk_count FROM kb_document d WHERE d.tenant_id = %s "
+           f"AND d.corpus_id IN (SELECT id FROM kb_corpus WHERE {cwhere})"]
+    params: list = [tenant_id, *cparams]
+    if depts is not None:
+        sql.append("AND (d.department_id = ANY(%s)" + (" OR d.department_id IS NULL)" if tenant_wide else ")"))
+        params.append(list(depts))
+    if f.document_ids is not None:
+        sql.append("AND d.id = ANY(%s)")
+        params.append([int(d) for d in f.document_ids])
+    if f.metadata:
+        scalars = {key: v for key, v in f.metadata.items() if not isinstance(v, list | tuple)}
+        if scalars:
+            sql.append("AND d.metadata @> %s::jsonb")
+            params.append(json.dumps(scalars))
+        for key, values in f.metadata.items():
+            if isinstance(values, list | tuple):  # any of these values; an empty list matches nothing
+                sql.append("AND d.metadata @> ANY(%s::jsonb[])")
+                params.append([json.dumps({key: v}) for v in values])
+    published = ("CASE WHEN pg_input_is_valid(d.metadata->>'published_at', 'timestamptz') "
+                 "THEN (d.metadata->>'published_at')::timestamptz END")
+    if f.published_after:
+        sql.append(f"AND {published} >= %s::timestamptz")
+        params.append(f.published_after)
+    if f.published_before:
+        sql.append(f"AND {published} < %s::timestamptz")
+        params.append(f.published_before)
+    return " ".join(sql), params
+
+
+def scope_rows(plan: _Plan, group: list[_Corpus]) -> int:
+    """Rows the vector query may visit, from stored counts (an upper bound when departments narrow)."""
+    if plan.doc_rows is not None:
+        return plan.doc_rows
+    return sum(c.chunk_count for c in group)
+

@@ -1,0 +1,54 @@
+"""What a search is asked and what it answers: the narrowing filters, a hit, the result."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+Mode = Literal["vector", "keyword", "hybrid"]
+
+
+@dataclass(frozen=True)
+class SearchFilters:
+    """Narrowing filters. None means "no narrowing" for that dimension."""
+
+    corpus_ids: tuple[int, ...] | None = None
+    document_ids: tuple[int, ...] | None = None
+    # Only chunks of these departments (intersected with the scope). Tenant-wide chunks (no
+    # department) are excluded unless include_tenant_wide is set.
+    department_ids: tuple[int, ...] | None = None
+    # Equality on Document.metadata keys; a list value means "any of these" (one publisher may have
+    # several source names).
+    metadata: dict[str, str | int | float | bool | list | tuple] | None = None
+    published_after: str | None = None  # ISO date/datetime on Document.metadata["published_at"], inclusive
+    published_before: str | None = None  # exclusive
+    include_tenant_wide: bool = False
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    chunk_id: int
+    document_id: int
+    corpus_id: int
+    corpus_name: str
+    document_title: str
+    locator: str
+    page: int | None
+    ordinal: int
+    text: str
+    content_hash: str
+    score: float
+    metadata: dict = field(default_factory=dict)
+    flags: tuple[str, ...] = ()
+    distance: float | None = None  # cosine distance when the hit came from the vector side
+    keyword_score: float | None = None  # BM25 score when it came from the keyword side
+    embedding_model: str = ""
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    hits: list[SearchHit]
+    applied_filter: dict  # the effective filter actually applied (scope ∩ narrowing), for the trace
+    path: str = ""  # e.g. "exact", "hnsw(ef=100)", "keyword", "hybrid"
+    timings_ms: dict = field(default_factory=dict)
+
