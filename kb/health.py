@@ -1,10 +1,19 @@
-"""GET /healthz: database, pgvector version, broker. 200 when all are up, 503 otherwise."""
+"""GET /healthz: database, pgvector version, broker. 200 when all are up, 503 otherwise.
+
+Apps above kb add informational sections through HEALTH_REPORTS (agents adds "providers": each
+configured answer provider's probed capabilities). A report never blocks on a network call and
+never turns the status to 503; one that raises is reported as its error.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from django.conf import settings
 from django.db import connections
 from django.http import HttpRequest, JsonResponse
+
+HEALTH_REPORTS: dict[str, Callable[[], dict]] = {}  # section name -> report, registered in an AppConfig.ready()
 
 
 def healthz(request: HttpRequest) -> JsonResponse:
@@ -29,5 +38,10 @@ def healthz(request: HttpRequest) -> JsonResponse:
         except Exception as exc:
             report["broker_error"] = exc.__class__.__name__
             ok = False
+    for name, make in HEALTH_REPORTS.items():
+        try:
+            report[name] = make()
+        except Exception as exc:
+            report[name] = {"error": exc.__class__.__name__}
     report["status"] = "ok" if ok else "degraded"
     return JsonResponse(report, status=200 if ok else 503)

@@ -365,3 +365,20 @@ def test_an_identical_model_call_in_a_run_is_answered_from_the_runs_cache(acme):
     assert [s.cached for s in judges] == [False, True] and judges[1].output == judges[0].output
     assert sum("sufficient" in prompt_text(r) for r in fake.requests) == 1  # the server saw the judge once
     assert judges[1].input_tokens == judges[1].output_tokens == 0 and run.outcome == "answered"
+
+
+# --- 6. Capabilities in /healthz ------------------------------------------------------------------
+
+def test_healthz_reports_each_configured_providers_probed_capabilities(acme, settings, client):
+    with FakeOpenAI([], when_exhausted=obedient, drop_system=True, ignore_tools=True) as fake:
+        settings.OPENAI_COMPAT_BASE_URL, settings.OPENAI_COMPAT_MODEL = fake.base_url, "tiny"
+        first = client.get("/healthz").json()["providers"]
+        assert first["offline"]["status"] == "declared" and first["openai"]["status"] in {"probing", "probed"}
+        deadline = time.monotonic() + 10
+        while (report := client.get("/healthz").json()["providers"])["openai"]["status"] == "probing":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        requests = len(fake.requests)
+        again = client.get("/healthz").json()["providers"]
+    assert report["openai"]["status"] == "probed" and (report["openai"]["system"], report["openai"]["tools"]) == (False, False)
+    assert report["openai"]["json"] is True and again == report and requests == 3  # cached: probed once
