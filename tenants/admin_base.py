@@ -169,6 +169,10 @@ class TenantScopedAdmin(admin.ModelAdmin):
         scope = admin_scope(request)
         if obj is None or scope is None:
             return True
+        if obj.pk is not None:
+            # Judge the row as stored: a bound form has already copied the submitted values onto `obj`,
+            # and those are checked by the form itself (with errors shown on the fields at fault).
+            obj = self.get_queryset(request).filter(pk=obj.pk).first() or obj
         try:
             self.may_change_object(scope, obj)
         except NotAllowed:
