@@ -12,6 +12,10 @@ Decisions:
 - HTML hidden content (`hidden`, `aria-hidden="true"`, inline `display:none`/`visibility:hidden`),
   scripts, styles and navigation are dropped: nobody reading the page sees them, so they are noise
   at best and a hiding place for prompt injection at worst.
+- Limits (`ParseLimits`, kb.parsing_limits) keep one hostile upload from holding a worker or its
+  memory: a DOCX bomb is refused from its zip directory, markup elements are counted before a tree
+  is built, PDF pages before any is read; blocks, characters and time as the text grows. Over a
+  limit, `ParseLimitExceeded` (a `ParseError`: the document fails saying which limit).
 """
 
 from __future__ import annotations
@@ -24,9 +28,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import PurePath
 
+from kb.parsing_limits import DEFAULT_LIMITS, Guard, ParseError, ParseLimitExceeded, ParseLimits, check_elements, check_zip, count_elements
 
-class ParseError(ValueError):
-    """The upload cannot be turned into text; the message says why."""
+__all__ = ["ParseError", "ParseLimitExceeded", "ParseLimits", "ParsedDocument", "Section", "SUPPORTED_TYPES", "detect_type", "parse"]
 
 
 @dataclass(frozen=True)
@@ -108,15 +112,16 @@ def _normalise_mime(mime_type: str) -> str:
 # Entry point
 
 
-def parse(data: bytes, filename: str, mime_type: str | None = None) -> ParsedDocument:
-    """Parse an upload into normalised text and sections; raises `ParseError` saying what is wrong."""
+def parse(data: bytes, filename: str, mime_type: str | None = None, *, limits: ParseLimits = DEFAULT_LIMITS) -> ParsedDocument:
+    """Parse an upload into normalised text and sections; raises `ParseError` saying what is wrong
+    (`ParseLimitExceeded` over one of `limits`)."""
     if not isinstance(data, bytes | bytearray | memoryview):
         raise ParseError(f"document data must be bytes, got {type(data).__name__}")
     data = bytes(data)
     mime = _normalise_mime(mime_type) if mime_type else detect_type(filename, data)
     fallback_title = PurePath(filename or "").stem or "untitled"
     parser = {TEXT: _parse_text, MARKDOWN: _parse_markdown, HTML: _parse_html, PDF: _parse_pdf, DOCX: _parse_docx}[mime]
-    builder, title = parser(data)
+    builder, title = parser(data, Guard(limits))
     text, sections = builder.finish()
     if not text.strip():
         raise ParseError("document is empty" + (": PDF has no extractable text (scanned pages need OCR)" if mime == PDF else ""))
@@ -144,9 +149,12 @@ def _collapse(text: str) -> str:
 
 
 class _Builder:
-    """Accumulates blocks into one text and records a section per heading (or page)."""
+    """Accumulates blocks into one text and records a section per heading (or page), within the
+    guard's block, character and time limits."""
 
-    def __init__(self) -> None:
+    def __init__(self, guard: Guard) -> None:
+        self._guard = guard
+        self._blocks = 0
         self._parts: list[str] = []
         self._length = 0
         self._sections: list[Section] = []
@@ -167,6 +175,7 @@ class _Builder:
 
     def page(self, number: int) -> None:
         """Start a new page: pages are sections of their own and never share one."""
+        self._guard.tick()
         self._close()
         self._page = number
 
@@ -178,6 +187,14 @@ class _Builder:
             self._append(block)
 
     def _append(self, text: str) -> None:
+        limits = self._guard.limits
+        self._blocks += 1
+        if self._blocks > limits.max_blocks:
+            raise ParseLimitExceeded(f"more than {limits.max_blocks} paragraphs, headings and rows (limit)")
+        if self._length + len(text) > limits.max_text_chars:
+            raise ParseLimitExceeded(f"more than {limits.max_text_chars} characters of text (limit)")
+        if self._blocks % 256 == 0:
+            self._guard.tick()
         if self._length:
             self._parts.append("\n\n")
             self._length += 2
@@ -228,8 +245,8 @@ def _paragraphs(lines: Iterable[str], builder: _Builder) -> None:
 # Plain text and Markdown
 
 
-def _parse_text(data: bytes) -> tuple[_Builder, str]:
-    builder = _Builder()
+def _parse_text(data: bytes, guard: Guard) -> tuple[_Builder, str]:
+    builder = _Builder(guard)
     _paragraphs(_clean(_decode_utf8(data)).split("\n"), builder)
     return builder, ""
 
@@ -240,11 +257,11 @@ _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 _FRONT_TITLE = re.compile(r"^title:\s*[\"']?(.*?)[\"']?\s*$", re.IGNORECASE)
 
 
-def _parse_markdown(data: bytes) -> tuple[_Builder, str]:
+def _parse_markdown(data: bytes, guard: Guard) -> tuple[_Builder, str]:
     """ATX (`#`) and setext headings build heading paths; `#` inside fenced code is not a heading."""
     lines = _clean(_decode_utf8(data)).split("\n")
     title, lines = _front_matter(lines)
-    builder = _Builder()
+    builder = _Builder(guard)
     buf: list[str] = []
     fence: str | None = None
 
@@ -305,11 +322,12 @@ _BLOCK_TAGS = frozenset(
 _HIDDEN_STYLE = re.compile(r"display\s*:\s*none|visibility\s*:\s*hidden", re.IGNORECASE)
 
 
-def _parse_html(data: bytes) -> tuple[_Builder, str]:
+def _parse_html(data: bytes, guard: Guard) -> tuple[_Builder, str]:
     """Walk the tree iteratively (depth kept in a dict), so deeply nested markup cannot recurse."""
     from bs4 import BeautifulSoup, NavigableString, Tag
     from bs4.element import PreformattedString
 
+    check_elements(count_elements([data]), guard, "HTML page", guard.limits.max_html_elements)
     try:  # bytes that are valid UTF-8 are read as UTF-8: bs4's charset guess garbles short non-ASCII pages
         markup: bytes | str = data.decode("utf-8-sig")
     except UnicodeDecodeError:
@@ -320,7 +338,8 @@ def _parse_html(data: bytes) -> tuple[_Builder, str]:
         raise ParseError(f"HTML is malformed: {exc}") from None
     title_tag = soup.find("title")
     title = title_tag.get_text(" ") if title_tag else ""
-    builder = _Builder()
+    guard.tick()
+    builder = _Builder(guard)
     buf: list[str] = []
     open_blocks: list[int] = []  # depths of block elements still open
     depth: dict[int, int] = {id(soup): 0}
@@ -332,7 +351,9 @@ def _parse_html(data: bytes) -> tuple[_Builder, str]:
             builder.block("\n".join(lines))
             buf.clear()
 
-    for el in soup.descendants:
+    for n, el in enumerate(soup.descendants):
+        if n % 4096 == 0:
+            guard.tick()
         d = depth.get(id(el.parent), 0) + 1
         if isinstance(el, Tag):
             depth[id(el)] = d
@@ -379,8 +400,9 @@ def _is_hidden(tag) -> bool:
 # PDF
 
 
-def _parse_pdf(data: bytes) -> tuple[_Builder, str]:
-    """One section per page (1-based `page`); pages without text are skipped."""
+def _parse_pdf(data: bytes, guard: Guard) -> tuple[_Builder, str]:
+    """One section per page (1-based `page`); pages without text are skipped. pypdf caps each
+    stream's decompressed size itself (pypdf.filters.ZLIB_MAX_OUTPUT_LENGTH)."""
     import pypdf
     from pypdf.errors import PyPdfError
 
@@ -389,7 +411,9 @@ def _parse_pdf(data: bytes) -> tuple[_Builder, str]:
         if reader.is_encrypted and not _decrypt_with_empty_password(reader):
             raise ParseError("PDF is encrypted: remove the password and upload again")
         title = str((reader.metadata or {}).get("/Title") or "")
-        builder = _Builder()
+        if (pages := len(reader.pages)) > guard.limits.max_pdf_pages:
+            raise ParseLimitExceeded(f"PDF has {pages} pages; at most {guard.limits.max_pdf_pages} (limit)")
+        builder = _Builder(guard)
         for number, page in enumerate(reader.pages, start=1):
             builder.page(number)
             _paragraphs(_clean(page.extract_text() or "").split("\n"), builder)
@@ -414,21 +438,25 @@ def _decrypt_with_empty_password(reader) -> bool:
 _HEADING_STYLE = re.compile(r"^heading\s*(\d)$", re.IGNORECASE)
 
 
-def _parse_docx(data: bytes) -> tuple[_Builder, str]:
-    """Paragraphs and tables in body order; 'Heading N' styles build heading paths, 'Title' is level 1."""
+def _parse_docx(data: bytes, guard: Guard) -> tuple[_Builder, str]:
+    """Paragraphs and tables in body order; 'Heading N' styles build heading paths, 'Title' is level 1.
+    The zip is measured (`_check_zip`) before python-docx unpacks anything."""
     import docx
     from docx.table import Table
     from docx.text.paragraph import Paragraph
 
+    check_zip(data, guard, "DOCX")
     try:
         document = docx.Document(io.BytesIO(data))
         title = document.core_properties.title or ""
-        builder = _Builder()
+        builder = _Builder(guard)
         for item in document.iter_inner_content():
             if isinstance(item, Paragraph):
                 title = _docx_paragraph(item, builder, title)
             elif isinstance(item, Table):
                 _docx_table(item, builder)
+    except ParseError:
+        raise
     except (zipfile.BadZipFile, KeyError, ValueError, AttributeError, TypeError, OSError) as exc:
         raise ParseError(f"DOCX is malformed: {exc or type(exc).__name__}") from None
     except Exception as exc:  # python-docx surfaces lxml XMLSyntaxError and package errors
