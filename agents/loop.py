@@ -6,33 +6,24 @@
     auto      classic for single-fact questions; agentic for multi-part ones or when classic is not grounded
               (the pipeline instead of agentic with a provider whose probe found it ignores tools)
 
-Every model call and tool call becomes a StepRecord, handed to `on_step` as it happens and stored
-with the run by agents.services. Nothing here writes to the database.
+Every model call and tool call (agents.steps) becomes a StepRecord, handed to `on_step` as it
+happens and stored with the run by agents.services. Nothing here writes to the database.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import logging
 import re
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Literal
 
-from agents.budgets import Budgets
-from agents.citations import CitationCheck, RetrievedChunk, check_citations, is_not_enough_evidence
+from agents.citations import CitationCheck, check_citations, is_not_enough_evidence
 from agents.messages import (
     AssistantMessage,
     ContextChunk,
-    Message,
-    ModelRequest,
-    ModelTurn,
     ProviderError,
-    Task,
     ToolCall,
-    ToolResultMessage,
     UserMessage,
 )
 from agents.planning import fuse
@@ -45,39 +36,14 @@ from agents.prompts import (
     render_context,
     repair_prompt,
     rewrite_prompt,
-    system_prompt,
-    truncated_note,
 )
-from agents.providers import Provider
+from agents.steps import ANSWER_RESERVE, RunState, StepRecord, call_model, call_tool, execute_calls
 from agents.text import contained_share, shingles, split_question
-from agents.tools import TOOL_SPECS, ToolDeps, ToolOutcome, run_tool
 
-log = logging.getLogger(__name__)
+__all__ = ["ANSWER_RESERVE", "STRATEGIES", "LoopResult", "RunState", "StepRecord", "decide_outcome", "run_strategy"]
 
 Strategy = Literal["auto", "classic", "agentic", "pipeline"]
 STRATEGIES: tuple[str, ...] = ("auto", "classic", "agentic", "pipeline")
-
-
-@dataclass
-class StepRecord:
-    """One model call or tool call, as streamed to `on_step` and stored as a RunStep."""
-
-    ordinal: int
-    kind: Literal["model_call", "tool_call"]
-    name: str
-    arguments: dict = field(default_factory=dict)
-    effective_filter: dict = field(default_factory=dict)
-    chunk_ids: list[int] = field(default_factory=list)
-    content_hashes: list[str] = field(default_factory=list)
-    output: str = ""
-    cached: bool = False
-    error: str = ""
-    latency_ms: float = 0.0
-    input_tokens: int = 0
-    output_tokens: int = 0
-
-    def as_dict(self) -> dict:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
 # --- Step outcomes (closed union) -----------------------------------------------------------------
@@ -100,78 +66,6 @@ class BudgetSpent:
 NextStep = CallTools | FinalAnswer | BudgetSpent
 
 
-ANSWER_RESERVE = 0.25  # share of the wall budget kept for the final answer once research stops
-MIN_OUTPUT_TOKENS = 64  # a reply's cap never goes below this, even when the token budget is spent
-
-
-@dataclass
-class RunState:
-    """Everything one run knows. Mutated only by the step functions below."""
-
-    question: str
-    budgets: Budgets
-    provider: Provider
-    deps: ToolDeps
-    on_step: Callable[[StepRecord], Any] | None = None
-    strategy: str = ""
-    messages: list[Message] = field(default_factory=list)
-    steps: list[StepRecord] = field(default_factory=list)
-    tool_calls: int = 0
-    iterations: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    started: float = field(default_factory=time.monotonic)
-    budget_reason: str = ""  # set when a budget forced the final answer
-    missing: list[str] = field(default_factory=list)
-    truncated: set[str] = field(default_factory=set)  # texts of replies cut off even after their retry: never complete
-    tools_ok: bool = True  # False when the provider's capability probe found it ignores tool declarations
-    fallback: str = ""  # why the strategy fell back to answering from code-retrieved evidence
-    model_cache: dict[str, ModelTurn] = field(default_factory=dict)  # call_key -> reply: an identical call is not made twice
-
-    @property
-    def retrieved(self) -> dict[int, RetrievedChunk]:
-        return self.deps.retrieved
-
-    @property
-    def deadline(self) -> float:
-        """time.monotonic() by which every model call of the run is over (abandoned if still running)."""
-        return self.started + self.budgets.max_wall_seconds
-
-    def output_cap(self) -> int:
-        """One reply's output-token cap: max_output_tokens, less when less of the run's token budget is left."""
-        left = self.budgets.max_tokens - self.input_tokens - self.output_tokens
-        return max(MIN_OUTPUT_TOKENS, min(self.budgets.max_output_tokens, left))
-
-    def spent(self) -> str:
-        """Why no more research may happen ('' while budgets remain)."""
-        b = self.budgets
-        if reason := self.spent_time_or_tokens():
-            return reason
-        if self.tool_calls >= b.max_tool_calls:
-            return f"tool call budget of {b.max_tool_calls} reached"
-        if self.iterations >= b.max_iterations:
-            return f"iteration budget of {b.max_iterations} reached"
-        return ""
-
-    def spent_time_or_tokens(self) -> str:
-        """The wall or token budget is spent. Research stops when ANSWER_RESERVE of the wall budget
-        is left, so the final answer has time before the deadline."""
-        b = self.budgets
-        if time.monotonic() - self.started >= b.max_wall_seconds * (1 - ANSWER_RESERVE):
-            return f"wall time of {b.max_wall_seconds:g}s reached"
-        if self.input_tokens + self.output_tokens >= b.max_tokens:
-            return f"token budget of {b.max_tokens} reached"
-        return ""
-
-    def record(self, step: StepRecord) -> None:
-        self.steps.append(step)
-        if self.on_step is not None:
-            try:
-                self.on_step(step)
-            except Exception:  # a disconnected stream must not lose the run's trace
-                log.warning("on_step callback failed", exc_info=True)
-
-
 @dataclass(frozen=True)
 class LoopResult:
     answer: str
@@ -183,120 +77,6 @@ class LoopResult:
     @property
     def grounded(self) -> bool:
         return self.outcome in ("answered", "budget_exhausted")
-
-
-# --- Model and tool steps -------------------------------------------------------------------------
-
-def call_model(state: RunState, task: Task, messages: list[Message], *, tools_enabled: bool,
-               context: tuple[ContextChunk, ...] = ()) -> ModelTurn:
-    """One model call, traced. A reply the output cap cut off (finish_reason "length") is retried once
-    with a note asking for a shorter reply; if that is cut off too, the turn is returned marked
-    (`turn.truncated`, its text in state.truncated, its step's error says so) and never counts as complete."""
-    turn = _call_once(state, task, messages, tools_enabled=tools_enabled, context=context)
-    if not turn.truncated:
-        return turn
-    retry = [*messages, UserMessage(truncated_note(state.output_cap()))]
-    turn = _call_once(state, task, retry, tools_enabled=tools_enabled, context=context, retry_of_truncated=True)
-    if turn.truncated:
-        state.truncated.add(turn.text)
-    return turn
-
-
-def _call_once(state: RunState, task: Task, messages: list[Message], *, tools_enabled: bool,
-               context: tuple[ContextChunk, ...] = (), retry_of_truncated: bool = False) -> ModelTurn:
-    conversational = task in ("agent", "repair")  # continues the tool conversation, so tools stay declared
-    request = ModelRequest(task=task, system=system_prompt(with_tools=tools_enabled and task == "agent"),
-                           messages=tuple(messages), tools=TOOL_SPECS if conversational else (), tools_enabled=tools_enabled,
-                           question=state.question, context=context, deadline=state.deadline,
-                           max_output_tokens=state.output_cap())
-    started = time.perf_counter()
-    step = StepRecord(ordinal=len(state.steps), kind="model_call", name=task,
-                      arguments={"provider": state.provider.name, "model": state.provider.model, "tools_enabled": tools_enabled,
-                                 "messages": len(messages), "context_chunks": [c.chunk_id for c in context],
-                                 "max_output_tokens": request.max_output_tokens})
-    if retry_of_truncated:
-        step.arguments["retry_of_truncated"] = True
-    key = call_key(request)
-    turn = state.model_cache.get(key)
-    if turn is not None:  # the same call earlier in this run: its reply, no tokens spent
-        step.cached = True
-    else:
-        try:
-            turn = state.provider.generate(request)
-        except Exception as exc:
-            step.error = f"{type(exc).__name__}: {exc}"[:2000]
-            step.latency_ms = (time.perf_counter() - started) * 1000
-            state.record(step)
-            raise
-        state.model_cache[key] = turn
-        step.input_tokens, step.output_tokens = turn.usage.input_tokens, turn.usage.output_tokens
-        state.input_tokens += turn.usage.input_tokens
-        state.output_tokens += turn.usage.output_tokens
-    step.latency_ms = (time.perf_counter() - started) * 1000
-    step.output = turn.text
-    if turn.finish_reason:
-        step.arguments["finish_reason"] = turn.finish_reason
-    if turn.truncated:
-        step.error = f"truncated: the reply reached the output cap of {request.max_output_tokens} tokens"
-    if turn.tool_calls:
-        step.arguments["tool_calls"] = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in turn.tool_calls]
-    state.record(step)
-    return turn
-
-
-def call_key(request: ModelRequest) -> str:
-    """What makes two model calls identical: task, instructions, conversation and tools (not the output cap,
-    which shrinks as the run spends tokens)."""
-    def message(m: Message) -> list:
-        if isinstance(m, UserMessage):
-            return ["user", m.text]
-        if isinstance(m, AssistantMessage):
-            return ["assistant", m.text, [[c.id, c.name, c.arguments, c.arguments_error] for c in m.tool_calls]]
-        return ["tool", m.call_id, m.name, m.content]
-
-    payload = [request.task, request.system, [message(m) for m in request.messages], [t.name for t in request.tools],
-               request.tools_enabled]
-    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def call_tool(state: RunState, call: ToolCall) -> ToolOutcome:
-    started = time.perf_counter()
-    outcome = run_tool(state.deps, call)
-    arguments = dict(call.arguments) if isinstance(call.arguments, dict) else {}
-    state.record(StepRecord(
-        ordinal=len(state.steps), kind="tool_call", name=call.name, arguments=arguments,
-        effective_filter=outcome.effective_filter, chunk_ids=list(outcome.chunk_ids), content_hashes=list(outcome.content_hashes),
-        output=_summary(outcome), cached=outcome.cached, error=outcome.error, latency_ms=(time.perf_counter() - started) * 1000))
-    return outcome
-
-
-def _summary(outcome: ToolOutcome) -> str:
-    if outcome.error:
-        return ""
-    if "results" in outcome.content:
-        results = outcome.content["results"]
-        # Ingest-time injection flags go into the trace, so an auditor sees which shown chunks were suspect.
-        flagged = [f"c:{r['chunk_id']} {','.join(r['flagged'])}" for r in results if isinstance(r, dict) and r.get("flagged")]
-        rank = {cid: i for i, cid in enumerate(outcome.ranked_ids, start=1)}
-        past = f"; past the output budget: {', '.join(f'c:{c.chunk_id} (#{rank.get(c.chunk_id)})' for c in outcome.overflow)}" \
-            if outcome.overflow else ""
-        return f"{len(results)} result(s)" + (" (cached)" if outcome.cached else "") + past + \
-            (f"; flagged as possible instructions to the model: {'; '.join(flagged)}" if flagged else "")
-    return json.dumps(outcome.content, default=str)[:1000]
-
-
-def execute_calls(state: RunState, calls: tuple[ToolCall, ...]) -> None:
-    """Run a turn's tool calls in order; calls beyond the tool budget get an error answer, never silence."""
-    for call in calls:
-        if state.tool_calls >= state.budgets.max_tool_calls:
-            outcome = ToolOutcome.failed("tool call budget spent: answer with what you have")
-            state.record(StepRecord(ordinal=len(state.steps), kind="tool_call", name=call.name,
-                                    arguments=dict(call.arguments or {}), error=outcome.error))
-        else:
-            state.tool_calls += 1
-            outcome = call_tool(state, call)
-        state.messages.append(ToolResultMessage(call_id=call.id, name=call.name, content=outcome.content))
-
 
 # --- Strategies -----------------------------------------------------------------------------------
 
