@@ -10,9 +10,13 @@ import pytest
 from django.db import connections
 from django.utils import timezone
 
-from kb import ingest, tasks
+from kb import tasks
 from kb.embedding import HashEmbedder, embed_windowed, get_embedder
 from kb.ingest import UploadRejected, resume_stuck_jobs, run_ingest_job, run_reembed_job, start_reembed, upload_document
+from kb.ingest import documents as ingest_documents
+from kb.ingest import jobs as ingest_jobs
+from kb.ingest import pipeline as ingest_pipeline
+from kb.ingest import reembed as ingest_reembed
 from kb.models import Chunk, Corpus, Document, EmbeddingCache, IngestJob
 from kb.vector_index import ensure_vector_index, index_name
 from tenants.scope import activate
@@ -23,6 +27,12 @@ from tests.kb import _transactional  # noqa: F401  (flush transactional tests as
 os.environ.setdefault("GROUNDED_EMBEDDER_PLUGINS", "tests.fakes.embedders")
 
 pytestmark = pytest.mark.django_db(databases=["default", "owner"])
+
+
+def patch_embedder(monkeypatch, get_embedder) -> None:
+    """Every job kind picks its embedder through this (the ingest job and the re-embed job)."""
+    for module in (ingest_pipeline, ingest_reembed):
+        monkeypatch.setattr(module, "get_embedder", get_embedder)
 
 
 def sha(text: str) -> str:
@@ -186,7 +196,7 @@ def test_progress_fields_advance_per_batch(scope, corpus_factory, upload, monkey
             seen.append((job.stage, job.chunks_done, job.chunks_total))
             return base.embed(texts, task)
 
-    monkeypatch.setattr(ingest, "get_embedder", lambda key: Spy(16))
+    patch_embedder(monkeypatch, lambda key: Spy(16))
     monkeypatch.setenv("GROUNDED_EMBED_BATCH", "2")
     doc, job = upload(corpus, "many.md", sections(*[f"Paragraph number {i} says something else." for i in range(7)]))
     job = refresh(scope, job)
@@ -222,12 +232,12 @@ def test_busy_job_is_left_to_its_lease_holder(scope, counting, upload):
     with activate(scope):
         IngestJob.objects.for_scope(scope).filter(pk=job.pk).update(status="queued")
     with connections["owner"].cursor() as cur:  # another session holds the lease
-        cur.execute("SELECT pg_advisory_lock(%s, %s)", [ingest._LEASE_CLASS, job.pk])
+        cur.execute("SELECT pg_advisory_lock(%s, %s)", [ingest_jobs._LEASE_CLASS, job.pk])
     try:
         assert run_ingest_job(job_id=job.pk, tenant_id=scope.tenant_id) == "busy"
     finally:
         with connections["owner"].cursor() as cur:
-            cur.execute("SELECT pg_advisory_unlock(%s, %s)", [ingest._LEASE_CLASS, job.pk])
+            cur.execute("SELECT pg_advisory_unlock(%s, %s)", [ingest_jobs._LEASE_CLASS, job.pk])
 
 
 def test_transient_embedder_errors_retry_in_the_task(scope, corpus_factory, upload, monkeypatch):
@@ -253,7 +263,7 @@ def test_reaper_resends_stale_and_lost_jobs_across_tenants(monkeypatch):
     doc_a, job_a = upload_document(scope=a, corpus=corpus_a, filename="a.txt", data=b"Alpha text.")  # runs eagerly
     assert refresh(a, job_a).status == "done"
     with monkeypatch.context() as m:
-        m.setattr(ingest, "enqueue_job", lambda *args: None)  # the broker "lost" this message
+        m.setattr(ingest_documents, "enqueue_job", lambda *args: None)  # the broker "lost" this message
         doc_b, job_b = upload_document(scope=b, corpus=corpus_b, filename="b.txt", data=b"Bee text.")
     old = timezone.now() - timedelta(minutes=30)
     with activate(a):  # a worker died mid-job: running, silent for 30 minutes
@@ -283,7 +293,7 @@ def test_reembed_switches_atomically_and_keeps_old_model_until_then(scope, corpu
             observed.append((c.model_key, models))
             return super().embed(texts, task)
 
-    monkeypatch.setattr(ingest, "get_embedder", lambda key: Watching(32) if key == "hash:32" else real(key))
+    patch_embedder(monkeypatch, lambda key: Watching(32) if key == "hash:32" else real(key))
     monkeypatch.setenv("GROUNDED_EMBED_BATCH", "1")
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         job = start_reembed(scope=scope, corpus=corpus, model_key="hash:32")
@@ -395,7 +405,7 @@ def test_jobs_queued_together_are_embedded_in_shared_batches(scope, corpus_facto
             calls.append(len(texts))
             return super().embed(texts, task)
 
-    monkeypatch.setattr(ingest, "get_embedder", lambda key: Spy(16))
+    patch_embedder(monkeypatch, lambda key: Spy(16))
     monkeypatch.setenv("GROUNDED_EMBED_BATCH", "4")
     with django_capture_on_commit_callbacks(execute=True), transaction.atomic():  # e.g. one multi-file API upload
         uploaded = [upload_document(scope=scope, corpus=corpus, filename=f"d{i}.md",
@@ -435,7 +445,7 @@ def test_transient_error_mid_group_keeps_written_documents_done(scope, corpus_fa
     from django.db import OperationalError, transaction
 
     corpus = corpus_factory(model="hash", dim=16)
-    real_write = ingest._write_chunks
+    real_write = ingest_pipeline._write_chunks
     calls = []
 
     def flaky_write(*args, **kwargs):
@@ -444,7 +454,7 @@ def test_transient_error_mid_group_keeps_written_documents_done(scope, corpus_fa
             raise OperationalError("connection reset while writing")
         return real_write(*args, **kwargs)
 
-    monkeypatch.setattr(ingest, "_write_chunks", flaky_write)
+    monkeypatch.setattr(ingest_pipeline, "_write_chunks", flaky_write)
     with django_capture_on_commit_callbacks(execute=True), transaction.atomic():
         (d1, j1), (d2, j2) = [upload_document(scope=scope, corpus=corpus, filename=f"d{i}.md", data=sections(f"Doc {i}."))
                               for i in range(2)]
@@ -468,7 +478,7 @@ def test_ingest_racing_a_reembed_switch_is_requeued_onto_the_new_model(scope, co
                 assert run_reembed_job(job_id=job.pk, tenant_id=scope.tenant_id) == "done"
             return super().embed(texts, task)
 
-    monkeypatch.setattr(ingest, "get_embedder", lambda key: SwitchesMidway(16) if key == "hash:16" else real(key))
+    patch_embedder(monkeypatch, lambda key: SwitchesMidway(16) if key == "hash:16" else real(key))
     doc, job = upload(corpus, "new.md", sections("Arrives during the switch."))
     job = refresh(scope, job)
     assert (job.status, job.attempts) == ("done", 2)

@@ -1,0 +1,90 @@
+"""Sending jobs: the task by name after commit (a broker), or the job's service in this process (no broker);
+and the reaper that resends jobs whose worker died or whose message was lost."""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable
+from datetime import timedelta
+
+from django.db import transaction
+from django.db.models import Q
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from kb.celery import app as celery_app
+from kb.ingest.jobs import TRANSIENT_ERRORS
+from kb.models import IngestJob, JobStatus
+
+logger = logging.getLogger(__name__)
+
+
+TASK_NAMES = {IngestJob.Kind.INGEST: "kb.ingest_document", IngestJob.Kind.REEMBED: "kb.reembed_corpus"}  # kb.tasks
+# kind -> the service that runs a job of that kind in process (registered by kb.ingest.pipeline and
+# kb.ingest.reembed, which import this module: the queue does not import the work it queues).
+RUNNERS: dict[str, Callable[..., str]] = {}
+
+
+def register_runner(kind: str, run: Callable[..., str]) -> None:
+    RUNNERS[kind] = run
+
+
+def enqueue_job(job_id: int, tenant_id: int, kind: str) -> None:
+    """Send the job's task (by name: kb.tasks) after the surrounding transaction commits (at once
+    outside one); with no broker, run it in this process instead.
+
+    robust: a broker outage must not fail the upload; the job stays queued and the reaper resends it.
+    """
+
+    def send() -> None:
+        if celery_app.conf.task_always_eager:
+            _run_in_process(kind, job_id, tenant_id)
+        else:
+            celery_app.send_task(TASK_NAMES[kind], args=[job_id, tenant_id])
+
+    transaction.on_commit(send, robust=True)
+
+
+EAGER_RETRIES = 4
+
+
+def _run_in_process(kind: str, job_id: int, tenant_id: int) -> None:
+    """No broker (embedded mode): run the job's service here, retrying transient errors like the task
+    would (Celery's eager retry re-raises instead of retrying). A final failure stays on the job row
+    for the reaper; it never fails the request that queued it."""
+    run = RUNNERS[kind]
+    for attempt in range(EAGER_RETRIES + 1):
+        try:
+            run(job_id=job_id, tenant_id=tenant_id)
+            return
+        except TRANSIENT_ERRORS as exc:
+            if attempt == EAGER_RETRIES:
+                logger.error("job %s still failing after %d in-process attempts: %s", job_id, attempt + 1, exc)
+                return
+            time.sleep(min(2.0, 0.05 * 2**attempt) * random.uniform(0.5, 1.0))
+
+
+def resume_stuck_jobs(*, older_than: float = 600, limit: int = 500) -> list[int]:
+    """Resend jobs whose worker died (running, heartbeat older than `older_than` seconds) or whose
+    message was lost (queued and untouched as long). Across tenants: maintenance, owner connection.
+
+    Resending is always safe: a job still alive holds its lease and the duplicate returns "busy".
+    """
+    now = timezone.now()
+    cutoff = now - timedelta(seconds=older_than)
+    stale = (IngestJob.objects.unscoped_dangerously(using="owner")
+             .annotate(last_seen=Coalesce("heartbeat_at", "started_at", "created_at"))
+             .filter(Q(status__in=[JobStatus.RUNNING, JobStatus.QUEUED]), last_seen__lt=cutoff)
+             .order_by("last_seen"))
+    jobs = list(stale.values_list("id", "tenant_id", "kind")[:limit])
+    if not jobs:
+        return []
+    # Touch them so a reaper running again soon does not resend them twice.
+    IngestJob.objects.unscoped_dangerously(using="owner").filter(pk__in=[j[0] for j in jobs]).update(heartbeat_at=now)
+    for job_id, tenant_id, kind in jobs:
+        enqueue_job(job_id, tenant_id, kind)
+    logger.info("reaper resent %d jobs", len(jobs))
+    return [j[0] for j in jobs]
+

@@ -1,0 +1,118 @@
+"""Embedding I/O of the write path: the per-tenant embedding cache (binary float32 over the wire) and
+embedding texts in batches through it."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+from django.db import connections
+from django.utils import timezone
+
+from kb.embedding import Embedder, embed_windowed
+from kb.models import EmbeddingCache, IngestJob
+from kb.vector_index import HALFVEC_MAX_DIM, ensure_vector_index
+from tenants.scope import Scope, activate
+
+
+def embed_batch_size() -> int:
+    return int(os.environ.get("GROUNDED_EMBED_BATCH", "64"))
+
+
+def _ensure_index_outside_transactions(model_key: str, dim: int) -> None:
+    # Never while this thread holds an open transaction: the build could wait on our own locks.
+    if dim <= HALFVEC_MAX_DIM and not connections["default"].in_atomic_block and not connections["owner"].in_atomic_block:
+        ensure_vector_index(model_key, dim)
+
+
+def _vectors_for(scope: Scope, embedder: Embedder, texts: dict[str, str],
+                 progress: dict[int, list[str]] | None = None) -> dict[str, np.ndarray]:
+    """sha256 -> vector for every text ({sha256: text}): cache first, then the embedder in batches,
+    each batch written to the cache and committed together with the progress of the jobs
+    (`progress`: job id -> its chunks' hashes) whose chunks it completed."""
+    with activate(scope):
+        vectors = _cache_lookup(scope, embedder.model_key, list(texts))
+    missing = [h for h in texts if h not in vectors]
+    users: dict[str, list[int]] = {}
+    done: dict[int, int] = {}
+    now = timezone.now()
+    if progress:
+        with activate(scope):
+            for job_id, hashes in progress.items():
+                done[job_id] = sum(1 for h in hashes if h in vectors)
+                for h in hashes:
+                    users.setdefault(h, []).append(job_id)
+                IngestJob.objects.for_scope(scope).filter(pk=job_id).update(
+                    stage="embed", chunks_total=len(hashes), chunks_done=done[job_id], heartbeat_at=now)
+    size = embed_batch_size()
+    for start in range(0, len(missing), size):
+        batch = missing[start:start + size]
+        array = embed_windowed(embedder, [texts[h] for h in batch], "document")
+        if array.shape != (len(batch), embedder.dim) or not np.isfinite(array).all():
+            raise ValueError(f"embedder {embedder.model_key} returned {array.shape} for {len(batch)} texts")
+        array = np.ascontiguousarray(array, dtype=np.float32)
+        touched = {job_id for h in batch for job_id in users.get(h, ())}
+        with activate(scope):
+            _cache_store(scope, embedder.model_key, batch, array)
+            for h in batch:
+                for job_id in users.get(h, ()):
+                    done[job_id] += 1
+            now = timezone.now()
+            for job_id in touched:
+                IngestJob.objects.for_scope(scope).filter(pk=job_id).update(chunks_done=done[job_id], heartbeat_at=now)
+            if progress:  # the group's other jobs are alive too (the reaper watches heartbeats)
+                IngestJob.objects.for_scope(scope).filter(pk__in=list(progress)).exclude(pk__in=touched).update(heartbeat_at=now)
+        vectors.update(zip(batch, array, strict=True))
+    return vectors
+
+
+@contextlib.contextmanager
+def _vector_cursor(alias: str = "default") -> Iterator[Any]:
+    """A raw psycopg cursor on the Django connection (same transaction), with binary numpy<->vector
+    adapters registered on this cursor only (the ORM's own vector handling is left untouched)."""
+    from pgvector.psycopg.vector import VectorBinaryDumper, VectorBinaryLoader, VectorDumper
+    from psycopg.types import TypeInfo
+
+    conn = connections[alias]
+    conn.ensure_connection()
+    raw = conn.connection
+    info = getattr(raw, "_grounded_vector_info", None)
+    if info is None:
+        info = TypeInfo.fetch(raw, "vector")
+        raw._grounded_vector_info = info
+    import psycopg
+
+    # A server-side-binding cursor: Django's default ClientCursor cannot carry binary parameters or results.
+    with psycopg.Cursor(raw) as cur:
+        info.register(cur)
+        cur.adapters.register_dumper(np.ndarray, type("VectorText", (VectorDumper,), {"oid": info.oid}))
+        cur.adapters.register_dumper(np.ndarray, type("VectorBinary", (VectorBinaryDumper,), {"oid": info.oid}))
+        cur.adapters.register_loader(info.oid, VectorBinaryLoader)
+        yield cur
+
+
+def _cache_lookup(scope: Scope, model_key: str, hashes: list[str]) -> dict[str, np.ndarray]:
+    if not hashes:
+        return {}
+    with _vector_cursor() as cur:
+        cur.execute("SELECT text_sha256, embedding FROM kb_embeddingcache "
+                    "WHERE tenant_id = %s AND model_key = %s AND text_sha256 = ANY(%s)",
+                    [scope.tenant_id, model_key, hashes], binary=True)
+        return {h: v.to_numpy() for h, v in cur.fetchall()}
+
+
+def _cache_store(scope: Scope, model_key: str, hashes: list[str], array: np.ndarray) -> None:
+    with _vector_cursor() as cur:
+        cur.execute("INSERT INTO kb_embeddingcache (tenant_id, model_key, text_sha256, embedding, created_at) "
+                    "SELECT %s, %s, u.h, u.e, now() FROM unnest(%s::text[], %b::vector[]) AS u(h, e) "
+                    "ON CONFLICT (tenant_id, model_key, text_sha256) DO NOTHING",
+                    [scope.tenant_id, model_key, hashes, list(array)])
+
+
+def embedding_cache_size(*, scope: Scope, model_key: str) -> int:
+    with activate(scope):
+        return EmbeddingCache.objects.for_scope(scope).filter(model_key=model_key).count()
+
