@@ -24,6 +24,7 @@ from django.utils.html import format_html
 
 from agents.chain import GENESIS, run_hash
 from agents.models import Citation, Outcome, Run, RunStep, Verdict
+from agents.review import principal_names, search_runs
 from kb.models import Chunk
 from tenants.access import ROLE_GRANTS, visible_api_keys, visible_memberships
 from tenants.admin_base import TenantScopedAdmin, admin_role, admin_scope, scoped, scoped_filter, scoped_queryset, scoped_view
@@ -51,10 +52,14 @@ class PrincipalFilter(admin.SimpleListFilter):
     parameter_name = "principal"
 
     def lookups(self, request, model_admin):
-        principals = scoped_queryset(request, Run).order_by().values_list("principal", flat=True).distinct()[:100]
-        return [(p, p) for p in sorted(principals)]
+        rows = scoped_queryset(request, Run).order_by().values_list("tenant_id", "principal").distinct()[:100]
+        runs = [Run(tenant_id=tenant_id, principal=principal) for tenant_id, principal in rows]
+        name_principals(request, runs)
+        return sorted({(r.principal, r.principal_name) for r in runs})
 
     def queryset(self, request, queryset):
+        if self.value() and "\x00" in self.value():  # PostgreSQL text cannot hold NUL: nothing can match
+            return queryset.none()
         return queryset.filter(principal=self.value()) if self.value() else queryset
 
 
@@ -79,6 +84,22 @@ def _cell(value) -> str:
     return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
 
 
+def name_principals(request, runs) -> None:
+    """Set `principal_name` on each run: its key's name or user's username (agents.review)."""
+    scope = admin_scope(request)
+    by_tenant: dict[int, set[str]] = {}
+    for run in runs:
+        by_tenant.setdefault(run.tenant_id, set()).add(run.principal)
+    names: dict[tuple[int, str], str] = {}
+    for tenant_id, principals in by_tenant.items():
+        if scope is not None and tenant_id != scope.tenant_id:
+            continue
+        for principal, name in principal_names(tenant_id, principals, using="default" if scope else "owner").items():
+            names[tenant_id, principal] = name
+    for run in runs:
+        run.principal_name = names.get((run.tenant_id, run.principal), run.principal)
+
+
 def trace_context(request, run: Run) -> dict:
     """The run's steps (with the chunks each returned), citations (with the chunk each cites) and chain status."""
     steps = list(scoped_queryset(request, RunStep).filter(run_id=run.id).order_by("ordinal"))
@@ -90,6 +111,7 @@ def trace_context(request, run: Run) -> dict:
     chain = {"hash_ok": run_hash(run, steps, citations) == run.hash,
              "link_ok": expected_prev is not None and expected_prev == run.prev_hash}
     chain["ok"] = chain["hash_ok"] and chain["link_ok"]
+    name_principals(request, [run])
     return {
         "run": run,
         "steps": [{"step": s, "chunks": [(i, chunks.get(i)) for i in (s.chunk_ids or [])]} for s in steps],
@@ -104,7 +126,7 @@ def trace_context(request, run: Run) -> dict:
 class RunAdmin(TenantScopedAdmin):
     """Read-only audit review with filters, a per-run timeline and CSV/JSONL export."""
 
-    list_display = ["id", "created_at", "tenant", "principal", "short_question", "strategy", "outcome", "citations_col",
+    list_display = ["id", "created_at", "tenant", "asked_by", "short_question", "strategy", "outcome", "citations_col",
                     "tokens", "latency"]
     list_filter = [scoped_filter("tenant", Tenant, "tenant"), DepartmentFilter, PrincipalFilter, ("created_at", admin.DateFieldListFilter),
                    "outcome", "strategy", UnverifiedFilter]
@@ -131,6 +153,25 @@ class RunAdmin(TenantScopedAdmin):
     def get_queryset(self, request):
         return scoped_queryset(request, Run).select_related("tenant").annotate(
             n_citations=Count("citations"), n_unverified=Count("citations", filter=Q(citations__verdict__in=UNVERIFIED)))
+
+    def get_search_results(self, request, queryset, search_term):
+        """The changelist search: full-text over question and answer, or a substring (agents.review)."""
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        if "\x00" in term or len(term) > 500:  # PostgreSQL text cannot hold NUL: nothing can match
+            return queryset.none(), False
+        return search_runs(queryset, term), False
+
+    def get_changelist_instance(self, request):
+        changelist = super().get_changelist_instance(request)
+        name_principals(request, changelist.result_list)
+        return changelist
+
+    @admin.display(description="asked by", ordering="principal")
+    def asked_by(self, obj) -> str:
+        name = getattr(obj, "principal_name", obj.principal)
+        return format_html("{}<br><code>{}</code>", name, obj.principal) if name != obj.principal else obj.principal
 
     @admin.display(description="question")
     def short_question(self, obj) -> str:

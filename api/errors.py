@@ -1,8 +1,23 @@
-"""One error format for every endpoint: {"error": {"code", "message", "fields"}}."""
+"""One error format for every endpoint: {"error": {"code", "message", "fields"}}.
+
+Under /api/ that holds for every status, whatever DEBUG says: DRF errors go through
+`exception_handler`, an exception no handler knows becomes a bare 500 (logged with its traceback,
+never shown), and an unknown URL is answered by `api_not_found` (a catch-all route, so Django's
+debug 404 page, which lists every URL pattern, is never reached).
+"""
 
 from __future__ import annotations
 
+import logging
+
+from django.core.exceptions import RequestDataTooBig, SuspiciousOperation, TooManyFieldsSent, TooManyFilesSent
+from django.core.signals import got_request_exception
+from django.http import HttpRequest, HttpResponse, HttpResponsePermanentRedirect, JsonResponse
+from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
+from rest_framework.views import set_rollback
+
+logger = logging.getLogger("django.request")
 
 
 def _flatten(detail, prefix: str = "") -> dict[str, list[str]]:
@@ -22,37 +37,85 @@ def _flatten(detail, prefix: str = "") -> dict[str, list[str]]:
     return {prefix or "non_field_errors": [str(d) for d in items]}
 
 
+def error_body(code: str, message: str, fields: dict[str, list[str]] | None = None) -> dict:
+    """The one error shape."""
+    return {"error": {"code": code, "message": message, "fields": fields or {}}}
+
+
 def exception_handler(exc, context):
     """DRF's handler in the one error format; the domain's access errors (tenants.scope) mapped:
-    NotVisible -> 404, NotAllowed -> 400 on the field it names, else 403."""
-    from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
+    NotVisible -> 404, NotAllowed -> 400 on the field it names, else 403. Any other exception is a
+    500 `server_error` with no detail: logged (with the traceback) and signalled like Django's own
+    500s, but never rendered, so DEBUG cannot turn it into a page of settings and SQL."""
+    from rest_framework.exceptions import NotFound, ParseError, PermissionDenied, ValidationError
 
     from tenants.scope import NotAllowed, NotVisible
 
-    if isinstance(exc, NotVisible):
+    if isinstance(exc, SuspiciousOperation):  # Django's request limits (fields, size) and the like: 400, as Django does
+        logging.getLogger(f"django.security.{exc.__class__.__name__}").warning(str(exc))
+        exc = ParseError({"body": [_suspicious_message(exc)]})
+    elif isinstance(exc, NotVisible):
         exc = NotFound(str(exc))
     elif isinstance(exc, NotAllowed):
         exc = ValidationError({exc.field: [str(exc)]}) if exc.field else PermissionDenied(str(exc))
     response = drf_exception_handler(exc, context)
     if response is None:
-        return None
+        return _server_error(exc, context)
     detail = response.data
     code = getattr(exc, "default_code", "error")
     if isinstance(detail, dict) and set(detail) == {"detail"}:
-        body = {"code": code, "message": str(detail["detail"]), "fields": {}}
+        body = error_body(code, str(detail["detail"]))
     else:
         fields = _flatten(detail)
         first = next(iter(fields.items()), ("", [""]))
-        body = {"code": code, "message": f"{first[0]}: {first[1][0]}", "fields": fields}
-    response.data = {"error": body}
+        body = error_body(code, f"{first[0]}: {first[1][0]}", fields)
+    response.data = body
     return response
+
+
+def _suspicious_message(exc: SuspiciousOperation) -> str:
+    from django.conf import settings
+
+    if isinstance(exc, TooManyFieldsSent):
+        return f"more than {settings.DATA_UPLOAD_MAX_NUMBER_FIELDS} fields"
+    if isinstance(exc, TooManyFilesSent):
+        return "too many files"
+    if isinstance(exc, RequestDataTooBig):
+        return "request body too large"
+    return "malformed request"
+
+
+def _server_error(exc: BaseException, context) -> Response:
+    request = getattr(context.get("request"), "_request", None)
+    set_rollback()
+    logger.error("Internal Server Error: %s", getattr(request, "path", "?"), exc_info=(type(exc), exc, exc.__traceback__),
+                 extra={"status_code": 500, "request": request})
+    # Error reporters (and Django's test client) listen for this, as for any unhandled exception.
+    got_request_exception.send(sender=None, request=request)
+    response = Response(error_body("server_error", "internal error"), status=500)
+    response._has_been_logged = True  # django.utils.log.log_response: logged above, with the traceback
+    return response
+
+
+def api_not_found(request: HttpRequest, unmatched: str = "") -> HttpResponse:
+    """Every /api/ URL no route matches: the JSON 404 (in DEBUG too). A GET or HEAD missing only its
+    trailing slash is redirected to the real endpoint, as Django's APPEND_SLASH would."""
+    from django.urls import Resolver404, resolve
+
+    if not request.path.endswith("/") and request.method in ("GET", "HEAD"):
+        try:
+            match = resolve(request.path + "/")
+        except Resolver404:
+            match = None
+        if match is not None and match.func is not api_not_found:
+            query = request.META.get("QUERY_STRING", "")
+            return HttpResponsePermanentRedirect(request.path + "/" + (f"?{query}" if query else ""))
+    return JsonResponse(error_body("not_found", "no such endpoint"), status=404)
 
 
 def _json_or_default(request, status: int, code: str, message: str, default):
     if request.path.startswith("/api/"):
-        from django.http import JsonResponse
-
-        return JsonResponse({"error": {"code": code, "message": message, "fields": {}}}, status=status)
+        return JsonResponse(error_body(code, message), status=status)
     return default()
 
 

@@ -1,7 +1,7 @@
 """The project's URL map (ROOT_URLCONF): the HTTP edge owns it, so it lives in the top layer."""
 
 from django.contrib import admin
-from django.urls import include, path
+from django.urls import include, path, re_path
 
 from api import errors
 from api import urls as api_urls
@@ -11,8 +11,10 @@ urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("admin/", admin.site.urls),
     path("api/v1/", include(api_urls)),
+    # Last: any other /api/ URL is the JSON 404, in DEBUG too (Django's debug 404 lists every pattern).
+    re_path(r"^api/(?P<unmatched>.*)$", errors.api_not_found, name="api-not-found"),
 ]
 
-# API paths answer 404/500 in the API's JSON error format.
+# Outside the API, 404/500 pages are Django's; under /api/ they answer in the API's JSON error format.
 handler404 = errors.handler404
 handler500 = errors.handler500

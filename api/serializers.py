@@ -5,9 +5,12 @@ fault; what a caller may grant is checked by tenants.access.check_grant in the s
 from __future__ import annotations
 
 import json
+import math
 
 from django.conf import settings
 from django.contrib.auth.validators import UnicodeUsernameValidator
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from agents.loop import STRATEGIES
@@ -17,6 +20,59 @@ from tenants.access import access_department, departments_in_scope
 from tenants.models import ApiKey, Department, Membership, Role
 from tenants.scope import NotAllowed, NotVisible, Scope
 from tenants.services import display_name
+
+# PostgreSQL bigint: a larger id names no row, and must not reach a query (it would fail there).
+ID_MAX = 2**63 - 1
+# Nesting any JSON input may have (request bodies, upload metadata); deeper is refused before use.
+MAX_JSON_DEPTH = 32
+# Upload metadata (one JSON object applied to every file): stored per document and matched by filters.
+MAX_METADATA_CHARS = 64 * 1024
+MAX_METADATA_DEPTH = 8
+# Search filters: keys matched, and each key's string length and values.
+MAX_FILTER_KEYS = 50
+MAX_FILTER_KEY_CHARS = 200
+MAX_FILTER_VALUE_CHARS = 1000
+
+
+def id_field(**kwargs) -> serializers.IntegerField:
+    """An id from outside: 1..ID_MAX, so an out-of-range number is a 400 on the field, not a database error."""
+    return serializers.IntegerField(min_value=1, max_value=ID_MAX, **kwargs)
+
+
+def text_problem(text: str) -> str | None:
+    """Why a string cannot be stored or matched as text (PostgreSQL text holds no NUL, UTF-8 no lone surrogate)."""
+    if "\x00" in text:
+        return "must not contain NUL characters"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "must be valid Unicode (no lone surrogates)"
+    return None
+
+
+def json_problem(value, *, max_depth: int, max_string: int | None = None, check_text: bool = False) -> str | None:
+    """The first reason `value` (parsed JSON) is unfit, else None: nesting deeper than `max_depth`,
+    non-finite numbers (jsonb refuses them), and with `check_text` keys or strings that `text_problem`
+    refuses or longer than `max_string`. Iterative, so hostile nesting cannot exhaust the stack."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth > max_depth:
+                return f"nested deeper than {max_depth} levels"
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+            strings = item.keys() if isinstance(item, dict) and check_text else ()
+        elif isinstance(item, float) and not math.isfinite(item):
+            return "numbers must be finite"
+        else:
+            strings = (item,) if check_text and isinstance(item, str) else ()
+        for text in strings:
+            if problem := text_problem(text):
+                return problem
+            if max_string is not None and len(text) > max_string:
+                return f"strings must be at most {max_string} characters"
+    return None
 
 
 def _department_in_scope(scope, department_id: int | None) -> Department | None:
@@ -42,7 +98,7 @@ class DepartmentSerializer(serializers.ModelSerializer):
 
 
 class CorpusSerializer(serializers.ModelSerializer):
-    department = serializers.IntegerField(source="department_id", allow_null=True, required=False, min_value=1)
+    department = id_field(source="department_id", allow_null=True, required=False)
     document_count = serializers.IntegerField(read_only=True, required=False)
     reembedding_to = serializers.SerializerMethodField(help_text="'<model>:<dim>' a re-embed job is moving the corpus to, else null")
 
@@ -167,7 +223,7 @@ class IngestJobSerializer(serializers.ModelSerializer):
 
 
 class UploadSerializer(serializers.Serializer):
-    corpus = serializers.IntegerField(min_value=1)
+    corpus = id_field()
     files = serializers.ListField(child=serializers.FileField(allow_empty_file=False), allow_empty=False)
     metadata = serializers.CharField(required=False, allow_blank=True, help_text="JSON object applied to every file.")
     title = serializers.CharField(required=False, allow_blank=False, max_length=500, help_text="Only with a single file.")
@@ -181,14 +237,21 @@ class UploadSerializer(serializers.Serializer):
         return files
 
     def validate_metadata(self, raw: str) -> dict:
+        """A JSON object of at most MAX_METADATA_CHARS characters, MAX_METADATA_DEPTH levels, storable text."""
         if not raw:
             return {}
+        if len(raw) > MAX_METADATA_CHARS:
+            raise serializers.ValidationError(f"at most {MAX_METADATA_CHARS} characters of JSON")
         try:
             value = json.loads(raw)
+        except RecursionError:
+            raise serializers.ValidationError(f"nested deeper than {MAX_METADATA_DEPTH} levels") from None
         except ValueError:
             raise serializers.ValidationError("must be a JSON object") from None
         if not isinstance(value, dict):
             raise serializers.ValidationError("must be a JSON object")
+        if problem := json_problem(value, max_depth=MAX_METADATA_DEPTH, check_text=True):
+            raise serializers.ValidationError(problem)
         return value
 
     def validate(self, attrs):
@@ -202,21 +265,46 @@ class UploadResultSerializer(serializers.Serializer):
     jobs = serializers.ListField(child=serializers.IntegerField(allow_null=True))
 
 
-class SearchFiltersSerializer(serializers.Serializer):
-    corpus_ids = serializers.ListField(child=serializers.IntegerField(min_value=1), required=False, max_length=100)
-    document_ids = serializers.ListField(child=serializers.IntegerField(min_value=1), required=False, max_length=1000)
-    department_ids = serializers.ListField(child=serializers.IntegerField(min_value=1), required=False, max_length=100)
-    metadata = serializers.DictField(child=serializers.JSONField(), required=False)
-    published_after = serializers.DateTimeField(required=False, input_formats=["iso-8601", "%Y-%m-%d"])
-    published_before = serializers.DateTimeField(required=False, input_formats=["iso-8601", "%Y-%m-%d"])
+@extend_schema_field(OpenApiTypes.OBJECT)
+class MetadataFilterField(serializers.Field):
+    """`{key: value or [values]}` on document metadata. Its size is checked before its contents, so an
+    oversized filter costs one len(): at most MAX_FILTER_KEYS keys, each a storable string of at most
+    MAX_FILTER_KEY_CHARS, each value a string (at most MAX_FILTER_VALUE_CHARS), finite number or
+    boolean, or a list of 1-50 of them (any of)."""
 
-    def validate_metadata(self, value: dict) -> dict:
-        for key, v in value.items():
+    default_error_messages = {"not_a_dict": "must be a JSON object"}
+
+    def __init__(self, **kwargs) -> None:
+        kwargs.setdefault("help_text", f"Equality on document metadata keys (at most {MAX_FILTER_KEYS}); a list means any of.")
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data) -> dict:
+        if not isinstance(data, dict):
+            self.fail("not_a_dict")
+        if len(data) > MAX_FILTER_KEYS:
+            raise serializers.ValidationError(f"at most {MAX_FILTER_KEYS} keys, got {len(data)}")
+        for key, v in data.items():
+            if (problem := text_problem(key)) or len(key) > MAX_FILTER_KEY_CHARS:
+                raise serializers.ValidationError(f"keys: {problem or f'at most {MAX_FILTER_KEY_CHARS} characters'}")
             values = v if isinstance(v, list) else [v]
             if (isinstance(v, list) and not 1 <= len(v) <= 50) or not all(isinstance(x, str | int | float | bool) for x in values):
                 raise serializers.ValidationError(
                     f"{key}: values must be strings, numbers or booleans, or a list of 1-50 of them (any of)")
+            if problem := json_problem(values, max_depth=2, max_string=MAX_FILTER_VALUE_CHARS, check_text=True):
+                raise serializers.ValidationError(f"{key}: {problem}")
+        return data
+
+    def to_representation(self, value) -> dict:
         return value
+
+
+class SearchFiltersSerializer(serializers.Serializer):
+    corpus_ids = serializers.ListField(child=id_field(), required=False, max_length=100)
+    document_ids = serializers.ListField(child=id_field(), required=False, max_length=1000)
+    department_ids = serializers.ListField(child=id_field(), required=False, max_length=100)
+    metadata = MetadataFilterField(required=False)
+    published_after = serializers.DateTimeField(required=False, input_formats=["iso-8601", "%Y-%m-%d"])
+    published_before = serializers.DateTimeField(required=False, input_formats=["iso-8601", "%Y-%m-%d"])
 
 
 class SearchRequestSerializer(serializers.Serializer):
@@ -256,7 +344,7 @@ class AskRequestSerializer(serializers.Serializer):
 
 
 class ApiKeySerializer(serializers.ModelSerializer):
-    departments = serializers.ListField(child=serializers.IntegerField(min_value=1), required=False, write_only=True)
+    departments = serializers.ListField(child=id_field(), required=False, write_only=True, max_length=1000)
     department_ids = serializers.SerializerMethodField()
     prefix = serializers.SerializerMethodField()
     active = serializers.BooleanField(source="is_active", read_only=True)
@@ -292,7 +380,7 @@ class MembershipSerializer(serializers.ModelSerializer):
     username = serializers.CharField(source="user.username", max_length=150, validators=[UnicodeUsernameValidator()])
     login = serializers.SerializerMethodField(help_text="The name the member signs in with")
     email = serializers.EmailField(source="user.email", required=False, allow_blank=True)
-    departments = serializers.ListField(child=serializers.IntegerField(min_value=1), required=False, write_only=True)
+    departments = serializers.ListField(child=id_field(), required=False, write_only=True, max_length=1000)
     department_ids = serializers.SerializerMethodField()
 
     class Meta:

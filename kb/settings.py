@@ -6,6 +6,7 @@ Bad configuration fails at start with one line naming the setting (ImproperlyCon
 from __future__ import annotations
 
 import os
+import secrets
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -61,14 +62,43 @@ def parse_database_url(url: str) -> dict:
     }
 
 
+def secret_key_from_file(path: str) -> str:
+    """The key stored in `path`; a missing file is created first (random, mode 0600, atomically, so
+    processes starting together agree on one key)."""
+    file = Path(path)
+    try:
+        if not file.exists():
+            file.parent.mkdir(parents=True, exist_ok=True)
+            tmp = file.with_name(f".{file.name}.{os.getpid()}.tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as out:
+                out.write(secrets.token_urlsafe(50) + "\n")
+            try:
+                os.link(tmp, file)  # fails if another process created it first: its key wins
+            except FileExistsError:
+                pass
+            finally:
+                tmp.unlink()
+        key = file.read_text().strip()
+    except OSError as exc:
+        raise ImproperlyConfigured(f"SECRET_KEY_FILE {path} cannot be read or created: {exc.strerror}") from None
+    if len(key) < 32:
+        raise ImproperlyConfigured(f"SECRET_KEY_FILE {path} holds no usable key (fewer than 32 characters)")
+    return key
+
+
 # --- Core --------------------------------------------------------------------------------------
 # With no DATABASE_URL the product runs as a single-machine embedded install, where DEBUG
-# defaults on; with a real database it defaults off and SECRET_KEY is required.
+# defaults on (scripts/run turns it off unless run with --debug); with a real database it defaults
+# off. With DEBUG off a key is required: SECRET_KEY, or SECRET_KEY_FILE naming a file that holds
+# one (created with a random key if missing; scripts/run keeps it beside the embedded database).
 DEBUG = env_bool("DEBUG", not os.environ.get("DATABASE_URL"))
 SECRET_KEY = os.environ.get("SECRET_KEY", "")
+if not SECRET_KEY and os.environ.get("SECRET_KEY_FILE"):
+    SECRET_KEY = secret_key_from_file(os.environ["SECRET_KEY_FILE"])
 if not SECRET_KEY:
     if not DEBUG:
-        raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG=0")
+        raise ImproperlyConfigured("SECRET_KEY (or SECRET_KEY_FILE) must be set when DEBUG=0")
     SECRET_KEY = "insecure-dev-key-only-for-local-embedded-mode-" + "x" * 20
 ALLOWED_HOSTS = [h.strip() for h in os.environ.get("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver").split(",") if h.strip()]
 CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o]

@@ -21,6 +21,7 @@ from rest_framework.response import Response
 
 from agents.access import access_run, visible_runs
 from agents.models import Citation, Outcome, Run, RunStep, Verdict
+from agents.review import principal_names, search_runs
 from agents.selectors import run_citations, run_steps
 from api import serializers as s
 from api.permissions import ASK, AUDIT
@@ -36,31 +37,46 @@ from tenants.scope import Scope, activate
 def _bound(raw: str | None, field: str, end: bool) -> datetime | None:
     if not raw:
         return None
-    value = parse_datetime(raw)
-    if value is None:
-        day = parse_date(raw)
-        if day is None:
-            raise ValidationError({field: ["expected an ISO date or datetime"]})
-        value = timezone.make_aware(datetime.combine(day, time.max if end else time.min))
-    elif value.tzinfo is None:
-        value = timezone.make_aware(value)
+    try:
+        value = parse_datetime(raw)
+        if value is None:
+            day = parse_date(raw)
+            if day is None:
+                raise ValueError(raw)
+            value = timezone.make_aware(datetime.combine(day, time.max if end else time.min))
+        elif value.tzinfo is None:
+            value = timezone.make_aware(value)
+    except (ValueError, OverflowError):  # well-formed but impossible, e.g. 2020-13-45
+        raise ValidationError({field: ["expected an ISO date or datetime"]}) from None
+    return value
+
+
+def _text(params, field: str, max_length: int = 200) -> str:
+    """A text filter: NUL (which PostgreSQL text cannot hold) and overlong values are a 400 on the field."""
+    value = params.get(field) or ""
+    if "\x00" in value:
+        raise ValidationError({field: ["must not contain NUL characters"]})
+    if len(value) > max_length:
+        raise ValidationError({field: [f"at most {max_length} characters"]})
     return value
 
 
 def filter_runs(qs: QuerySet, params) -> QuerySet:
-    """Filters shared by the API and the admin review: since/until, principal, outcome, strategy, unverified."""
+    """Filters of the API's runs list: since/until, principal, outcome, strategy, unverified, q (text)."""
     if since := _bound(params.get("since"), "since", end=False):
         qs = qs.filter(created_at__gte=since)
     if until := _bound(params.get("until"), "until", end=True):
         qs = qs.filter(created_at__lte=until)
-    if principal := params.get("principal"):
+    if principal := _text(params, "principal"):
         qs = qs.filter(principal=principal)
     if outcome := params.get("outcome"):
         if outcome not in Outcome.values:
             raise ValidationError({"outcome": [f"one of {', '.join(Outcome.values)}"]})
         qs = qs.filter(outcome=outcome)
-    if strategy := params.get("strategy"):
+    if strategy := _text(params, "strategy"):
         qs = qs.filter(strategy=strategy)
+    if q := _text(params, "q", max_length=500).strip():
+        qs = search_runs(qs, q)
     unverified = params.get("unverified")
     if unverified not in (None, ""):
         if unverified.lower() not in {"true", "false", "1", "0"}:
@@ -79,13 +95,18 @@ def _with_unverified_count(qs: QuerySet) -> QuerySet:
 
 class RunSerializer(serializers.ModelSerializer):
     unverified_citations = serializers.IntegerField(read_only=True, default=0)
+    principal_name = serializers.SerializerMethodField(
+        help_text="The principal with each key and user named: '<key name> (key)', '<username> (user)'.")
 
     class Meta:
         model = Run
-        fields = ["id", "seq", "principal", "scope", "question", "strategy_requested", "strategy", "provider", "model",
+        fields = ["id", "seq", "principal", "principal_name", "scope", "question", "strategy_requested", "strategy", "provider", "model",
                   "prompt_version", "budgets", "answer", "outcome", "grounded", "strict", "missing", "error", "input_tokens",
                   "output_tokens", "tool_calls", "latency_ms", "created_at", "prev_hash", "hash", "unverified_citations"]
         read_only_fields = fields
+
+    def get_principal_name(self, obj) -> str:
+        return self.context.get("principal_names", {}).get(obj.principal, obj.principal)
 
 
 class RunStepSerializer(serializers.ModelSerializer):
@@ -132,7 +153,8 @@ def run_detail(scope: Scope, run: Run) -> dict:
     steps, citations = run_steps(scope, run.id), run_citations(scope, run.id)
     chunks = {c.id: c for c in Chunk.objects.for_scope(scope).filter(id__in=[c.chunk_id for c in citations]).select_related("document")}
     run.unverified_citations = sum(1 for c in citations if c.verdict != Verdict.VERIFIED)
-    return RunDetailSerializer(run, context={"steps": steps, "citations": citations, "chunks": chunks}).data
+    names = principal_names(scope.tenant_id, [run.principal])
+    return RunDetailSerializer(run, context={"steps": steps, "citations": citations, "chunks": chunks, "principal_names": names}).data
 
 
 # --- Ask -------------------------------------------------------------------------------------------
@@ -251,6 +273,8 @@ RUN_FILTERS = [
     OpenApiParameter("outcome", str, enum=Outcome.values),
     OpenApiParameter("strategy", str),
     OpenApiParameter("unverified", bool, description="only runs with (true) / without (false) unverified citations"),
+    OpenApiParameter("q", str, description="text in the question or answer: full-text (English stemming, web-search "
+                     "syntax) or a plain substring"),
 ]
 
 
@@ -263,7 +287,10 @@ class RunList(ScopedAPIView):
     def get(self, request):
         with activate(self.scope):
             qs = _with_unverified_count(filter_runs(visible_runs(self.scope), request.query_params))
-            return self.paginated(qs, RunSerializer)
+            paginator = self.pagination_class()
+            page = paginator.paginate_queryset(qs, request, view=self)
+            names = principal_names(self.scope.tenant_id, [run.principal for run in page])
+            return paginator.get_paginated_response(RunSerializer(page, many=True, context={"principal_names": names}).data)
 
 
 class RunDetail(ScopedAPIView):

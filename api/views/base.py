@@ -1,26 +1,70 @@
-"""The base of every tenant endpoint: authenticated, role-checked, rate-limited, scoped."""
+"""The base of every tenant endpoint: authenticated, role-checked, rate-limited, scoped; bounded JSON
+bodies and cursors checked before they reach a query."""
 
 from __future__ import annotations
 
+import codecs
+import re
+
+from django.conf import settings
 from django.db.models import QuerySet
+from rest_framework.exceptions import NotFound, ParseError, ValidationError
 from rest_framework.pagination import CursorPagination
+from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
+from rest_framework.utils import json
 from rest_framework.views import APIView
 
 from api.auth import request_scope
 from api.permissions import RolePermission
 from api.ratelimit import PerKeyRateThrottle
+from api.serializers import ID_MAX, MAX_JSON_DEPTH, json_problem
 from tenants.scope import Scope
+
+# A JSON body larger than this is refused unread (DRF reads JSON bodies past Django's
+# DATA_UPLOAD_MAX_MEMORY_SIZE). The largest legitimate body (1,000 document ids) is ~20 KB.
+MAX_JSON_BODY_BYTES = 4 * 1024 * 1024
+
+
+class BoundedJSONParser(JSONParser):
+    """DRF's JSON parser with a size cap, a nesting cap (MAX_JSON_DEPTH) and no RecursionError:
+    violations are a 400 `parse_error` on `body`."""
+
+    def parse(self, stream, media_type=None, parser_context=None):
+        encoding = (parser_context or {}).get("encoding", settings.DEFAULT_CHARSET)
+        raw = stream.read(MAX_JSON_BODY_BYTES + 1) if stream is not None else b""
+        if len(raw) > MAX_JSON_BODY_BYTES:
+            raise ParseError({"body": [f"larger than {MAX_JSON_BODY_BYTES} bytes"]})
+        try:
+            data = json.loads(codecs.decode(raw, encoding), parse_constant=json.strict_constant if self.strict else None)
+        except RecursionError:
+            raise ParseError({"body": [f"JSON nested deeper than {MAX_JSON_DEPTH} levels"]}) from None
+        except ValueError as exc:
+            raise ParseError({"body": [f"JSON parse error - {exc}"]}) from None
+        if problem := json_problem(data, max_depth=MAX_JSON_DEPTH):
+            raise ParseError({"body": [problem]})
+        return data
 
 
 class IdCursorPagination(CursorPagination):
-    """Newest first; stable under inserts (the cursor is an id, not an offset)."""
+    """Newest first; stable under inserts (the cursor is an id, not an offset). A cursor that does not
+    decode to an id is a 400 on `cursor`."""
 
     ordering = "-id"
     page_size = 50
     page_size_query_param = "page_size"
     max_page_size = 200
+
+    def decode_cursor(self, request):
+        try:
+            cursor = super().decode_cursor(request)
+        except NotFound:
+            cursor = False
+        position = cursor.position if cursor else None
+        if cursor is False or (position is not None and not (re.fullmatch(r"\d{1,19}", position) and int(position) <= ID_MAX)):
+            raise ValidationError({self.cursor_query_param: ["invalid cursor: use the next or previous link of a page"]})
+        return cursor
 
 
 class ScopedAPIView(APIView):
@@ -28,6 +72,7 @@ class ScopedAPIView(APIView):
 
     permission_classes = [IsAuthenticated, RolePermission]
     throttle_classes = [PerKeyRateThrottle]
+    parser_classes = [BoundedJSONParser, FormParser, MultiPartParser]
     pagination_class = IdCursorPagination
     scope: Scope
     roles: frozenset[str] = frozenset()

@@ -156,6 +156,7 @@ API_PROBES: dict[str, dict[str, Callable[[CanaryWorld, Side, str], list[Req]]]] 
     "healthz": {"get": probe_static("/healthz")},
     "schema": {"get": probe_static("/api/v1/schema/")},
     "docs": {"get": probe_static("/api/v1/docs/")},
+    "api-not-found": {"get": probe_static("/api/v1/no-such-endpoint/")},
     "corpus-list": {"get": probe_list("/api/v1/corpora/", "corpus_ids", lambda s: [{}]), "post": probe_corpus_create},
     "corpus-detail": {"get": _path_probe("/api/v1/corpora/{id}/", "corpus_ids"),
                       "patch": _path_probe("/api/v1/corpora/{id}/", "corpus_ids", {"description": "probe"}),
