@@ -33,6 +33,8 @@ from django.core.cache import cache
 from rest_framework import status, throttling
 from rest_framework.exceptions import APIException
 
+from tenants.scope import Scope
+
 logger = logging.getLogger(__name__)
 
 REDIS_RETRY_SECONDS = 5.0  # after a Redis error, count in the Django cache this long before trying Redis again
@@ -208,11 +210,10 @@ def client_address(request) -> str:
 
 def caller_id(request) -> str:
     """The identity a per-caller limit counts: the key's public id or the signed-in user."""
-    from api.auth import Principal
-
     user = request.user
-    if isinstance(user, Principal):
-        return user.scope.principal
+    scope = getattr(user, "scope", None)  # an API key's principal (api.auth.Principal) carries its scope
+    if isinstance(scope, Scope):
+        return scope.principal
     return f"user:{getattr(user, 'pk', 'anon')}"
 
 

@@ -89,3 +89,30 @@ def test_an_upward_import_inside_an_admin_function_breaks_the_contract(tmp_path,
     assert "0 kept, 1 broken" in result.stdout
     assert f"{importer} is not allowed to import {imported}" in result.stdout
     assert f"{importer}.admin -> {imported}.models (l.2)" in result.stdout
+
+
+def import_cycles(*packages: str) -> list[tuple[str, str]]:
+    """Pairs of modules of `packages` that import each other, directly or through others (grimp: the
+    graph import-linter builds, imports inside functions included)."""
+    import grimp
+
+    graph = grimp.build_graph(*packages, include_external_packages=False)
+    pairs = set()
+    for module in graph.modules:
+        for imported in graph.find_modules_directly_imported_by(module):
+            if graph.find_shortest_chain(importer=imported, imported=module):
+                pairs.add(tuple(sorted((module, imported))))
+    return sorted(pairs)
+
+
+def test_no_module_imports_itself_through_others():
+    assert import_cycles("tenants", "kb", "agents", "api") == []
+
+
+def test_the_cycle_check_finds_a_cycle(tmp_path, monkeypatch):
+    (tmp_path / "loopy").mkdir()
+    (tmp_path / "loopy" / "__init__.py").write_text("")
+    (tmp_path / "loopy" / "a.py").write_text("from loopy import b\n")
+    (tmp_path / "loopy" / "b.py").write_text("def f():\n    from loopy import a\n\n    return a\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert import_cycles("loopy") == [("loopy.a", "loopy.b")]
