@@ -141,6 +141,8 @@ class FakeGemini:
                     fake.active += 1
                 try:
                     self._reply(body)
+                except OSError:  # the client went before the reply was written (e.g. its deadline passed)
+                    self.close_connection = True
                 finally:
                     with fake._lock:
                         fake.active -= 1
