@@ -24,6 +24,7 @@ from rest_framework.test import APIClient
 from agents.budgets import Budgets
 from agents.messages import ToolCall
 from agents.tools import TOOLS, ToolDeps, run_tool
+from kb import tasks as _registered_tasks  # noqa: F401  (registers the Celery tasks: since issue 30 kb.ingest no longer imports them)
 from kb.celery import app as celery_app
 from kb.models import Corpus
 from tenants.scope import Scope, ScopeRequired, activate
