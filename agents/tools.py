@@ -192,7 +192,7 @@ def search(deps: ToolDeps, *, query: str, k: int = 5, mode: str = "hybrid", corp
         department_ids=tuple(department_ids) if department_ids is not None else None, metadata=metadata or None,
         published_after=published_after or None, published_before=published_before or None)
     # Not inside activate(): search() sets the RLS tenant on every statement itself, and outside a
-    # transaction it may run its two hybrid rankings at once on two connections (kb.parallel).
+    # transaction it may run its two hybrid rankings at once on two connections (kb.retrieval.side_connections).
     result = retrieval.search(scope, query, k=clamped, mode=mode, filters=filters, rerank=True,  # type: ignore[arg-type]
                               rerank_query=_sentence_query(deps, query, metadata, published_after, published_before))
     extra: dict = {"query": query}

@@ -7,7 +7,7 @@ naming something outside the scope yields no hits (never an error that reveals e
 How a search runs (docs/retrieval.md has the measurements behind each choice):
 
 1. Resolve the effective filter under RLS for the scope's tenant (set by every statement script:
-   see _TenantTx), in one round trip: visible corpora (tenant, departments, requested corpus ids),
+   see TenantStatements), in one round trip: visible corpora (tenant, departments, requested corpus ids),
    the documents matching document-level filters (ids, metadata, dates) and the query's lexemes.
    The scope's size per embedding model comes from the stored chunk counts of those
    corpora/documents, never from a count(*) over chunks.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from kb.retrieval.plan import _Plan
+from kb.retrieval.plan import SearchPlan
 from kb.retrieval.query import SearchHit
 
 _HIT_COLS = ("c.id, c.document_id, c.corpus_id, c.locator, c.page, c.ordinal, c.text, c.content_hash, c.flags, "
@@ -30,7 +30,7 @@ def _collect(rows: list[tuple], prefetched: dict[int, tuple] | None) -> list[tup
     return [(r[1], float(r[0])) for r in rows]
 
 
-def _hydrate(plan: _Plan, ranked: list[tuple[int, float]], vector_lists: list[list[tuple[int, float]]],
+def _hydrate(plan: SearchPlan, ranked: list[tuple[int, float]], vector_lists: list[list[tuple[int, float]]],
              keyword_list: list[tuple[int, float]], n: int, using: str, with_vectors: bool,
              prefetched: dict[int, tuple] | None = None) -> list[tuple[SearchHit, list[float] | None]]:
     """Load the top `n` ranked chunks with their document title and metadata, in ranked order."""

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from django.db import connections
 
 from kb.retrieval.hits import _collect, _with_hits
-from kb.retrieval.plan import _Corpus, _Plan
+from kb.retrieval.plan import PlannedCorpus, SearchPlan
 from kb.retrieval.tunables import _setting
 
 
@@ -29,7 +29,7 @@ _stats_cache: dict[tuple[str, int], tuple[int, _TermStats]] = {}
 _stats_lock = threading.Lock()
 
 
-def _corpus_term_stats(corpus: _Corpus, plan: _Plan, using: str) -> _TermStats:
+def _corpus_term_stats(corpus: PlannedCorpus, plan: SearchPlan, using: str) -> _TermStats:
     """Document frequencies of one corpus's lexemes (ts_stat), cached per process by (corpus, chunk count).
 
     IDF is a corpus-level statistic, so one table per corpus serves every scope that sees it.
@@ -56,7 +56,7 @@ def _tsquery_literal(lexeme: str) -> str:
     return "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
-def _keyword_search(plan: _Plan, lexemes: list[str], n: int, using: str,
+def _keyword_search(plan: SearchPlan, lexemes: list[str], n: int, using: str,
                     prefetched: dict[int, tuple] | None = None) -> tuple[list[tuple[int, float]], str]:
     """Top `n` chunks by BM25: [(chunk id, score)], best first, and a label for the trace.
 
@@ -85,14 +85,14 @@ def _keyword_search(plan: _Plan, lexemes: list[str], n: int, using: str,
         return [], "bm25(no match)"
     share = float(_setting("RETRIEVAL_BM25_CANDIDATE_SHARE"))
     limit = min(share * n_docs, float(_setting("RETRIEVAL_BM25_MAX_CANDIDATES") or math.inf)) if 0 < share < 1 else math.inf
-    generators = _generators(terms, limit)
+    generators = candidate_lexemes(terms, limit)
     rows = _bm25_sql(plan, terms, generators, avg_len, k1, b, n, using, prefetched)
     if len(rows) < n and len(generators) < len(terms) and plan.doc_rows is not None and limit < math.inf:
         # Document filters keep only part of the corpora's chunks, so the budget (counted in corpus
         # document frequencies) bought fewer in-scope candidates than it meant to: spend it again
         # in scope terms before falling back to every lexeme (unbounded: the p95 of filtered searches).
         in_scope = plan.doc_rows / max(sum(c.chunk_count for c in plan.corpora.values()), 1)
-        wider = _generators(terms, limit / max(in_scope, 1e-3))
+        wider = candidate_lexemes(terms, limit / max(in_scope, 1e-3))
         if len(wider) > len(generators):
             generators = wider
             rows = _bm25_sql(plan, terms, generators, avg_len, k1, b, n, using, prefetched)
@@ -102,7 +102,7 @@ def _keyword_search(plan: _Plan, lexemes: list[str], n: int, using: str,
     return rows, f"bm25(candidates from {len(generators)}/{len(terms)} terms)"
 
 
-def _generators(terms: list[tuple[str, float, int]], limit: float) -> list[str]:
+def candidate_lexemes(terms: list[tuple[str, float, int]], limit: float) -> list[str]:
     """The rarest lexemes whose document frequencies add up to at most `limit` (at least one)."""
     generators: list[str] = []
     budget = 0
@@ -114,7 +114,7 @@ def _generators(terms: list[tuple[str, float, int]], limit: float) -> list[str]:
     return generators
 
 
-def _bm25_sql(plan: _Plan, terms: list[tuple[str, float, int]], generators: list[str], avg_len: float, k1: float,
+def _bm25_sql(plan: SearchPlan, terms: list[tuple[str, float, int]], generators: list[str], avg_len: float, k1: float,
               b: float, n: int, using: str, prefetched: dict[int, tuple] | None) -> list[tuple[int, float]]:
     where, params = plan.where("c")
     # GIN candidates are the access path: the visible corpora are checked on each candidate row, not
@@ -147,7 +147,7 @@ def _bm25_sql(plan: _Plan, terms: list[tuple[str, float, int]], generators: list
     return _collect(plan.tx.query(sql, sparams)[0], prefetched)
 
 
-def _idf_weights(plan: _Plan, lexemes: list[str], using: str) -> dict[str, float]:
+def _idf_weights(plan: SearchPlan, lexemes: list[str], using: str) -> dict[str, float]:
     """Lexeme -> BM25 idf over the plan's corpora (the keyword side's statistics, cached); lexemes
     no chunk holds are left out."""
     if not lexemes:

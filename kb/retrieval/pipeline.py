@@ -8,13 +8,13 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 
-from kb import parallel
+from kb.retrieval import side_connections
 from kb.retrieval.hits import _hydrate
 from kb.retrieval.keyword import _keyword_search
-from kb.retrieval.plan import _Plan, _resolve
+from kb.retrieval.plan import SearchPlan, _resolve
 from kb.retrieval.query import Mode, SearchFilters, SearchResult
 from kb.retrieval.rank import _combine, _mmr, _sentence_rerank
-from kb.retrieval.sql import _tenant_transaction, _TenantTx
+from kb.retrieval.sql import TenantStatements, _tenant_transaction
 from kb.retrieval.tunables import MAX_K, _setting
 from kb.retrieval.vector import _query_vector, _vector_search
 from tenants.scope import Scope
@@ -67,7 +67,7 @@ def search(scope: Scope, query: str, *, k: int = 10, mode: Mode = "hybrid", filt
         prefetched: dict[int, tuple] | None = {} if single else None
         side = None  # hybrid outside the caller's transaction: BM25 on a side connection, at the same time
         if mode == "hybrid" and not plan.empty and not tx.nested and _setting("RETRIEVAL_PARALLEL_WORKERS") > 0:
-            side = parallel.submit(_keyword_on_side_connection, plan, lexemes, pool, using, using=using,
+            side = side_connections.submit(_keyword_on_side_connection, plan, lexemes, pool, using, using=using,
                                    workers=int(_setting("RETRIEVAL_PARALLEL_WORKERS")))
         if mode in ("vector", "hybrid") and not plan.empty:
             t = time.perf_counter()
@@ -112,11 +112,11 @@ def search(scope: Scope, query: str, *, k: int = 10, mode: Mode = "hybrid", filt
                         timings_ms=timings)
 
 
-def _keyword_on_side_connection(plan: _Plan, lexemes: list[str], n: int, using: str) -> tuple[tuple[list, str], float]:
-    """BM25 for `plan` on this worker thread's own connection (kb.parallel); its statements set
+def _keyword_on_side_connection(plan: SearchPlan, lexemes: list[str], n: int, using: str) -> tuple[tuple[list, str], float]:
+    """BM25 for `plan` on this worker thread's own connection (kb.retrieval.side_connections); its statements set
     the scope's RLS tenant first, like the caller's."""
     t = time.perf_counter()
-    own = dataclasses.replace(plan, tx=_TenantTx(plan.tenant_id, nested=False, using=using))
+    own = dataclasses.replace(plan, tx=TenantStatements(plan.tenant_id, nested=False, using=using))
     return _keyword_search(own, lexemes, n, using, None), _ms(t)
 
 

@@ -8,13 +8,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from kb.retrieval.query import SearchFilters
-from kb.retrieval.sql import _TenantTx
+from kb.retrieval.sql import TenantStatements
 from kb.retrieval.tunables import _MODEL_KEY, MAX_QUERY_TERMS
 from tenants.scope import Scope
 
 
 @dataclass
-class _Corpus:
+class PlannedCorpus:
     id: int
     name: str
     model_key: str
@@ -25,18 +25,18 @@ class _Corpus:
 
 
 @dataclass
-class _Plan:
+class SearchPlan:
     """The effective filter: scope ∩ narrowing, resolved to ids the chunk queries use."""
 
     tenant_id: int
     department_ids: tuple[int, ...] | None  # None: every department
     include_tenant_wide: bool
-    corpora: dict[int, _Corpus]
+    corpora: dict[int, PlannedCorpus]
     document_ids: tuple[int, ...] | None  # None: no document-level narrowing
     doc_rows: int | None  # stored chunk count of those documents
     filters: SearchFilters
-    by_model: dict[str, list[_Corpus]] = field(default_factory=dict)
-    tx: _TenantTx | None = None  # runs this search's statements under the scope's RLS tenant
+    by_model: dict[str, list[PlannedCorpus]] = field(default_factory=dict)
+    tx: TenantStatements | None = None  # runs this search's statements under the scope's RLS tenant
 
     @property
     def empty(self) -> bool:
@@ -81,8 +81,8 @@ class _Plan:
         return out
 
 
-def _resolve(scope: Scope, f: SearchFilters, using: str, tx: _TenantTx, query: str | None = None,
-             rerank_query: str | None = None) -> tuple[_Plan, list[str], list[str]]:
+def _resolve(scope: Scope, f: SearchFilters, using: str, tx: TenantStatements, query: str | None = None,
+             rerank_query: str | None = None) -> tuple[SearchPlan, list[str], list[str]]:
     """Intersect the scope with the filters; also the lexemes of `query` and of `rerank_query`
     when given (empty lists otherwise).
 
@@ -120,8 +120,8 @@ def _resolve(scope: Scope, f: SearchFilters, using: str, tx: _TenantTx, query: s
             statements.append("SELECT lexeme FROM unnest(to_tsvector('english', %s))")
             params.append(text[:4000])
     results = tx.query("; ".join(statements), params)
-    corpora = {r[0]: _Corpus(r[0], r[1], f"{r[2]}:{r[3]}", r[3], r[4], r[5], r[6]) for r in results.pop(0)}
-    plan = _Plan(scope.tenant_id, depts, tenant_wide, corpora, None, None, f, tx=tx)
+    corpora = {r[0]: PlannedCorpus(r[0], r[1], f"{r[2]}:{r[3]}", r[3], r[4], r[5], r[6]) for r in results.pop(0)}
+    plan = SearchPlan(scope.tenant_id, depts, tenant_wide, corpora, None, None, f, tx=tx)
     if doc_level:
         docs = results.pop(0)
         if corpora:
@@ -167,7 +167,7 @@ def _documents_sql(f: SearchFilters, depts: tuple[int, ...] | None, tenant_wide:
     return " ".join(sql), params
 
 
-def scope_rows(plan: _Plan, group: list[_Corpus]) -> int:
+def scope_rows(plan: SearchPlan, group: list[PlannedCorpus]) -> int:
     """Rows the vector query may visit, from stored counts (an upper bound when departments narrow)."""
     if plan.doc_rows is not None:
         return plan.doc_rows

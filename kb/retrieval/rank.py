@@ -7,7 +7,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 from kb.retrieval.keyword import _idf_weights
-from kb.retrieval.plan import _Plan
+from kb.retrieval.plan import SearchPlan
 from kb.retrieval.query import Mode, SearchHit
 from kb.retrieval.tunables import _MODEL_KEY, _setting
 from kb.retrieval.vector import _cast_type, _query_vector, _vec_literal
@@ -38,7 +38,7 @@ def _combine(mode: Mode, vector_lists: list[list[tuple[int, float]]],
     return _rrf(weighted, rrf_k)
 
 
-def _sentence_rerank(plan: _Plan, query: str, lexemes: list[str], items: list[tuple[SearchHit, list[float] | None]],
+def _sentence_rerank(plan: SearchPlan, query: str, lexemes: list[str], items: list[tuple[SearchHit, list[float] | None]],
                      query_vectors: Mapping[str, Sequence[float]] | None, using: str) -> list[tuple[SearchHit, list[float] | None]]:
     """Fuse the candidates' rank with two ranks of their sentences (kb.sentences), one round trip:
     by similarity to the query (mean of the two nearest sentences) and by the query terms one

@@ -17,7 +17,7 @@ from kb.retrieval.tunables import _setting
 from tenants.scope import Scope
 
 
-class _TenantTx:
+class TenantStatements:
     """The RLS tenant of one search: every statement script it runs sets it first (see query)."""
 
     def __init__(self, tenant_id: int, nested: bool, using: str) -> None:
@@ -48,7 +48,7 @@ class _TenantTx:
 
         Measured: planning the ranking statements cost 0.2-0.6 ms per search, more than executing
         the vector one at 50k rows (docs/retrieval.md). `sql` uses %s placeholders; equal
-        _Shared parameters (the query vector literal) become one, so the vector is sent and
+        SharedParameter parameters (the query vector literal) become one, so the vector is sent and
         parsed once. The statement is named by a hash of its text (which inlines the model key and,
         for vector statements, the tenant id) and prepared in the same script the first time this
         connection runs it. `before` (SET LOCALs) runs ahead of it: the generic plan is made on
@@ -59,7 +59,7 @@ class _TenantTx:
         conn.ensure_connection()
         if not _setting("RETRIEVAL_PREPARED_STATEMENTS") or getattr(conn.connection, "prepare_threshold", None) is not None:
             # Switched off, or psycopg prepares statements itself and may DEALLOCATE ALL (ours too).
-            return self.query(f"{before}{sql}{after}", [str(p) if isinstance(p, _Shared) else p for p in params])[0]
+            return self.query(f"{before}{sql}{after}", [str(p) if isinstance(p, SharedParameter) else p for p in params])[0]
         text, args = _numbered(sql, params)
         state = _prepared_state(conn.connection)
         name = f"kb_{state.generation}_{hashlib.blake2b(text.encode(), digest_size=8).hexdigest()}"
@@ -112,19 +112,19 @@ def _prepared_state(raw) -> _PreparedState:
     return state
 
 
-class _Shared(str):
+class SharedParameter(str):
     """A statement parameter passed once however often the statement names it (the query vector)."""
 
 
 def _numbered(sql: str, params: Sequence) -> tuple[str, list]:
-    """`sql` with %s placeholders as $1..$n, equal _Shared parameters sharing one number."""
+    """`sql` with %s placeholders as $1..$n, equal SharedParameter parameters sharing one number."""
     args: list = []
     seen: dict[str, int] = {}
     values = iter(params)
 
     def number(_: re.Match) -> str:
         value = next(values)
-        if isinstance(value, _Shared):
+        if isinstance(value, SharedParameter):
             if value in seen:
                 return f"${seen[value]}"
             seen[value] = len(args) + 1
@@ -136,7 +136,7 @@ def _numbered(sql: str, params: Sequence) -> tuple[str, list]:
 
 
 @contextlib.contextmanager
-def _tenant_transaction(scope: Scope, using: str) -> Iterator[_TenantTx]:
+def _tenant_transaction(scope: Scope, using: str) -> Iterator[TenantStatements]:
     """What tenants.scope.activate gives (RLS for the scope's tenant), without its round trips.
 
     Outside a transaction: no transaction of its own (no BEGIN, COMMIT or restore); each script
@@ -146,10 +146,10 @@ def _tenant_transaction(scope: Scope, using: str) -> Iterator[_TenantTx]:
     """
     conn = connections[using]
     if not conn.in_atomic_block and conn.get_autocommit():
-        yield _TenantTx(scope.tenant_id, nested=False, using=using)
+        yield TenantStatements(scope.tenant_id, nested=False, using=using)
         return
     with transaction.atomic(using=using):
-        tx = _TenantTx(scope.tenant_id, nested=True, using=using)
+        tx = TenantStatements(scope.tenant_id, nested=True, using=using)
         yield tx
         if tx.previous is not None and tx.previous != tx.tenant and not conn.needs_rollback:
             with conn.cursor() as cur:

@@ -38,7 +38,7 @@ DEFAULTS = {
     # pool_mode=transaction), where a session's prepared statements are not its own.
     "RETRIEVAL_PREPARED_STATEMENTS": True,
     # A hybrid search outside the caller's transaction runs BM25 on a side connection while the
-    # vector query runs on its own (kb.parallel): this many worker threads (and connections) per
+    # vector query runs on its own (kb.retrieval.side_connections): this many worker threads (and connections) per
     # process; 0 runs the two one after the other.
     "RETRIEVAL_PARALLEL_WORKERS": 2,
 }

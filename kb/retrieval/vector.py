@@ -15,8 +15,8 @@ from typing import Literal
 from django.db import connections
 
 from kb.retrieval.hits import _collect, _with_hits
-from kb.retrieval.plan import _Corpus, _Plan, scope_rows
-from kb.retrieval.sql import _Shared
+from kb.retrieval.plan import PlannedCorpus, SearchPlan, scope_rows
+from kb.retrieval.sql import SharedParameter
 from kb.retrieval.tunables import _MODEL_KEY, MAX_ARMS, _setting
 
 _qvec_cache: OrderedDict[tuple[str, str], list[float]] = OrderedDict()
@@ -195,7 +195,7 @@ def use_hnsw(rows_in_scope: int, index_rows: int | None, ef: int, fetch: int) ->
     return choose_vector_plan(rows_in_scope, 0, None, indexes, ef, fetch, fetch).kind != "exact"
 
 
-def _department_parts(plan: _Plan, group: list[_Corpus], rows_in_scope: int) -> dict[int | None, int] | None:
+def _department_parts(plan: SearchPlan, group: list[PlannedCorpus], rows_in_scope: int) -> dict[int | None, int] | None:
     """Scope rows per department (None: tenant-wide) for a scope of explicit departments, else None.
 
     From the stored counts of the model's corpora by their department, scaled to the document-level
@@ -215,7 +215,7 @@ def _department_parts(plan: _Plan, group: list[_Corpus], rows_in_scope: int) -> 
     return {d: int(math.ceil(r * scale)) for d, r in parts.items()}
 
 
-def _vector_search(plan: _Plan, model_key: str, group: list[_Corpus], vec: Sequence[float], n: int,
+def _vector_search(plan: SearchPlan, model_key: str, group: list[PlannedCorpus], vec: Sequence[float], n: int,
                    using: str, prefetched: dict[int, tuple] | None = None) -> tuple[list[tuple[int, float]], str]:
     """Nearest `n` chunks of one model: [(chunk id, cosine distance)], nearest first, and the path used."""
     if not _MODEL_KEY.match(model_key):
@@ -241,13 +241,13 @@ def _vector_search(plan: _Plan, model_key: str, group: list[_Corpus], vec: Seque
     return _vector_sql(plan, model_key, group, vec, n, using, hnsw_ef=None, prefetched=prefetched), "exact"
 
 
-def _vector_sql(plan: _Plan, model_key: str, group: list[_Corpus], vec: Sequence[float], n: int, using: str,
+def _vector_sql(plan: SearchPlan, model_key: str, group: list[PlannedCorpus], vec: Sequence[float], n: int, using: str,
                 hnsw_ef: int | None, prefetched: dict[int, tuple] | None = None,
                 vplan: VectorPlan | None = None) -> list[tuple[int, float]]:
     typ = _cast_type(group[0].dim)
     corpus_ids = [c.id for c in group]  # only this model's corpora, and only rows embedded with it
     dist = f"(c.embedding::{typ}) <=> %s::{typ}"
-    qlit = _Shared(_vec_literal(vec))  # one parameter however often the statement names it
+    qlit = SharedParameter(_vec_literal(vec))  # one parameter however often the statement names it
     # The model key is inlined (validated by _MODEL_KEY) so the partial index predicate is provable
     # and each model and path has its own statement text (its own prepared plan, made under the
     # SETs below). The tenant id is inlined too (an int from the scope, also bound as a parameter)
