@@ -251,7 +251,7 @@ SPECTACULAR_SETTINGS = {"TITLE": "grounded API", "VERSION": "1.0.0", "SERVE_INCL
 # Requests per minute per API key (or signed-in user); enforced atomically in Redis when
 # RATE_LIMIT_REDIS_URL (default REDIS_URL) is set, else in the Django cache.
 RATE_LIMIT_PER_MINUTE = env_int("RATE_LIMIT_PER_MINUTE", 120)
-# Hybrid searches run BM25 on this many side connections per process (kb/parallel.py); 0 = serial.
+# Hybrid searches run BM25 on this many side connections per process (kb/retrieval/side_connections.py); 0 = serial.
 RETRIEVAL_PARALLEL_WORKERS = env_int("RETRIEVAL_PARALLEL_WORKERS", 2)
 RATE_LIMIT_REDIS_URL = os.environ.get("RATE_LIMIT_REDIS_URL", "").strip() or REDIS_URL
 # Failed API-key attempts per client address per window before it gets 429 (0 = no lockout).
