@@ -17,7 +17,10 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 
 from kb import access
+from kb.embedding import ModelChoiceError, checked_model_key
+from kb.ingest import UploadRejected, delete_document, reingest_document, start_reembed, upload_document
 from kb.models import DEFAULT_EMBEDDING_DIM, DEFAULT_EMBEDDING_MODEL, Chunk, Corpus, Document, IngestJob
+from kb.retrieval import SearchFilters, search
 from tenants.admin_base import TenantScopedAdmin, admin_scope, scoped_filter, scoped_queryset, scoped_view
 from tenants.models import Department
 from tenants.scope import NotAllowed, Scope
@@ -67,9 +70,6 @@ class CorpusAdmin(TenantScopedAdmin):
     @admin.action(description="Re-embed selected corpora into another model", permissions=["change"])
     def reembed(self, request, queryset):
         """Ask for the model (an intermediate page), then queue one re-embed job per corpus."""
-        from kb.embedding import ModelChoiceError, checked_model_key
-        from kb.ingest import start_reembed
-
         form = ReembedForm(request.POST if "apply" in request.POST else None)
         if form.is_valid():
             try:
@@ -181,8 +181,6 @@ class DocumentAdmin(TenantScopedAdmin):
                 *super().get_urls()]
 
     def upload_view(self, request):
-        from kb.ingest import UploadRejected, upload_document
-
         if not self.has_add_permission(request):
             raise PermissionDenied("not allowed")
         form = UploadForm(request.POST or None, request.FILES or None)
@@ -212,8 +210,6 @@ class DocumentAdmin(TenantScopedAdmin):
 
     @admin.action(description="Re-ingest selected documents")
     def reingest(self, request, queryset):
-        from kb.ingest import reingest_document
-
         n = 0
         for doc in queryset:
             try:
@@ -226,8 +222,6 @@ class DocumentAdmin(TenantScopedAdmin):
 
     @admin.action(description="Delete selected documents (and their chunks)")
     def delete_documents(self, request, queryset):
-        from kb.ingest import delete_document
-
         n = 0
         for doc in queryset:
             try:
@@ -263,8 +257,6 @@ class ChunkAdmin(TenantScopedAdmin):
                 *super().get_urls()]
 
     def search_view(self, request):
-        from kb.retrieval import SearchFilters, search
-
         if not self.has_view_permission(request):
             raise PermissionDenied("not allowed")
         query = request.GET.get("q", "").strip()

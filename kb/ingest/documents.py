@@ -14,6 +14,7 @@ from django.utils import timezone
 from kb import access
 from kb.ingest.queue import enqueue_job
 from kb.models import Chunk, Corpus, Document, DocumentContent, DocumentStatus, IngestJob, JobStatus
+from kb.parsing import ParseError, detect_type
 from tenants.scope import Scope, activate
 
 
@@ -37,8 +38,6 @@ def upload_document(*, scope: Scope, corpus: Corpus, filename: str, data: bytes,
     Same source name and same bytes: no-op, returns (document, None) (a failed document is retried).
     Changed bytes: version + 1, status pending, a new job. Raises UploadRejected(field, message).
     """
-    from kb.parsing import ParseError, detect_type
-
     access.check_may_edit_documents(scope)
     if corpus.tenant_id != scope.tenant_id or not scope.sees_department(corpus.department_id):
         raise UploadRejected("corpus", "corpus not found")

@@ -14,12 +14,16 @@ from typing import Any
 import numpy as np
 from django.utils import timezone
 
+from kb.chunking import chunk_document
 from kb.embedding import Embedder, get_embedder
 from kb.ingest.documents import content_hash
 from kb.ingest.jobs import MAX_ATTEMPTS, TRANSIENT_ERRORS, _claim, _fail, _ModelSwitched, _note_transient, _take_lease, _update_job
 from kb.ingest.queue import enqueue_job, register_runner
 from kb.ingest.vectors import _ensure_index_outside_transactions, _vector_cursor, _vectors_for
+from kb.injection import detect_injection
 from kb.models import Corpus, Document, DocumentContent, DocumentStatus, IngestJob, JobStatus
+from kb.parsing import ParseError, parse
+from kb.sentences import sentence_spans
 from tenants.scope import Scope, activate
 
 logger = logging.getLogger(__name__)
@@ -170,8 +174,6 @@ def _sentence_vectors(scope: Scope, embedder: Embedder, prepared: list[_Prepared
                       vectors: dict[str, np.ndarray]) -> dict[int, list[list[tuple[int, int, str]]]]:
     """Embed every sentence of the prepared chunks (kb.sentences) into `vectors`, through the same
     cache; job id -> per chunk, its sentences as (start, end, sha256) relative to the chunk text."""
-    from kb.sentences import sentence_spans
-
     out: dict[int, list[list[tuple[int, int, str]]]] = {}
     texts: dict[str, str] = {}
     for p in prepared:
@@ -193,10 +195,6 @@ def _sentence_vectors(scope: Scope, embedder: Embedder, prepared: list[_Prepared
 
 
 def _prepare(scope: Scope, job: IngestJob, corpus: Corpus, embedder: Embedder) -> _Prepared | str:
-    from kb.chunking import chunk_document
-    from kb.injection import detect_injection
-    from kb.parsing import ParseError, parse
-
     source = _load_source(scope, job)
     document = source.document
     try:

@@ -11,6 +11,7 @@ from kb.retrieval.plan import SearchPlan
 from kb.retrieval.query import Mode, SearchHit
 from kb.retrieval.tunables import _MODEL_KEY, _setting
 from kb.retrieval.vector import _cast_type, _query_vector, _vec_literal
+from kb.sentences import TOP_SENTENCES, fuse
 
 
 def _rrf(lists: list[tuple[list[tuple[int, float]], float]], rrf_k: float) -> list[tuple[int, float]]:
@@ -46,8 +47,6 @@ def _sentence_rerank(plan: SearchPlan, query: str, lexemes: list[str], items: li
 
     Only among candidates of one embedding model (similarities of different models are not comparable).
     """
-    from kb.sentences import TOP_SENTENCES, fuse
-
     models = {h.embedding_model for h, _ in items}
     if len(models) != 1 or not items:
         return items

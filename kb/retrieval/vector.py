@@ -14,6 +14,7 @@ from typing import Literal
 
 from django.db import connections
 
+from kb.embedding import embed_windowed, get_embedder
 from kb.retrieval.hits import _collect, _with_hits
 from kb.retrieval.plan import PlannedCorpus, SearchPlan, scope_rows
 from kb.retrieval.sql import SharedParameter
@@ -34,8 +35,6 @@ def _query_vector(model_key: str, query: str, given: Mapping[str, Sequence[float
         if key in _qvec_cache:
             _qvec_cache.move_to_end(key)
             return _qvec_cache[key]
-    from kb.embedding import embed_windowed, get_embedder
-
     # A query longer than the model's window is embedded whole (the mean of its windows), not cut
     # to the window's worth of words the model would silently keep.
     vec = [float(x) for x in embed_windowed(get_embedder(model_key), [query], "query")[0]]

@@ -468,9 +468,11 @@ class TruncatingEmbedder:
 
 def test_a_query_longer_than_the_models_window_is_embedded_whole(monkeypatch):
     import kb.embedding
+    from kb.retrieval import vector
 
     emb, real = TruncatingEmbedder(), kb.embedding.get_embedder
-    monkeypatch.setattr(kb.embedding, "get_embedder", lambda key: emb if key == "truncating:64" else real(key))
+    for module in (kb.embedding, vector):  # the test's chunks are embedded through kb.embedding, the query through vector
+        monkeypatch.setattr(module, "get_embedder", lambda key: emb if key == "truncating:64" else real(key))
     tenant = make_tenant("Long queries")
     c = corpus(tenant, "Notes", model="truncating", dim=64)
     parking = chunk(doc(c, "Parking"), "north garage parking permits for staff cars")
