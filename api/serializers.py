@@ -4,9 +4,6 @@ fault; what a caller may grant is checked by tenants.access.check_grant in the s
 
 from __future__ import annotations
 
-import json
-import math
-
 from django.conf import settings
 from django.contrib.auth.validators import UnicodeUsernameValidator
 from drf_spectacular.types import OpenApiTypes
@@ -15,6 +12,7 @@ from rest_framework import serializers
 
 from agents.loop import STRATEGIES
 from kb.access import check_may_create_corpus
+from kb.metadata import MetadataRejected, json_problem, parse_metadata, text_problem
 from kb.models import DEFAULT_CHUNK_TARGET_TOKENS, Corpus, Document, IngestJob
 from tenants.access import access_department, departments_in_scope
 from tenants.models import ApiKey, Department, Membership, Role
@@ -25,9 +23,6 @@ from tenants.services import display_name
 ID_MAX = 2**63 - 1
 # Nesting any JSON input may have (request bodies, upload metadata); deeper is refused before use.
 MAX_JSON_DEPTH = 32
-# Upload metadata (one JSON object applied to every file): stored per document and matched by filters.
-MAX_METADATA_CHARS = 64 * 1024
-MAX_METADATA_DEPTH = 8
 # Search filters: keys matched, and each key's string length and values.
 MAX_FILTER_KEYS = 50
 MAX_FILTER_KEY_CHARS = 200
@@ -37,42 +32,6 @@ MAX_FILTER_VALUE_CHARS = 1000
 def id_field(**kwargs) -> serializers.IntegerField:
     """An id from outside: 1..ID_MAX, so an out-of-range number is a 400 on the field, not a database error."""
     return serializers.IntegerField(min_value=1, max_value=ID_MAX, **kwargs)
-
-
-def text_problem(text: str) -> str | None:
-    """Why a string cannot be stored or matched as text (PostgreSQL text holds no NUL, UTF-8 no lone surrogate)."""
-    if "\x00" in text:
-        return "must not contain NUL characters"
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return "must be valid Unicode (no lone surrogates)"
-    return None
-
-
-def json_problem(value, *, max_depth: int, max_string: int | None = None, check_text: bool = False) -> str | None:
-    """The first reason `value` (parsed JSON) is unfit, else None: nesting deeper than `max_depth`,
-    non-finite numbers (jsonb refuses them), and with `check_text` keys or strings that `text_problem`
-    refuses or longer than `max_string`. Iterative, so hostile nesting cannot exhaust the stack."""
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict | list):
-            if depth > max_depth:
-                return f"nested deeper than {max_depth} levels"
-            children = item.values() if isinstance(item, dict) else item
-            stack.extend((child, depth + 1) for child in children)
-            strings = item.keys() if isinstance(item, dict) and check_text else ()
-        elif isinstance(item, float) and not math.isfinite(item):
-            return "numbers must be finite"
-        else:
-            strings = (item,) if check_text and isinstance(item, str) else ()
-        for text in strings:
-            if problem := text_problem(text):
-                return problem
-            if max_string is not None and len(text) > max_string:
-                return f"strings must be at most {max_string} characters"
-    return None
 
 
 def _department_in_scope(scope, department_id: int | None) -> Department | None:
@@ -237,22 +196,12 @@ class UploadSerializer(serializers.Serializer):
         return files
 
     def validate_metadata(self, raw: str) -> dict:
-        """A JSON object of at most MAX_METADATA_CHARS characters, MAX_METADATA_DEPTH levels, storable text."""
-        if not raw:
-            return {}
-        if len(raw) > MAX_METADATA_CHARS:
-            raise serializers.ValidationError(f"at most {MAX_METADATA_CHARS} characters of JSON")
+        """A JSON object of storable text, at most MAX_METADATA_CHARS characters and MAX_METADATA_DEPTH levels
+        (kb.metadata.parse_metadata, the rule the admin's upload form uses too)."""
         try:
-            value = json.loads(raw)
-        except RecursionError:
-            raise serializers.ValidationError(f"nested deeper than {MAX_METADATA_DEPTH} levels") from None
-        except ValueError:
-            raise serializers.ValidationError("must be a JSON object") from None
-        if not isinstance(value, dict):
-            raise serializers.ValidationError("must be a JSON object")
-        if problem := json_problem(value, max_depth=MAX_METADATA_DEPTH, check_text=True):
-            raise serializers.ValidationError(problem)
-        return value
+            return parse_metadata(raw)
+        except MetadataRejected as exc:
+            raise serializers.ValidationError(str(exc)) from None
 
     def validate(self, attrs):
         if attrs.get("title") and len(attrs["files"]) > 1:

@@ -4,8 +4,6 @@ user's tenant scope (tenants.admin.TenantScopedAdmin)."""
 
 from __future__ import annotations
 
-import json
-
 from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
@@ -19,6 +17,7 @@ from django.utils.html import format_html
 from kb import access
 from kb.embedding import ModelChoiceError, checked_model_key
 from kb.ingest import UploadRejected, delete_document, reingest_document, start_reembed, upload_document
+from kb.metadata import MetadataRejected, parse_metadata, text_problem
 from kb.models import DEFAULT_EMBEDDING_DIM, DEFAULT_EMBEDDING_MODEL, Chunk, Corpus, Document, IngestJob
 from kb.retrieval import SearchFilters, search
 from tenants.admin_base import TenantScopedAdmin, admin_scope, scoped_filter, scoped_queryset, scoped_view
@@ -122,16 +121,10 @@ class UploadForm(forms.Form):
                                help_text='JSON object, e.g. {"category": "travel", "published_at": "2025-01-01"}')
 
     def clean_metadata(self):
-        raw = self.cleaned_data["metadata"].strip()
-        if not raw:
-            return None
         try:
-            value = json.loads(raw)
-        except ValueError:
-            raise forms.ValidationError("not valid JSON") from None
-        if not isinstance(value, dict):
-            raise forms.ValidationError("must be a JSON object")
-        return value
+            return parse_metadata(self.cleaned_data["metadata"]) or None
+        except MetadataRejected as exc:
+            raise forms.ValidationError(str(exc)) from None
 
 
 @admin.register(Document)
@@ -260,10 +253,13 @@ class ChunkAdmin(TenantScopedAdmin):
         if not self.has_view_permission(request):
             raise PermissionDenied("not allowed")
         query = request.GET.get("q", "").strip()
+        error = text_problem(query) or ""
+        if error:
+            query, error = "", f"The query {error}."
         mode = request.GET.get("mode", "hybrid") if request.GET.get("mode") in {"vector", "keyword", "hybrid"} else "hybrid"
         corpora = list(scoped_queryset(request, Corpus).order_by("name"))
         corpus_id = request.GET.get("corpus", "")
-        result, error = None, ""
+        result = None
         if query:
             corpus = next((c for c in corpora if str(c.pk) == corpus_id), None)
             tenant_id = corpus.tenant_id if corpus else (admin_scope(request).tenant_id if admin_scope(request) else None)

@@ -19,7 +19,8 @@ from rest_framework.views import APIView
 from api.auth import request_scope
 from api.permissions import RolePermission
 from api.ratelimit import PerKeyRateThrottle
-from api.serializers import ID_MAX, MAX_JSON_DEPTH, json_problem
+from api.serializers import ID_MAX, MAX_JSON_DEPTH
+from kb.metadata import json_problem
 from tenants.scope import Scope
 
 # A JSON body larger than this is refused unread (DRF reads JSON bodies past Django's

@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from kb import access
 from kb.ingest.queue import enqueue_job
+from kb.metadata import metadata_problem
 from kb.models import Chunk, Corpus, Document, DocumentContent, DocumentStatus, IngestJob, JobStatus
 from kb.parsing import ParseError, detect_type
 from tenants.scope import Scope, activate
@@ -56,10 +57,10 @@ def upload_document(*, scope: Scope, corpus: Corpus, filename: str, data: bytes,
     if len(data) > settings.MAX_UPLOAD_BYTES:
         raise UploadRejected("file", f"the file is {len(data)} bytes; the limit is {settings.MAX_UPLOAD_BYTES} bytes")
     if metadata is not None:
-        if not isinstance(metadata, dict):
-            raise UploadRejected("metadata", "metadata must be a JSON object")
+        if problem := metadata_problem(metadata):  # the rule the API and the admin check first (kb.metadata)
+            raise UploadRejected("metadata", problem)
         try:
-            json.dumps(metadata)
+            json.dumps(metadata, allow_nan=False)
         except (TypeError, ValueError) as exc:
             raise UploadRejected("metadata", f"metadata is not JSON-serialisable: {exc}") from None
     try:

@@ -234,6 +234,26 @@ def test_an_auditor_opening_the_upload_and_chunk_search_pages_gets_403(client):
         assert client.post(url, {"corpus": 1}).status_code == 403, url
 
 
+@pytest.mark.django_db(transaction=True, databases=["default", "owner"])
+def test_hostile_metadata_and_queries_in_the_admin_are_form_errors(client):
+    """Hostile input: the admin's upload form and chunk-search preview answer hostile metadata and a NUL
+    query with an error on the page, not a 500 (the same rule as the API: kb.metadata)"""
+    tenant = make_tenant("Acme")
+    with activate(whole_tenant(tenant)):
+        corpus = Corpus.objects.create(tenant=tenant, name="Policies", embedding_model="hash", embedding_dim=64)
+    user = make_staff_user("editor-acme", "x" * 12)
+    make_membership(user, tenant, "editor", all_departments=True)
+    client.force_login(user)
+    for name, raw in UPLOAD_METADATA.items():
+        files = [SimpleUploadedFile("a.md", b"# Travel\n\nHotels are capped at 150 EUR.")]
+        response = client.post("/admin/kb/document/upload/", {"corpus": corpus.id, "metadata": raw, "files": files})
+        assert response.status_code == 200 and "metadata" in response.context["form"].errors, name
+    with activate(whole_tenant(tenant)):
+        assert not Document.objects.for_scope(whole_tenant(tenant)).exists()
+    response = client.get("/admin/kb/chunk/search/", {"q": "hotel\x00limit"})
+    assert response.status_code == 200 and "must not contain NUL characters" in response.content.decode()
+
+
 # --- Settings: the embedded run with DEBUG off ---------------------------------------------------
 
 def _settings_value(env: dict[str, str], expr: str) -> subprocess.CompletedProcess:
