@@ -35,7 +35,7 @@ from tests.reliability.world import B_QUESTION, E_QUESTION, CanaryWorld, Side, l
 pytestmark = pytest.mark.django_db(databases=["default", "owner"])
 
 PRINCIPALS = ("a-admin", "a-sales-admin", "a-sales-reader")
-# Keys and members are filtered by department like everything else (api.access.visible_api_keys/visible_memberships,
+# Keys and members are filtered by department like everything else (tenants.access.visible_api_keys/visible_memberships,
 # also used by the admin's key/member pages and the ask playground), so no route or admin page is exempt any more.
 TENANT_WIDE_ROUTES: frozenset[str] = frozenset()
 TENANT_WIDE_ADMIN: tuple[str, ...] = ()
