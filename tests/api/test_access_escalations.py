@@ -70,6 +70,17 @@ def test_department_admin_cannot_change_tenant_settings(world, client, sales_adm
     assert Tenant.objects.get(pk=world.a.id).settings == {}
 
 
+def test_tenant_wide_admin_changes_its_own_tenants_settings_only(world, client):
+    user = make_staff_user("acme-admin", "pw-acme-admin-1")
+    make_membership(user, world.a, "admin", all_departments=True)
+    client.force_login(user)
+    r = client.post(f"/admin/tenants/tenant/{world.a.id}/change/", {"settings": json.dumps({"daily_runs": 50})})
+    assert r.status_code == 302, r.content[:500]
+    assert Tenant.objects.get(pk=world.a.id).settings == {"daily_runs": 50}
+    r = client.post(f"/admin/tenants/tenant/{world.b.id}/change/", {"settings": json.dumps({"daily_runs": 1})})
+    assert r.status_code in (302, 404) and Tenant.objects.get(pk=world.b.id).settings == {}
+
+
 def test_department_admin_cannot_make_all_departments_or_wider_members(world, client, sales_admin):
     target = get_user_model().objects.create_user(username="newcomer")
     with activate(Scope.system(world.a.id)):
