@@ -363,14 +363,18 @@ def run_strategy(state: RunState, strategy: str) -> LoopResult:
     escalation, escalate = ("agentic", run_agentic) if state.tools_ok else ("pipeline", run_pipeline)
     if strategy == "auto":
         if is_multi_part(state.question):
+            state.strategy = escalation
             return _finish(state, escalation, escalate(state))
+        state.strategy = "classic"  # the strategy running: a failed run is stored with it
         first = _finish(state, "classic", run_classic(state))
         if first.outcome == "answered":  # grounded
             return first
         if state.spent():
             return first
+        state.strategy = escalation
         return _finish(state, escalation, escalate(state))
     if strategy == "agentic" and not state.tools_ok:
+        state.strategy = "pipeline"
         return _finish(state, "pipeline", run_pipeline(state))
     runner = {"classic": run_classic, "agentic": run_agentic, "pipeline": run_pipeline}.get(strategy)
     if runner is None:

