@@ -67,11 +67,8 @@ def visible(scope: Scope, model: type[Model]) -> QuerySet:
 
 def one(qs: QuerySet, obj_id: object, what: str) -> Model:
     """The row `obj_id` of `qs`, or NotVisible (malformed ids included)."""
-    try:
-        pk = int(str(obj_id))
-    except (TypeError, ValueError):
-        pk = None
-    obj = qs.filter(pk=pk).first() if pk is not None and 0 < pk < 2**63 else None
+    pk = _int(obj_id)
+    obj = qs.filter(pk=pk).first() if pk else None
     if obj is None:
         raise NotVisible(f"{what} not found")
     return obj
@@ -153,6 +150,7 @@ def departments_in_scope(scope: Scope, department_ids: Iterable[object]) -> list
 
 
 def _int(value: object) -> int:
+    """An id from outside as a positive bigint, 0 for anything else (malformed, out of range)."""
     try:
         n = int(str(value))
     except (TypeError, ValueError):

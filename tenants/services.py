@@ -89,12 +89,7 @@ def add_member(scope: Scope, *, username: str, email: str = "", grant: MemberGra
     access.check_grant(scope, role=grant.role, all_departments=grant.all_departments, departments=grant.departments)
     tenant = Tenant.objects.get(pk=scope.tenant_id)
     with transaction.atomic():
-        user = _tenant_user(scope, tenant, username.strip(), email)
-        if Membership.objects.filter(tenant_id=tenant.pk, user=user).exists():
-            raise NotAllowed("already a member", field="username")
-        member = Membership.objects.create(tenant=tenant, user=user, role=grant.role, all_departments=grant.all_departments)
-        member.departments.set(grant.departments)
-    return member
+        return _make_member(scope, _tenant_user(scope, tenant, username.strip(), email), grant, field="username")
 
 
 def add_member_user(scope: Scope, *, user, grant: MemberGrant) -> Membership:
@@ -103,11 +98,16 @@ def add_member_user(scope: Scope, *, user, grant: MemberGrant) -> Membership:
     if not access.visible_users(scope).filter(pk=user.pk).exists():
         raise NotAllowed("user not found", field="user")
     with transaction.atomic():
-        if Membership.objects.filter(tenant_id=scope.tenant_id, user=user).exists():
-            raise NotAllowed("already a member", field="user")
-        member = Membership.objects.create(tenant_id=scope.tenant_id, user=user, role=grant.role,
-                                           all_departments=grant.all_departments)
-        member.departments.set(grant.departments)
+        return _make_member(scope, user, grant, field="user")
+
+
+def _make_member(scope: Scope, user, grant: MemberGrant, *, field: str) -> Membership:
+    """The membership of `user` in the actor's tenant with an already checked `grant`; refused (on
+    `field`) when the user is a member already."""
+    if Membership.objects.filter(tenant_id=scope.tenant_id, user=user).exists():
+        raise NotAllowed("already a member", field=field)
+    member = Membership.objects.create(tenant_id=scope.tenant_id, user=user, role=grant.role, all_departments=grant.all_departments)
+    member.departments.set(grant.departments)
     return member
 
 

@@ -17,8 +17,8 @@ class SearchFilters:
     # Only chunks of these departments (intersected with the scope). Tenant-wide chunks (no
     # department) are excluded unless include_tenant_wide is set.
     department_ids: tuple[int, ...] | None = None
-    # Equality on Document.metadata keys; a list value means "any of these" (one publisher may have
-    # several source names).
+    # Equality on Document.metadata keys; a list value means "any of these" (one source may go by
+    # several names).
     metadata: dict[str, str | int | float | bool | list | tuple] | None = None
     published_after: str | None = None  # ISO date/datetime on Document.metadata["published_at"], inclusive
     published_before: str | None = None  # exclusive
