@@ -20,6 +20,7 @@ from tenants.scope import TenantScopedManager
 DEFAULT_EMBEDDING_MODEL = "minilm-l6-v2"
 DEFAULT_EMBEDDING_DIM = 384
 DEFAULT_CHUNK_TARGET_TOKENS = 240
+DEFAULT_LANGUAGE = "english"
 
 
 class Corpus(models.Model):
@@ -41,6 +42,17 @@ class Corpus(models.Model):
         default=False, help_text="Also embed every sentence of every chunk, so searches can re-rank candidates by their "
                                  "best-matching sentences (more precise; about doubles embedding work). Applies to "
                                  "documents ingested after it is set.")
+    # What a corpus declares about its documents (kb.facets, kb.retrieval, ingestion read these).
+    date_key = models.CharField(
+        max_length=100, blank=True,
+        help_text="Metadata key holding the date of each document (e.g. effective_date). Empty: undated.")
+    facet_keys = models.JSONField(
+        default=list, blank=True,
+        help_text='Metadata keys whose values are enumerations, e.g. ["source", "category"]. Empty: '
+                  "discovered from the documents.")
+    language = models.CharField(
+        max_length=40, default=DEFAULT_LANGUAGE,
+        help_text="PostgreSQL text search configuration for keyword search (english, french, german, simple, ...).")
     chunk_count = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -77,6 +89,8 @@ class Document(models.Model):
     status = models.CharField(max_length=16, choices=DocumentStatus.choices, default=DocumentStatus.PENDING)
     error = models.TextField(blank=True)
     metadata = models.JSONField(default=dict, blank=True)
+    # metadata[corpus.date_key] parsed (kb.ingest.dates); null when undated or unparseable.
+    dated_at = models.DateTimeField(null=True, blank=True, db_index=True)
     version = models.PositiveIntegerField(default=1)
     chunk_count = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
