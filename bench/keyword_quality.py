@@ -1,18 +1,24 @@
-"""Ranking quality on MultiHop-RAG (../shared/eval): our BM25-in-SQL vs a BM25 reference, vectors, hybrid weights.
+"""Keyword ranking quality on both dev sets in ../shared/eval: our BM25-in-SQL vs plain Okapi BM25, plain FTS, vectors, hybrid.
 
-    .venv/bin/python bench/keyword_quality.py [--questions 0] [--keep-db]
+    .venv/bin/python bench/keyword_quality.py [--set multihop|hotpotqa|all] [--questions 0] [--no-vectors] [--keep-db]
 
-Skips (exit 0) when ../shared/eval is absent. The corpus (609 news articles) is chunked into
-~200-word sentence-packed chunks with the title prepended, loaded into a bench tenant of a database
-this script creates and drops, and searched through `kb.retrieval.search` (the real code path).
-Metrics over the non-null dev questions, per the eval README: Hits@10 (a top-10 chunk contains a
-gold fact, whitespace removed) and evidence recall@10 (share of gold facts contained in the top 10).
+Skips (exit 0) when ../shared/eval is absent. Sets: MultiHop-RAG dev (609 news articles,
+questions-dev.jsonl) and HotpotQA dev (hotpotqa/: 1,617 Wikipedia paragraphs, questions.jsonl).
+Each corpus is chunked into ~200-word sentence-packed chunks with the title prepended (a HotpotQA
+paragraph is mostly one chunk), loaded into a bench tenant of a database this script creates and
+drops, and searched through `kb.retrieval.search` (the real code path). Metrics over the answerable
+questions (non-empty evidence), per the eval README: Hits@10 (a top-10 chunk contains a gold fact,
+whitespace removed), evidence recall@10 (share of gold facts contained in the top 10) and the share
+of questions with every gold fact in the top 10; p50/p95 per search where a row is a database search.
 
-Compared in the same run: `bm25s` (reference BM25, Lucene idf, k1=1.2 b=0.75, English stop words;
-no stemming unless PyStemmer is installed), PostgreSQL's own ts_rank_cd over an OR tsquery (what a
-plain FTS setup gives), MiniLM vectors, and RRF fusion of our two top-50 lists at several vector
-weights (with the product's own fusion function), then hybrid end to end at the defaults. Data and vectors
-stay outside the repository (MiniLM vectors are cached under ~/.cache/grounded-bench).
+Compared in the same run over the same chunk texts: `bm25s` (plain Okapi BM25, Lucene idf, k1=1.2
+b=0.75) with PostgreSQL's analysis (the `english` configuration's stop words and the Snowball
+English stemmer it uses; PyStemmer) and with bm25s's own English stop words unstemmed; PostgreSQL's
+own ts_rank_cd over an OR tsquery (what a plain FTS setup gives); our keyword search at its defaults
+and with candidates from every lexeme (exact BM25 top 10); unless --no-vectors, MiniLM vectors and
+RRF fusion of our two top-50 lists at several vector weights (with the product's own fusion
+function), then hybrid end to end at the defaults. Data and vectors stay outside the repository
+(MiniLM vectors are cached under ~/.cache/grounded-bench).
 """
 
 from __future__ import annotations
@@ -42,7 +48,8 @@ _SENT = re.compile(r"(?<=[.!?])\s+|\n+")
 
 
 def chunk_article(title: str, text: str, words: int = 200) -> list[str]:
-    """Sentence-packed chunks of about `words` words, each starting with the title."""
+    """Sentence-packed chunks of about `words` words, each starting with the title (what is embedded
+    and what the reference BM25 indexes; the stored chunk text is the part after the title's line)."""
     sentences = [s.strip() for s in _SENT.split(text) if s.strip()]
     chunks, cur, n = [], [], 0
     for s in sentences:
@@ -57,13 +64,27 @@ def chunk_article(title: str, text: str, words: int = 200) -> list[str]:
     return [f"{title}\n{c}" for c in chunks]
 
 
+def body(chunk: str) -> str:
+    return chunk.split("\n", 1)[1]
+
+
 def squash(s: str) -> str:
     return re.sub(r"\s+", "", s)
 
 
-def load_eval(limit: int) -> tuple[list[dict], list[dict]]:
-    docs = [json.loads(line) for line in (EVAL / "corpus.jsonl").open()]
-    qs = [json.loads(line) for line in (EVAL / "questions-dev.jsonl").open()]
+SETS = {
+    # name: (label, corpus, questions)
+    "multihop": ("MultiHop-RAG dev (news articles)", EVAL / "corpus.jsonl", EVAL / "questions-dev.jsonl"),
+    "hotpotqa": ("HotpotQA dev, pooled corpus (Wikipedia paragraphs)", EVAL / "hotpotqa" / "corpus.jsonl",
+                 EVAL / "hotpotqa" / "questions.jsonl"),
+}
+
+
+def load_eval(name: str, limit: int) -> tuple[list[dict], list[dict]]:
+    """The set's documents and its answerable questions (those with gold evidence)."""
+    _, corpus, questions = SETS[name]
+    docs = [json.loads(line) for line in corpus.open()]
+    qs = [json.loads(line) for line in questions.open()]
     qs = [q for q in qs if q.get("evidence")]
     return docs, (qs[:limit] if limit else qs)
 
@@ -87,23 +108,24 @@ def embed(texts: list[str], what: str) -> np.ndarray:
     return x
 
 
-def ingest(docs: list[dict], chunks: list[tuple[int, str]], vecs: np.ndarray):
-    """Bench tenant + corpus + documents via the ORM, chunks by COPY with search_vector = to_tsvector(title + text)."""
+def ingest(docs: list[dict], chunks: list[tuple[int, str]], vecs: np.ndarray | None, slug: str):
+    """Bench tenant + corpus + documents via the ORM; chunks (the text after the title) by COPY, then
+    search_vector as ingestion computes it: the title, locator and text under the corpus's language."""
     from django.db import connections
     from pgvector.psycopg import register_vector
 
     from kb.models import Corpus, Document
     from tenants.models import Tenant
 
-    tenant = Tenant.objects.using("owner").create(name="MultiHop bench", slug="multihop-bench")
-    corpus = Corpus.objects.unscoped_dangerously(using="owner").create(tenant=tenant, name="news", chunk_count=len(chunks))
+    tenant = Tenant.objects.using("owner").create(name=f"{slug} bench", slug=slug)
+    corpus = Corpus.objects.unscoped_dangerously(using="owner").create(tenant=tenant, name=slug, chunk_count=len(chunks))
     counts: dict[int, int] = {}
     for di, _ in chunks:
         counts[di] = counts.get(di, 0) + 1
     rows = Document.objects.unscoped_dangerously(using="owner").bulk_create([
         Document(tenant=tenant, corpus=corpus, title=d["title"], source_name=d["doc_id"], mime_type="text/plain",
                  sha256=hashlib.sha256(d["text"].encode()).hexdigest(), status="ready", chunk_count=counts.get(i, 0),
-                 metadata={k: d.get(k) for k in ("source", "published_at", "category", "url")})
+                 metadata={k: d.get(k) for k in ("source", "published_at", "category", "url") if d.get(k) is not None})
         for i, d in enumerate(docs)])
     owner = connections["owner"]
     owner.ensure_connection()
@@ -116,26 +138,32 @@ def ingest(docs: list[dict], chunks: list[tuple[int, str]], vecs: np.ndarray):
             "content_hash, embedding, embedding_model, flags, created_at) FROM STDIN WITH (FORMAT BINARY)") as copy:
         copy.set_types(["int8", "int8", "int8", "int4", "text", "text", "int4", "int4", "int4", "text", "vector", "text",
                         "jsonb", "timestamptz"])
-        for (di, text), v in zip(chunks, vecs, strict=True):
+        for i, (di, text) in enumerate(chunks):
             o = ordinals[di] = ordinals.get(di, -1) + 1
-            copy.write_row([tenant.id, corpus.id, rows[di].id, o, text, f"#{o}", 0, len(text), len(text.split()),
-                            hashlib.sha256(text.encode()).hexdigest(), v, MODEL_KEY, "[]", now])
+            text = body(text)
+            copy.write_row([tenant.id, corpus.id, rows[di].id, o, text, "", 0, len(text), len(text.split()),
+                            hashlib.sha256(text.encode()).hexdigest(), None if vecs is None else vecs[i],
+                            MODEL_KEY, "[]", now])
     with conn.cursor() as cur:
-        cur.execute("UPDATE kb_chunk SET search_vector = to_tsvector('english', text)")  # text already starts with the title
+        cur.execute("UPDATE kb_chunk c SET search_vector = to_tsvector(k.language::regconfig, d.title || ' ' || c.locator || ' ' || "
+                    "c.text) FROM kb_document d, kb_corpus k WHERE d.id = c.document_id AND k.id = c.corpus_id")
         cur.execute("ANALYZE kb_chunk")
     conn.commit()
     return tenant, corpus
 
 
 def evaluate(name: str, ranked: list[list[str]], questions: list[dict], latencies: list[float] | None = None) -> dict:
-    hits, recall = [], []
+    """Hits@10, evidence recall@10 and the share of questions with every gold fact in the top 10."""
+    hits, recall, every = [], [], []
     for texts, q in zip(ranked, questions, strict=True):
         blob = [squash(t) for t in texts[:10]]
         facts = [squash(e["fact"]) for e in q["evidence"]]
         found = [any(f in b for b in blob) for f in facts]
         hits.append(any(found))
         recall.append(sum(found) / len(found))
-    out = {"name": name, "hits10": float(np.mean(hits)), "recall10": float(np.mean(recall))}
+        every.append(all(found))
+    out = {"name": name, "hits10": float(np.mean(hits)), "recall10": float(np.mean(recall)),
+           "all10": float(np.mean(every)), "per_question": recall}
     if latencies:
         s = sorted(latencies)
         out["p50"] = statistics.median(s)
@@ -143,66 +171,111 @@ def evaluate(name: str, ranked: list[list[str]], questions: list[dict], latencie
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--questions", type=int, default=0, help="limit (0 = all non-null dev questions)")
-    ap.add_argument("--weights", default="0,0.05,0.1,0.15,0.2,0.3,0.5,0.7,1.0", help="vector weights for hybrid (keyword weight 1)")
-    ap.add_argument("--keep-db", action="store_true")
-    args = ap.parse_args()
-    if not (EVAL / "corpus.jsonl").exists():
-        print(f"skipped: {EVAL} not found")
-        return
-    docs, questions = load_eval(args.questions)
-    chunks = [(i, c) for i, d in enumerate(docs) for c in chunk_article(d["title"], d["text"])]
-    print(f"{len(docs)} articles -> {len(chunks)} chunks (~200 words, title prepended); {len(questions)} questions")
-    chunk_vecs = embed([c for _, c in chunks], "chunks")
-    query_vecs = embed([q["question"] for q in questions], "questions")
-    dbname = f"bench_keyword_{os.getpid()}"
-    create_database(dbname)
-    try:
-        ingest(docs, chunks, chunk_vecs)
-        results = run(args, chunks, questions, query_vecs)
-    finally:
-        if not args.keep_db:
-            drop_database(dbname)
-    print("\n| method | Hits@10 | evidence recall@10 | p50 ms | p95 ms |")
-    print("|---|---:|---:|---:|---:|")
+def show(r: dict) -> None:
+    lat = f", p50 {r['p50']:.1f} ms, p95 {r['p95']:.1f} ms" if "p50" in r else ""
+    print(f"  {r['name']}: Hits@10 {r['hits10']:.3f}, recall@10 {r['recall10']:.3f}, all facts {r['all10']:.3f}{lat}",
+          flush=True)
+
+
+def table(title: str, results: list[dict]) -> str:
+    lines = [f"\n### {title}\n", "| method | Hits@10 | evidence recall@10 | all facts in top 10 | p50 ms | p95 ms |",
+             "|---|---:|---:|---:|---:|---:|"]
     for r in results:
         lat = f"{r['p50']:.1f} | {r['p95']:.1f}" if "p50" in r else " | "
-        print(f"| {r['name']} | {r['hits10']:.3f} | {r['recall10']:.3f} | {lat} |")
+        lines.append(f"| {r['name']} | {r['hits10']:.3f} | {r['recall10']:.3f} | {r['all10']:.3f} | {lat} |")
+    return "\n".join(lines)
 
 
-def run(args, chunks: list[tuple[int, str]], questions: list[dict], query_vecs: np.ndarray) -> list[dict]:
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--set", choices=[*SETS, "all"], default="all", help="which dev set (default: both)")
+    ap.add_argument("--questions", type=int, default=0, help="limit per set (0 = every answerable question)")
+    ap.add_argument("--weights", default="0,0.05,0.1,0.2,0.5,1.0", help="vector weights for hybrid (keyword weight 1)")
+    ap.add_argument("--no-vectors", action="store_true", help="keyword rows only (no MiniLM, no vector or hybrid rows)")
+    ap.add_argument("--keep-db", action="store_true")
+    args = ap.parse_args()
+    names = list(SETS) if args.set == "all" else [args.set]
+    if not all(SETS[n][1].exists() and SETS[n][2].exists() for n in names):
+        print(f"skipped: {EVAL} (or a set in it) not found")
+        return
+    tables = []
+    for name in names:
+        docs, questions = load_eval(name, args.questions)
+        chunks = [(i, c) for i, d in enumerate(docs) for c in chunk_article(d["title"], d["text"])]
+        print(f"{SETS[name][0]}: {len(docs)} documents -> {len(chunks)} chunks (~200 words, title prepended); "
+              f"{len(questions)} answerable questions", flush=True)
+        chunk_vecs = query_vecs = None
+        if not args.no_vectors:
+            chunk_vecs = embed([c for _, c in chunks], "chunks")
+            query_vecs = embed([q["question"] for q in questions], "questions")
+        dbname = f"bench_keyword_{name}_{os.getpid()}"
+        create_database(dbname)
+        try:
+            ingest(docs, chunks, chunk_vecs, f"{name}-bench")
+            results = run(args, name, chunks, questions, query_vecs)
+        finally:
+            if not args.keep_db:
+                drop_database(dbname)
+        tables.append(table(f"{SETS[name][0]}: {len(chunks):,} chunks, {len(questions):,} answerable questions", results))
+        print(tables[-1], flush=True)
+    if len(tables) > 1:
+        print("\n".join(tables))
+
+
+def postgres_stopwords() -> list[str] | None:
+    """The stop words of PostgreSQL's `english` configuration (its english.stop file), for the reference."""
+    from django.db import connections
+
+    with connections["owner"].cursor() as cur:
+        cur.execute("SELECT setting FROM pg_config WHERE name = 'SHAREDIR'")
+        row = cur.fetchone()
+    path = Path(row[0]) / "tsearch_data" / "english.stop" if row else None
+    if path is None or not path.exists():
+        return None
+    return [w.strip() for w in path.read_text().splitlines() if w.strip()]
+
+
+def bm25s_rows(texts: list[str], questions: list[dict]) -> list[dict]:
+    """Plain Okapi BM25 (bm25s, Lucene idf, k1 1.2, b 0.75) over the same chunk texts: with PostgreSQL's
+    analysis (its English stop words, the Snowball English stemmer it uses) and with bm25s's own."""
+    try:
+        import bm25s
+    except ImportError:
+        print("bm25s not installed (pip install -e '.[bench]'): reference skipped")
+        return []
+    try:
+        import Stemmer
+
+        stemmer = Stemmer.Stemmer("english")
+    except ImportError:
+        stemmer = None
+    variants = []
+    pg_stop = postgres_stopwords()
+    if pg_stop and stemmer:
+        variants.append(("bm25s reference: Okapi BM25, PostgreSQL's stop words, Snowball English stems", pg_stop, stemmer))
+    variants.append(("bm25s, its own English stop words, unstemmed", "en", None))
+    out = []
+    for label, stop, stem in variants:
+        retriever = bm25s.BM25(k1=1.2, b=0.75, method="lucene")
+        retriever.index(bm25s.tokenize(texts, stopwords=stop, stemmer=stem, show_progress=False), show_progress=False)
+        qtok = bm25s.tokenize([q["question"] for q in questions], stopwords=stop, stemmer=stem, show_progress=False)
+        docs_idx, _ = retriever.retrieve(qtok, k=10, show_progress=False, n_threads=1)
+        out.append(evaluate(label, [[body(texts[i]) for i in row] for row in docs_idx], questions))
+        show(out[-1])
+    return out
+
+
+def run(args, name: str, chunks: list[tuple[int, str]], questions: list[dict], query_vecs: np.ndarray | None) -> list[dict]:
     from django.db import connections
 
     from kb.retrieval import search
     from tenants.models import Tenant
     from tenants.scope import Scope, activate
 
-    tenant = Tenant.objects.get(slug="multihop-bench")
+    tenant = Tenant.objects.get(slug=f"{name}-bench")
     scope = Scope(tenant.id, all_departments=True, role="reader", principal="bench")
     texts = [c for _, c in chunks]
-    results = []
-
-    # Reference: bm25s over the same chunk texts.
-    try:
-        import bm25s
-    except ImportError:
-        print("bm25s not installed (pip install bm25s): reference skipped")
-    else:
-        try:
-            import Stemmer  # noqa: F401
-
-            stemmer = Stemmer.Stemmer("english")
-        except ImportError:
-            stemmer = None
-        retriever = bm25s.BM25(k1=1.2, b=0.75, method="lucene")
-        retriever.index(bm25s.tokenize(texts, stopwords="en", stemmer=stemmer, show_progress=False), show_progress=False)
-        qtok = bm25s.tokenize([q["question"] for q in questions], stopwords="en", stemmer=stemmer, show_progress=False)
-        docs_idx, _ = retriever.retrieve(qtok, k=10, show_progress=False, n_threads=1)
-        label = "bm25s reference (" + ("stemmed" if stemmer else "unstemmed") + ")"
-        results.append(evaluate(label, [[texts[i] for i in row] for row in docs_idx], questions))
-        print(results[-1], flush=True)
+    results = bm25s_rows(texts, questions)
 
     # What plain PostgreSQL FTS gives: OR of the query's lexemes, ranked by ts_rank_cd.
     ranked, lat = [], []
@@ -217,50 +290,55 @@ def run(args, chunks: list[tuple[int, str]], questions: list[dict], query_vecs: 
             ranked.append([r[0] for r in cur.fetchall()])
         lat.append((time.perf_counter() - t) * 1000)
     results.append(evaluate("PostgreSQL ts_rank_cd, OR tsquery", ranked, questions, lat))
-    print(results[-1], flush=True)
+    show(results[-1])
 
-    def ours(name: str, mode: str, k: int = 10, **overrides) -> tuple[dict, list[list[tuple[int, float]]], dict[int, str]]:
+    def ours(label: str, mode: str, k: int = 10, **overrides) -> tuple[dict, list[list[tuple[int, float]]], dict[int, str]]:
         """Through the real entry point; returns the metrics, the ranked (chunk id, score) lists and chunk texts."""
         from django.conf import settings
 
+        vectors = (lambda i: {MODEL_KEY: query_vecs[i]}) if query_vecs is not None else (lambda i: None)
         for key, value in overrides.items():
             setattr(settings, key, value)
-        search(scope, questions[0]["question"], k=k, mode=mode, query_vectors={MODEL_KEY: query_vecs[0]})
-        lists, lat, text = [], [], {}
-        for q, v in zip(questions, query_vecs, strict=True):
-            t = time.perf_counter()
-            res = search(scope, q["question"], k=k, mode=mode, query_vectors={MODEL_KEY: v})
-            lat.append((time.perf_counter() - t) * 1000)
-            lists.append([(h.chunk_id, h.score) for h in res.hits])
-            text.update({h.chunk_id: h.text for h in res.hits})
-        r = evaluate(name, [[text[c] for c, _ in rows] for rows in lists], questions, lat)
-        print(r, flush=True)
-        for key in overrides:
-            delattr(settings, key)
+        try:
+            search(scope, questions[0]["question"], k=k, mode=mode, query_vectors=vectors(0))
+            lists, lat, text = [], [], {}
+            for i, q in enumerate(questions):
+                t = time.perf_counter()
+                res = search(scope, q["question"], k=k, mode=mode, query_vectors=vectors(i))
+                lat.append((time.perf_counter() - t) * 1000)
+                lists.append([(h.chunk_id, h.score) for h in res.hits])
+                text.update({h.chunk_id: h.text for h in res.hits})
+        finally:
+            for key in overrides:
+                delattr(settings, key)
+        r = evaluate(label, [[text[c] for c, _ in rows] for rows in lists], questions, lat)
+        show(r)
         return r, lists, text
 
     from kb.retrieval import DEFAULTS
     from kb.retrieval.rank import _rrf
 
+    share, cap = DEFAULTS["RETRIEVAL_BM25_CANDIDATE_SHARE"], DEFAULTS["RETRIEVAL_BM25_MAX_CANDIDATES"]
+    results.append(ours(f"**ours: keyword, default** (`search(mode=\"keyword\")`, candidates from the rarest lexemes, share "
+                        f"{share:g}, cap {cap:,})", "keyword")[0])
+    results.append(ours("ours: keyword, exact BM25 (candidates from every lexeme)", "keyword",
+                        RETRIEVAL_BM25_CANDIDATE_SHARE=1.0)[0])
+    if query_vecs is None:
+        return results
     pool = DEFAULTS["RETRIEVAL_CANDIDATES"]
-    exact, _, _ = ours("ours: keyword, exact BM25 top 10 (candidates from every lexeme)", "keyword",
-                       RETRIEVAL_BM25_CANDIDATE_SHARE=1.0)
-    results.append(exact)
-    kw, kw_lists, kw_text = ours(f"ours: keyword (BM25 in SQL), top {pool}", "keyword", k=pool)
-    kw["name"] = f"ours: keyword (BM25 in SQL, candidates from the rarest lexemes, share {DEFAULTS['RETRIEVAL_BM25_CANDIDATE_SHARE']:g})"
-    results.append(kw)
+    _, kw_lists, kw_text = ours(f"ours: keyword, top {pool}", "keyword", k=pool)
     vec, vec_lists, vec_text = ours(f"ours: vector (MiniLM), top {pool}", "vector", k=pool)
     vec["name"] = "ours: vector (MiniLM)"
     results.append(vec)
     # Hybrid weights: the same fusion function the product uses, over the two candidate lists above.
-    texts = {**kw_text, **vec_text}
-    for w in (float(x) for x in args.weights.split(",")):
+    texts_by_id = {**kw_text, **vec_text}
+    for w in (float(x) for x in args.weights.split(",") if x.strip()):
         fused = [_rrf([(v, w), (kk, 1.0)], DEFAULTS["RETRIEVAL_RRF_K"])[:10] for kk, v in zip(kw_lists, vec_lists, strict=True)]
         results.append(evaluate(f"RRF fusion: keyword 1 / vector {w:g} (k={DEFAULTS['RETRIEVAL_RRF_K']})",
-                                [[texts[c] for c, _ in rows] for rows in fused], questions))
-        print(results[-1], flush=True)
-    hybrid, _, _ = ours(f"ours: hybrid (defaults: keyword {DEFAULTS['RETRIEVAL_KEYWORD_WEIGHT']:g} / vector "
-                        f"{DEFAULTS['RETRIEVAL_VECTOR_WEIGHT']:g}), end to end", "hybrid")
+                                [[texts_by_id[c] for c, _ in rows] for rows in fused], questions))
+        show(results[-1])
+    hybrid, _, _ = ours(f"ours: hybrid end to end (defaults: keyword {DEFAULTS['RETRIEVAL_KEYWORD_WEIGHT']:g} / vector "
+                        f"{DEFAULTS['RETRIEVAL_VECTOR_WEIGHT']:g})", "hybrid")
     results.append(hybrid)
     return results
 
