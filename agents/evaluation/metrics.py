@@ -10,7 +10,10 @@ match any chunk of that document instead.
 
 Answer accuracy follows the official `qa_evaluate.py` (lenient: the lower-cased, whitespace-split
 prediction shares at least one word with the gold answer) plus a strict variant: exact match after
-SQuAD-style normalisation of the extracted answer or of its first sentence.
+SQuAD-style normalisation of the extracted answer or of its first sentence. Answer containment
+(the gold short answer occurs in the answer) and answer precision (quoted sentences that come from
+documents holding gold evidence) need no generated text, so they also judge the offline provider's
+extractive answers.
 """
 
 from __future__ import annotations
@@ -147,6 +150,71 @@ def strict_correct(prediction: str, gold: str) -> bool:
     if first:
         candidates.append(first.group(1))
     return any(normalise_answer(c) == target for c in candidates)
+
+
+_YES_NO = ("yes", "no")
+_QUOTED = re.compile(r"[\"\u201c]([^\"\u201c\u201d]*)[\"\u201d]")
+_LIST_MARK = re.compile(r"^\s*(?:[-*\u2022]|\d+[.)])\s*")
+_QUOTE_CITED = re.compile(r"[\"\u201c]([^\"\u201c\u201d]{3,}?)[\"\u201d]\s*[,.;:]?\s*"
+                          r"\[\s*c:\s*(\d+(?:\s*[,;]\s*(?:c:)?\s*\d+)*)\s*\]", re.I)
+
+
+def _without_question_echo(answer: str, question: str) -> str:
+    """The answer minus the pieces that only repeat the question.
+
+    An answer's lines and quoted passages that, normalised, are part of the question (the offline
+    provider heads each part of its answer with the part's words; "not found" lists quote them)
+    are dropped, so a comparison answer is not credited for restating "A or B".
+    """
+    asked = f" {normalise_answer(question)} "
+    kept = []
+    for line in answer.splitlines():
+        line = _QUOTED.sub(lambda m: "" if _echoes(m.group(1), asked) else m.group(0), line)
+        if not _echoes(_LIST_MARK.sub("", line), asked):
+            kept.append(line)
+    return "\n".join(kept)
+
+
+def _echoes(piece: str, asked: str) -> bool:
+    norm = normalise_answer(piece)
+    return bool(norm) and f" {norm} " in asked
+
+
+def stated_yes_no(answer: str) -> str | None:
+    """The yes/no an answer states: outside quotations (a quoted sentence saying "no" is evidence,
+    not a verdict), the first yes or no word; None when it states neither."""
+    words = normalise_answer(_QUOTED.sub(" ", answer)).split()
+    return next((w for w in words if w in _YES_NO), None)
+
+
+def answer_contains(answer: str, gold: str, *, question: str = "") -> bool | None:
+    """Does the answer hold the gold short answer? SQuAD-normalised, on whole words, after removing
+    what only repeats the question. A yes/no gold answer must be the yes/no the answer states
+    (`stated_yes_no`). None when the gold answer normalises to nothing."""
+    target = normalise_answer(gold)
+    if not target:
+        return None
+    body = _without_question_echo(extract_answer(answer), question) if question else extract_answer(answer)
+    if target in _YES_NO:
+        return stated_yes_no(body) == target
+    return f" {target} " in f" {normalise_answer(body)} "
+
+
+def quoted_citations(answer: str) -> list[tuple[str, tuple[int, ...]]]:
+    """The answer's quotations with the chunk ids cited right after them: '"..." [c:1, c:2]'."""
+    return [(m.group(1).strip(), tuple(int(i) for i in re.findall(r"\d+", m.group(2)))) for m in _QUOTE_CITED.finditer(answer)]
+
+
+def quote_precision_counts(answer: str, chunk_docs: dict[int, str], gold_docs: Iterable[str]) -> tuple[int, int]:
+    """(quoted sentences, those citing a chunk of a document that holds gold evidence).
+
+    `chunk_docs` maps a cited chunk id to its document's key (a chunk id it lacks counts as not
+    gold). A quotation citing several chunks counts once, as gold when any of them is.
+    """
+    gold = set(gold_docs)
+    quotes = quoted_citations(answer)
+    on_gold = sum(1 for _, ids in quotes if any(chunk_docs.get(i) in gold for i in ids))
+    return len(quotes), on_gold
 
 
 # --- Aggregation ----------------------------------------------------------------------------------

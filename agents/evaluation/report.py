@@ -35,18 +35,22 @@ def _types(summary: dict) -> list[str]:
     return [t for t in TYPE_ORDER if t in seen] + sorted(seen - set(TYPE_ORDER))
 
 
-def markdown(report: dict) -> str:
-    """The Markdown tables of a report (overall, per question type, cost, the paper's anchors)."""
+def markdown(report: dict, *, title: str = "# Evaluation report", level: int = 2) -> str:
+    """The Markdown tables of a report (overall, per question type, answers and cost, the paper's
+    anchors); `level` is the heading level of its sections (a suite nests a set's report one deeper)."""
     summary = report["summary"]
     meta = report["meta"]
+    h = "#" * level
     lines = [
-        "# Evaluation report", "",
+        title, "",
         f"- command: `{meta['command']}`",
         f"- questions: {meta['questions']} ({meta['answerable']} with gold evidence), corpus: {meta['corpus_documents']} documents, "
         f"provider: {meta['provider']}, embedder: {meta.get('embedding_model') or 'minilm-l6-v2:384'}, "
         f"final context: {meta['context_chunks']} chunks, seed {meta['seed']}",
+        *([f"- tenant `{meta['tenant']}`, corpus `{meta['corpus_name']}`, profile {_profile(meta.get('corpus_profile'))}"]
+          if meta.get("tenant") else []),
         f"- run at {meta['finished_at']} in {meta['elapsed_s']:.0f} s", "",
-        "## Retrieval (answerable questions; official MultiHop-RAG matching)", "",
+        f"{h} Retrieval (answerable questions; official MultiHop-RAG matching)", "",
         "| strategy | " + " | ".join(label for _, label in RETRIEVAL_COLUMNS) + " | null → not enough evidence |",
         "|---" * (len(RETRIEVAL_COLUMNS) + 2) + "|",
     ]
@@ -55,7 +59,7 @@ def markdown(report: dict) -> str:
         # Evidence recall to 4 places: targets are set on it, and 3 would round 0.7497 up to 0.750.
         lines.append(f"| {strategy} | " + " | ".join(_fmt(f[key], 4 if key == "evidence_recall" else 3) for key, _ in RETRIEVAL_COLUMNS)
                      + f" | {_fmt(f['null_abstained'])} |")
-    lines += ["", "## Evidence recall / Hits@10 by question type", ""]
+    lines += ["", f"{h} Evidence recall / Hits@10 by question type", ""]
     types = _types(summary)
     lines += ["| strategy | " + " | ".join(types) + " |", "|---" * (len(types) + 1) + "|"]
     for strategy, figures in summary.items():
@@ -69,23 +73,75 @@ def markdown(report: dict) -> str:
             else:
                 cells.append(f"abstained {_fmt(f['null_abstained'])}")
         lines.append(f"| {strategy} | " + " | ".join(cells) + " |")
-    lines += ["", "## Answers, citations and cost", "",
-              "| strategy | accuracy (lenient) | accuracy (strict) | answerable abstained | citations verified | unverified | "
+    lines += ["", f"{h} Answers, citations and cost", "",
+              "| strategy | all facts | answer containment | answer precision | quotes/answer | accuracy (lenient) | "
+              "accuracy (strict) | answerable abstained | citations verified | unverified | "
               "model calls/q | tool calls/q | tokens/q | latency p50 ms | p95 ms | errors |",
-              "|---" * 12 + "|"]
+              "|---" * 16 + "|"]
     for strategy, figures in summary.items():
         f = figures[ALL]
-        lines.append(f"| {strategy} | {_fmt(f['accuracy_lenient'])} | {_fmt(f['accuracy_strict'])} | {_fmt(f['answerable_abstained'])} | "
+        lines.append(f"| {strategy} | {_fmt(f.get('all_facts'))} | {_fmt(f.get('answer_containment'))} | "
+                     f"{_fmt(f.get('answer_precision'))} | {_fmt(f.get('quotes_per_answer'), 2)} | "
+                     f"{_fmt(f['accuracy_lenient'])} | {_fmt(f['accuracy_strict'])} | {_fmt(f['answerable_abstained'])} | "
                      f"{_fmt(f['citations_verified_share'])} | {f['citations_unverified']} | {_fmt(f['model_calls_per_question'], 2)} | "
                      f"{_fmt(f['tool_calls_per_question'], 2)} | {_fmt(f['tokens_per_question'], 0)} | {_fmt(f['latency_ms_p50'], 0)} | "
                      f"{_fmt(f['latency_ms_p95'], 0)} | {f['errors']} |")
-    lines += ["", "Accuracy is shown only for providers that generate answers (the offline provider quotes sentences).", "",
-              "## Paper anchors (Table 5, 256-token chunks, top-10 retrieval, all 2,255 non-null questions)", "",
-              "| embedding | MRR@10 | MAP@10 | Hits@10 | Hits@4 |", "|---|---|---|---|---|"]
-    lines += [f"| {name} | {a} | {b} | {c} | {d} |" for name, a, b, c, d in PAPER_TABLE5]
+    lines += ["", "All facts: answerable questions with every gold fact in the final context. Answer containment: the gold "
+              "short answer in the answer (SQuAD-normalised; a yes/no answer must be stated), over answerable questions. "
+              "Answer precision: quoted sentences citing a chunk of a document that holds gold evidence. Accuracy is "
+              "shown only for providers that generate answers (the offline provider quotes sentences)."]
+    if meta.get("paper_anchors", True):  # a suite set that is not MultiHop-RAG says False
+        lines += ["", f"{h} Paper anchors (MultiHop-RAG Table 5, 256-token chunks, top-10 retrieval, all 2,255 non-null questions)", "",
+                  "| embedding | MRR@10 | MAP@10 | Hits@10 | Hits@4 |", "|---|---|---|---|---|"]
+        lines += [f"| {name} | {a} | {b} | {c} | {d} |" for name, a, b, c, d in PAPER_TABLE5]
     if report.get("charts"):
-        lines += ["", "## Charts", ""] + [f"![{name}]({name})" for name in report["charts"]]
+        lines += ["", f"{h} Charts", ""] + [f"![{name}]({name})" for name in report["charts"]]
     return "\n".join(lines) + "\n"
+
+
+def _profile(profile: dict | None) -> str:
+    if not profile:
+        return "as stored"
+    facets = ", ".join(profile.get("facet_keys") or []) or "discovered"
+    return f"date key `{profile.get('date_key') or '-'}`, facet keys {facets}, language {profile.get('language')}"
+
+
+SUITE_COLUMNS = [("evidence_recall", "evidence recall", 4), ("all_facts", "all facts", 3), ("hits_at_10", "Hits@10", 3),
+                 ("null_abstained", "null declined", 3), ("answer_containment", "answer containment", 3),
+                 ("answer_precision", "answer precision", 3)]
+
+
+def suite_markdown(suite: dict) -> str:
+    """One report of a suite run: a summary table (set x strategy), then each set's tables."""
+    meta = suite["meta"]
+    sample = f"a sample of {meta['limit']} questions per set (seed {meta['seed']})" if meta.get("limit") else "every question"
+    lines = ["# Evaluation suite report", "", f"- command: `{meta['command']}`",
+             f"- sets: {', '.join(meta['sets'])}; strategies: {', '.join(meta['strategies'])}; {sample}",
+             f"- run at {meta['finished_at']} in {meta['elapsed_s']:.0f} s"]
+    if meta.get("skipped"):
+        lines += [f"- skipped: {name} ({why})" for name, why in meta["skipped"].items()]
+    lines += ["", "## Summary", "", "| set | strategy | questions | " + " | ".join(label for _, label, _ in SUITE_COLUMNS) + " |",
+              "|---" * (len(SUITE_COLUMNS) + 3) + "|"]
+    for name, report in suite["sets"].items():
+        for strategy, figures in report["summary"].items():
+            f = figures[ALL]
+            lines.append(f"| {name} | {strategy} | {f['questions']} | "
+                         + " | ".join(_fmt(f.get(key), digits) for key, _, digits in SUITE_COLUMNS) + " |")
+    lines += ["", "Evidence recall, all facts and Hits@10 over answerable questions; null declined over unanswerable ones "
+              "(answering strategies only); answer containment and precision as in each set's answers table (\"–\": does "
+              "not apply, e.g. a retrieval-only baseline)."]
+    for name, report in suite["sets"].items():
+        body = markdown({**report, "charts": []}, title=f"## Set `{name}`", level=3)
+        lines += ["", body.rstrip("\n"), "", f"Charts and the JSON of this set: [`{name}/`]({name}/report.md)."]
+    return "\n".join(lines) + "\n"
+
+
+def write_suite_report(suite: dict, out: Path) -> list[Path]:
+    """Write a suite's report.json and report.md into `out` (each set's own report is written beside, in out/<set>/)."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.json").write_text(json.dumps(suite, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+    (out / "report.md").write_text(suite_markdown(suite), encoding="utf-8")
+    return [out / "report.json", out / "report.md"]
 
 
 def charts(summary: dict, out: Path) -> list[str]:

@@ -20,8 +20,16 @@ from dataclasses import dataclass
 
 from agents import planning
 from agents.evaluation.dataset import CorpusDoc, Question
-from agents.evaluation.metrics import K_CONTEXT, ContextChunk, retrieval_scores
-from agents.evaluation.summary import RETRIEVAL_ONLY, QuestionResult, judge_answer
+from agents.evaluation.metrics import (
+    K_CONTEXT,
+    ContextChunk,
+    answer_contains,
+    quote_precision_counts,
+    quoted_citations,
+    retrieval_scores,
+)
+from agents.evaluation.suite import CorpusProfile
+from agents.evaluation.summary import ABSTAIN_OUTCOME, RETRIEVAL_ONLY, QuestionResult, judge_answer
 from agents.models import Citation, RunStep
 from kb.models import Chunk, Corpus, Document, DocumentStatus, IngestJob, JobStatus
 from tenants.models import Tenant
@@ -65,12 +73,17 @@ def filename_for(doc_id: str) -> str:
 
 
 def ensure_corpus(docs: list[CorpusDoc], *, tenant_slug: str, corpus_name: str, sentence_vectors: bool = True,
-                  chunk_tokens: int | None = None, embedding_model: str | None = None,
+                  chunk_tokens: int | None = None, embedding_model: str | None = None, profile: CorpusProfile | None = None,
                   progress: Callable[[Iterable], Iterable] = lambda it: it, wait_s: float = 3600.0) -> EvalCorpus:
     """Ingest `docs` into the evaluation tenant's corpus (created on first use, with sentence
     vectors unless told otherwise, embedded with `embedding_model` ("<model>:<dim>", default the
     product's default for new corpora; a reused corpus is checked against it only when it is
     given) and wait for them.
+
+    `profile` (agents.evaluation.suite) is what the corpus declares: its date key and facet keys
+    are set on a new corpus and brought up to date on a reused one (before ingesting, so documents
+    are dated by it); its language is set on a new corpus and checked on a reused one, whose keyword
+    index was built in its own. None leaves a reused corpus as it is and a new one at the defaults.
 
     Documents no longer in `docs` are deleted so the corpus is exactly the file. Ingest jobs that
     did not run on commit (no broker and an outer transaction, or a busy worker) are run here: jobs
@@ -90,8 +103,12 @@ def ensure_corpus(docs: list[CorpusDoc], *, tenant_slug: str, corpus_name: str, 
     defaults: dict = {"sentence_vectors": sentence_vectors, "embedding_model": model, "embedding_dim": int(dim)}
     if chunk_tokens:
         defaults["chunk_target_tokens"] = chunk_tokens
+    declared = {k: v for k, v in profile.fields().items() if hasattr(Corpus, k)} if profile else {}
     with activate(scope):
-        corpus, _ = Corpus.objects.for_scope(scope).get_or_create(tenant=tenant, name=corpus_name, defaults=defaults)
+        corpus, created = Corpus.objects.for_scope(scope).get_or_create(tenant=tenant, name=corpus_name,
+                                                                         defaults={**defaults, **declared})
+        if not created and declared:
+            _declare(scope, corpus, declared)
     if chunk_tokens and corpus.chunk_target_tokens != chunk_tokens:  # nor the chunk size
         raise EvaluationError(f"corpus {corpus_name!r} was chunked at {corpus.chunk_target_tokens} tokens: use another "
                               "--corpus-name or --tenant, or delete it first")
@@ -134,6 +151,27 @@ def ensure_corpus(docs: list[CorpusDoc], *, tenant_slug: str, corpus_name: str, 
                       uploaded=len(jobs), model_key=corpus.model_key)
 
 
+def _declare(scope: Scope, corpus: Corpus, declared: dict) -> None:
+    """Bring a reused corpus's declarations up to its profile, through kb's corpus service, which
+    re-dates its documents (a changed date key) and re-indexes its chunks (a changed language)."""
+    changed = [k for k, v in declared.items() if getattr(corpus, k) != v]
+    if not changed:
+        return
+    try:
+        from kb.ingest.corpora import save_corpus
+    except ImportError:  # a kb without the service: declarations that need no recomputation only
+        save_corpus = None
+        if "language" in changed:
+            raise EvaluationError(f"corpus {corpus.name!r} is indexed in {corpus.language!r}, not {declared['language']!r}: "
+                                  "use another --corpus-name or --tenant, or delete it first") from None
+    for key in changed:
+        setattr(corpus, key, declared[key])
+    if save_corpus is not None:
+        save_corpus(scope=scope, corpus=corpus, changed=changed)
+    else:
+        corpus.save(update_fields=changed)
+
+
 # --- One question -----------------------------------------------------------------------------
 
 def _context(ev: EvalCorpus, chunk_ids: list[int]) -> list[ContextChunk]:
@@ -162,6 +200,31 @@ def _score(q: Question, ctx: list[ContextChunk]):
     return retrieval_scores(ctx, q.gold) if q.answerable else None
 
 
+def _chunk_docs(ev: EvalCorpus, chunk_ids: Iterable[int]) -> dict[int, str]:
+    """Chunk id -> the corpus doc id of its document (ids not in this corpus's scope are left out)."""
+    ids = set(chunk_ids)
+    if not ids:
+        return {}
+    with activate(ev.scope):
+        rows = Chunk.objects.for_scope(ev.scope).filter(pk__in=ids).values_list("pk", "document_id")
+        return {pk: ev.doc_keys.get(doc, "") for pk, doc in rows}
+
+
+def judge_text(ev: EvalCorpus, q: Question, answer: str, outcome: str) -> dict:
+    """Answer containment and quotation precision of one answer to an answerable question."""
+    if not q.answerable:
+        return {}
+    contained = None
+    if q.answer is not None and outcome not in ("failed", RETRIEVAL_ONLY):
+        contained = False if outcome == ABSTAIN_OUTCOME else answer_contains(answer, q.answer, question=q.question)
+    gold_docs = {g.doc_key for g in q.gold if g.doc_key}
+    if not gold_docs:  # gold facts without their documents: precision cannot be judged
+        return {"contained": contained}
+    cited = [i for _, ids in quoted_citations(answer) for i in ids]
+    quotes, on_gold = quote_precision_counts(answer, _chunk_docs(ev, cited), gold_docs)
+    return {"contained": contained, "quotes": quotes, "quotes_on_gold": on_gold}
+
+
 def run_agent(ev: EvalCorpus, q: Question, strategy: str, provider: str | None, generates_text: bool) -> QuestionResult:
     from agents.services import ask
 
@@ -177,7 +240,7 @@ def run_agent(ev: EvalCorpus, q: Question, strategy: str, provider: str | None, 
         scores=_score(q, ctx), context_size=len(ctx), lenient=lenient, strict=strict, citations=len(verdicts),
         citations_verified=sum(v == "verified" for v in verdicts), model_calls=sum(s["kind"] == "model_call" for s in steps),
         tool_calls=run.tool_calls, input_tokens=run.input_tokens, output_tokens=run.output_tokens, latency_ms=run.latency_ms,
-        error=run.error[:500], extra={"strategy_used": run.strategy})
+        error=run.error[:500], extra={"strategy_used": run.strategy}, **judge_text(ev, q, run.answer, run.outcome))
 
 
 def facet_sources(ev: EvalCorpus) -> list[str]:

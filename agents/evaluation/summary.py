@@ -3,7 +3,10 @@
 Each figure is computed over the questions it applies to and is None where none do: retrieval
 metrics and evidence recall over answerable questions, abstention over unanswerable ones, answer
 accuracy over questions with a gold answer (an abstention counts as the answer "Insufficient
-information.", the benchmark's gold answer for unanswerable questions).
+information.", the benchmark's gold answer for unanswerable questions). "All facts" is the share of
+answerable questions whose final context holds every gold fact; answer containment is over answerable
+questions with a gold answer, answer precision over the quotations of answers to answerable
+questions; both judge any answering strategy, the offline provider's extractive answers included.
 """
 
 from __future__ import annotations
@@ -40,6 +43,9 @@ class QuestionResult:
     output_tokens: int = 0
     latency_ms: float = 0.0
     error: str = ""
+    contained: bool | None = None  # gold short answer in the answer; None: not judged (no gold answer, not answerable, no answer)
+    quotes: int = 0  # quotations followed by a citation, in the answer
+    quotes_on_gold: int = 0  # of them, citing a chunk of a document that holds gold evidence
     extra: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:
@@ -72,6 +78,9 @@ def _figures(results: list[QuestionResult]) -> dict:
     def score(name: str) -> float | None:
         return mean(getattr(r.scores, name) for r in answerable)
 
+    answering = [r for r in answerable if r.outcome != RETRIEVAL_ONLY]
+    quotes = sum(r.quotes for r in answering)
+
     return {
         "questions": len(results),
         "answerable": len(answerable),
@@ -81,10 +90,14 @@ def _figures(results: list[QuestionResult]) -> dict:
         "mrr_at_10": score("mrr_at_10"),
         "map_at_10": score("map_at_10"),
         "evidence_recall": score("evidence_recall"),
+        "all_facts": mean(float(r.scores.evidence_recall >= 1.0) for r in answerable),
         "null_abstained": mean(float(r.outcome == ABSTAIN_OUTCOME) for r in unanswerable if r.outcome != RETRIEVAL_ONLY),
         "answerable_abstained": mean(float(r.outcome == ABSTAIN_OUTCOME) for r in answerable if r.outcome != RETRIEVAL_ONLY),
         "accuracy_lenient": mean(float(bool(r.lenient)) for r in judged),
         "accuracy_strict": mean(float(bool(r.strict)) for r in judged),
+        "answer_containment": mean(float(r.contained) for r in answering if r.contained is not None),
+        "answer_precision": sum(r.quotes_on_gold for r in answering) / quotes if quotes else None,
+        "quotes_per_answer": mean(r.quotes for r in answering) if answering else None,
         "citations": citations,
         "citations_verified_share": verified / citations if citations else None,
         "citations_unverified": citations - verified,

@@ -122,3 +122,68 @@ def test_embedding_model_is_set_for_a_new_corpus_and_checked_on_reuse(files):
         ensure_corpus(docs, tenant_slug="eval-model", corpus_name="d", embedding_model="word2vec")
     with pytest.raises(EvaluationError, match="unknown embedding model"):
         ensure_corpus(docs, tenant_slug="eval-model", corpus_name="d", embedding_model="word2vec:300")
+
+
+@pytest.fixture
+def registry(files, tmp_path, monkeypatch):
+    """A two-set suite over the tiny files, plus a set whose files are absent."""
+    from agents.evaluation import suite
+
+    corpus, questions = files
+    news = suite.CorpusProfile(date_key="published_at", facet_keys=("source",), language="english")
+    sets = (suite.EvalSet("policies", corpus, questions, tenant="eval-suite-a", corpus_name="policies", profile=news),
+            suite.EvalSet("policies-again", corpus, questions, tenant="eval-suite-b", corpus_name="again"),
+            suite.EvalSet("elsewhere", tmp_path / "absent" / "corpus.jsonl", tmp_path / "absent" / "q.jsonl",
+                          tenant="eval-suite-c", corpus_name="x"))
+    monkeypatch.setattr(suite, "SUITE", sets)
+    return sets
+
+
+def test_suite_runs_every_set_into_one_report_and_skips_absent_ones(registry, tmp_path, capsys):
+    out = tmp_path / "suite"
+    call_command("evaluate", suite=True, out=out, strategies="classic,search:keyword", no_charts=True)
+    report = json.loads((out / "report.json").read_text())
+    assert report["meta"]["sets"] == ["policies", "policies-again"]
+    assert "elsewhere" in report["meta"]["skipped"] and "skipped" in capsys.readouterr().err
+    for name in ("policies", "policies-again"):
+        summary = report["sets"][name]["summary"]
+        assert list(summary) == ["classic", "search:keyword"]
+        assert summary["classic"]["all"]["questions"] == 3 and summary["classic"]["all"]["errors"] == 0
+        assert summary["classic"]["all"]["all_facts"] is not None
+        assert (out / name / "report.md").exists()
+    assert report["sets"]["policies"]["meta"]["tenant"] == "eval-suite-a"
+    markdown = (out / "report.md").read_text()
+    assert "## Summary" in markdown and "| policies | classic | 3 |" in markdown and "| policies-again | search:keyword | 3 |" in markdown
+    assert "## Set `policies`" in markdown and "### Retrieval" in markdown
+    assert "150 euros" not in markdown + (out / "report.json").read_text()
+    # Each set in its own tenant and corpus, declared with its profile.
+    ev = ensure_corpus(load_corpus(registry[0].corpus), tenant_slug="eval-suite-a", corpus_name="policies")
+    assert ev.uploaded == 0
+    with activate(ev.scope):
+        corpus = Corpus.objects.for_scope(ev.scope).get(pk=ev.corpus_id)
+        assert (corpus.date_key, corpus.facet_keys, corpus.language) == ("published_at", ["source"], "english")
+        assert Document.objects.for_scope(ev.scope).filter(dated_at__isnull=False).count() == 3
+
+
+def test_suite_picks_sets_by_name_and_refuses_unknown_ones(registry, tmp_path):
+    out = tmp_path / "one"
+    call_command("evaluate", sets="policies-again", out=out, strategies="search:keyword", no_charts=True, limit=2)
+    report = json.loads((out / "report.json").read_text())
+    assert report["meta"]["sets"] == ["policies-again"] and report["meta"]["limit"] == 2
+    assert report["sets"]["policies-again"]["summary"]["search:keyword"]["all"]["questions"] == 2
+    with pytest.raises(CommandError, match="unknown set 'nope'"):
+        call_command("evaluate", sets="policies,nope", out=out)
+    with pytest.raises(CommandError, match="no set of the suite could run"):
+        call_command("evaluate", sets="elsewhere", out=out)
+
+
+def test_a_reused_corpus_is_brought_up_to_its_profile(files):
+    from agents.evaluation.suite import CorpusProfile
+
+    docs = load_corpus(files[0])
+    ensure_corpus(docs, tenant_slug="eval-profile", corpus_name="c")  # as before profiles: undated
+    ev = ensure_corpus(docs, tenant_slug="eval-profile", corpus_name="c", profile=CorpusProfile(date_key="published_at"))
+    assert ev.uploaded == 0
+    with activate(ev.scope):
+        assert Corpus.objects.for_scope(ev.scope).get(pk=ev.corpus_id).date_key == "published_at"
+        assert Document.objects.for_scope(ev.scope).filter(dated_at__isnull=False).count() == 3

@@ -7,10 +7,14 @@ import pytest
 from agents.evaluation.metrics import (
     ContextChunk,
     GoldItem,
+    answer_contains,
     evidence_recall,
     lenient_correct,
     percentile,
+    quote_precision_counts,
+    quoted_citations,
     retrieval_scores,
+    stated_yes_no,
     strict_correct,
 )
 from agents.evaluation.summary import QuestionResult, judge_answer, summarise
@@ -121,3 +125,81 @@ def test_retrieval_only_baselines_have_no_abstention_figures():
     results = [QuestionResult("q1", "null_query", "search:keyword", False, "retrieved", None, 10)]
     figures = summarise(results)["search:keyword"]["all"]
     assert figures["null_abstained"] is None and figures["answerable_abstained"] is None
+
+
+# --- All facts, answer containment, answer precision -----------------------------------------
+
+OFFLINE_ANSWER = """Extractive answer (offline mode: the sentences below are quoted from the sources, not generated).
+
+1. Which battle came first, the Battle of Manila or the Battle of Guam?:
+   - "The Second Battle of Guam was fought in July 1944, with no quarter given." [c:12]
+   - "Manila fell in 1945." [c:13, c:14]
+
+Not found in the documents you can see: "the Battle of Manila or the Battle of Guam"."""
+QUESTION = "Which battle came first, the Battle of Manila or the Battle of Guam?"
+
+
+def test_containment_is_squad_normalised_on_whole_words():
+    assert answer_contains("It was the Minnesota Vikings.", "Minnesota Vikings")
+    assert answer_contains("Sam  ALTMAN, reportedly", "Sam Altman")
+    assert not answer_contains("Samuel Altmann", "Sam Altman")  # whole words, not substrings
+    assert not answer_contains("Nobody knows.", "Sam Altman")
+    assert answer_contains('The answer to the question is "Google"', "Google")
+    assert answer_contains("anything", "the") is None  # a gold answer that normalises to nothing is not judged
+
+
+def test_containment_ignores_what_only_repeats_the_question():
+    # The part heading and the "not found" list repeat the question: neither battle counts from them.
+    assert not answer_contains(OFFLINE_ANSWER, "Battle of Minsk", question=QUESTION)
+    assert answer_contains(OFFLINE_ANSWER, "Battle of Guam", question=QUESTION)  # a quoted sentence holds it
+    heading_only = "1. Which battle came first, the Battle of Manila or the Battle of Guam?:\n   - \"Manila fell.\" [c:1]"
+    assert not answer_contains(heading_only, "Battle of Guam", question=QUESTION)
+    assert answer_contains(heading_only, "Battle of Guam")  # without the question, everything counts
+
+
+def test_a_yes_no_gold_answer_must_be_stated_not_quoted():
+    assert stated_yes_no("No, they were not.") == "no"
+    assert stated_yes_no("Both were British, so yes.") == "yes"
+    assert stated_yes_no(OFFLINE_ANSWER) is None  # "no quarter" is inside a quotation
+    assert answer_contains("Yes. Both reports say so.", "Yes")
+    assert not answer_contains("Yes. Both reports say so.", "no")
+    assert not answer_contains(OFFLINE_ANSWER, "no", question=QUESTION)
+    assert not answer_contains("Nothing is known; nobody said.", "no")  # whole words only
+
+
+def test_quotations_and_the_chunks_they_cite():
+    assert quoted_citations(OFFLINE_ANSWER) == [
+        ("The Second Battle of Guam was fought in July 1944, with no quarter given.", (12,)), ("Manila fell in 1945.", (13, 14))]
+    assert quoted_citations("Unquoted claim [c:5].") == []
+    # Chunk 12 is from a gold document; the second quote cites 13 (not gold) and 14 (gold): it counts as gold once.
+    assert quote_precision_counts(OFFLINE_ANSWER, {12: "guam", 13: "other", 14: "manila"}, ["guam", "manila"]) == (2, 2)
+    assert quote_precision_counts(OFFLINE_ANSWER, {12: "guam", 13: "other"}, ["guam", "manila"]) == (2, 1)
+    assert quote_precision_counts("No quotes.", {}, ["guam"]) == (0, 0)
+
+
+def test_summary_reports_all_facts_containment_and_precision_where_they_apply():
+    gold = [GoldItem(FACT_A), GoldItem(FACT_B)]
+    both = retrieval_scores([chunk(f"{FACT_A} {FACT_B}")], gold)
+    one = retrieval_scores([chunk(FACT_A)], gold)
+    results = [
+        QuestionResult("q1", "bridge", "auto", True, "answered", both, 1, contained=True, quotes=3, quotes_on_gold=3),
+        QuestionResult("q2", "bridge", "auto", True, "answered", one, 1, contained=False, quotes=1, quotes_on_gold=0),
+        QuestionResult("q3", "bridge", "auto", True, "not_enough_evidence", one, 1, contained=False),
+        QuestionResult("q4", "null_query", "auto", False, "answered", None, 2, quotes=5),  # unanswerable: not in precision
+        QuestionResult("q5", "bridge", "search:hybrid", True, "retrieved", both, 1),
+    ]
+    summary = summarise(results)
+    auto = summary["auto"]["all"]
+    assert auto["all_facts"] == pytest.approx(1 / 3)
+    assert auto["answer_containment"] == pytest.approx(1 / 3)
+    assert auto["answer_precision"] == pytest.approx(3 / 4)  # micro: 3 of the 4 quotes of answerable questions
+    retrieval = summary["search:hybrid"]["all"]
+    assert retrieval["all_facts"] == 1.0
+    assert retrieval["answer_containment"] is None and retrieval["answer_precision"] is None
+
+
+def test_records_written_before_the_new_figures_still_load():
+    old = QuestionResult("q1", "bridge", "classic", False, "answered", None, 0).as_dict()
+    for key in ("contained", "quotes", "quotes_on_gold"):
+        old.pop(key)
+    assert QuestionResult.from_dict(old).quotes == 0

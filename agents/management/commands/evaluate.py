@@ -1,10 +1,14 @@
 """manage.py evaluate: measured answer quality on a question set with known evidence.
 
     manage.py evaluate --limit 100 --strategies classic,pipeline,agentic,auto,search:keyword,facets:keyword
+    manage.py evaluate --suite --limit 100 --out /tmp/suite
 
 Ingests the corpus JSONL into an evaluation tenant through the real pipeline (reused when
 unchanged), runs every question through every strategy and writes report.json, report.md and
 PNG charts to --out. Tenants can pass their own --corpus and --questions (docs/evaluation.md).
+--suite runs every set of the suite registry (agents.evaluation.suite), each in its own tenant and
+corpus, into one report: a summary table (set x strategy) and each set's tables; each set's own
+report (and charts) goes to --out/<set>/.
 """
 
 from __future__ import annotations
@@ -21,11 +25,11 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from agents.evaluation.dataset import DatasetError, load_corpus, load_questions, sample_questions
 from agents.evaluation.metrics import K_CONTEXT
-from agents.evaluation.report import write_report
+from agents.evaluation.report import write_report, write_suite_report
 from agents.evaluation.runner import EvaluationError, check_strategies, ensure_corpus, facet_sources, run_one
+from agents.evaluation.suite import DEFAULT_SET, CorpusProfile, profile_for, select
 from agents.evaluation.summary import QuestionResult, summarise
 
-SHARED_EVAL = Path(settings.BASE_DIR).parent / "shared" / "eval"
 DEFAULT_STRATEGIES = "classic,pipeline,agentic,auto"
 
 
@@ -33,9 +37,15 @@ class Command(BaseCommand):
     help = "Evaluate answer quality: retrieval (official MultiHop-RAG metrics), evidence recall, abstention, citations, cost."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--corpus", type=Path, default=SHARED_EVAL / "corpus.jsonl",
-                            help="corpus JSONL (doc_id, title, text, metadata)")
-        parser.add_argument("--questions", type=Path, default=SHARED_EVAL / "questions-dev.jsonl", help="question JSONL")
+        parser.add_argument("--corpus", type=Path, default=DEFAULT_SET.corpus,
+                            help="corpus JSONL (doc_id, title, text, metadata); a suite set's corpus gets that set's profile")
+        parser.add_argument("--questions", type=Path, default=DEFAULT_SET.questions, help="question JSONL")
+        parser.add_argument("--suite", action="store_true",
+                            help="run every set of the suite registry (agents/evaluation/suite.py), each in its own tenant "
+                                 "and corpus, into one report; --limit then samples per set; --corpus, --questions, "
+                                 "--tenant and --corpus-name do not apply")
+        parser.add_argument("--sets", default=None, metavar="NAME,NAME",
+                            help="the suite's sets to run (implies --suite; default: all of them)")
         parser.add_argument("--strategies", default=DEFAULT_STRATEGIES,
                             help="comma-separated: classic, pipeline, agentic, auto, search:<mode>, facets:<mode> "
                                  "(mode: keyword|vector|hybrid)")
@@ -62,23 +72,74 @@ class Command(BaseCommand):
     def handle(self, *args, **opts) -> None:
         if opts["merge"]:
             return self._merge(opts)
+        if opts["suite"] or opts["sets"]:
+            return self._suite(opts)
+        try:
+            strategies = _strategies(opts)
+        except (EvaluationError, ValueError) as exc:
+            raise CommandError(str(exc)) from exc
+        corpus_name = opts["corpus_name"] or opts["corpus"].stem
+        meta, results = self._run_set(opts, strategies, corpus=opts["corpus"], questions_file=opts["questions"],
+                                      tenant=opts["tenant"], corpus_name=corpus_name, profile=profile_for(opts["corpus"]),
+                                      out=opts["out"], records=opts["records"] or bool(opts["shard"]))
+        self._write(opts, meta, results, records=False)  # already written
+
+    def _suite(self, opts: dict) -> None:
+        """Every selected set of the registry, one after the other, into one report (and one per set)."""
+        if opts["shard"]:
+            raise CommandError("--suite runs whole sets: --shard applies to one set (--corpus/--questions)")
+        try:
+            strategies = _strategies(opts)
+            sets = select(opts["sets"])
+        except (EvaluationError, ValueError) as exc:
+            raise CommandError(str(exc)) from exc
+        started = time.perf_counter()
+        reports: dict[str, dict] = {}
+        skipped: dict[str, str] = {}
+        for eval_set in sets:
+            if missing := eval_set.missing():
+                skipped[eval_set.name] = "absent: " + ", ".join(str(p) for p in missing)
+                self.stderr.write(f"set {eval_set.name}: skipped, {skipped[eval_set.name]}")
+                continue
+            self.stderr.write(f"set {eval_set.name}: {eval_set.description}")
+            out = opts["out"] / eval_set.name
+            meta, results = self._run_set(opts, strategies, corpus=eval_set.corpus, questions_file=eval_set.questions,
+                                          tenant=eval_set.tenant, corpus_name=eval_set.corpus_name, profile=eval_set.profile,
+                                          out=out, records=opts["records"], set_name=eval_set.name)
+            meta["paper_anchors"] = eval_set.paper_anchors
+            report = {"meta": meta, "summary": summarise(results)}
+            write_report(report, out, with_charts=not opts["no_charts"])
+            reports[eval_set.name] = report
+        if not reports:
+            raise CommandError("no set of the suite could run: " + "; ".join(f"{k} {v}" for k, v in skipped.items()))
+        suite = {"meta": {"command": _command_line(), "sets": list(reports), "skipped": skipped, "strategies": strategies,
+                          "limit": opts["limit"], "seed": opts["seed"],
+                          "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+                          "elapsed_s": round(time.perf_counter() - started, 1)},
+                 "sets": reports}
+        paths = write_suite_report(suite, opts["out"])
+        self.stdout.write((opts["out"] / "report.md").read_text(encoding="utf-8"))
+        self.stderr.write("wrote " + ", ".join(str(p) for p in paths) + f" and a report per set in {opts['out']}/<set>/")
+
+    def _run_set(self, opts: dict, strategies: list[str], *, corpus: Path, questions_file: Path, tenant: str, corpus_name: str,
+                 profile: CorpusProfile | None, out: Path, records: bool, set_name: str | None = None) -> tuple[dict, list[QuestionResult]]:
+        """Ingest one corpus (reused when unchanged) and run its (sampled) questions through every strategy."""
         from tqdm import tqdm
 
         try:
-            strategies = check_strategies(s.strip() for s in opts["strategies"].split(",") if s.strip())
-            docs = load_corpus(opts["corpus"])
-            questions = sample_questions(load_questions(opts["questions"], docs), limit=opts["limit"], seed=opts["seed"])
+            docs = load_corpus(corpus)
+            questions = sample_questions(load_questions(questions_file, docs), limit=opts["limit"], seed=opts["seed"])
             questions = _shard(questions, opts["shard"])
-        except (EvaluationError, DatasetError, OSError, ValueError) as exc:
+        except (DatasetError, OSError, ValueError) as exc:
             raise CommandError(str(exc)) from exc
         if not strategies or not questions:
             raise CommandError("nothing to evaluate: no strategies or no questions")
         started = time.perf_counter()
-        self.stderr.write(f"ingesting {len(docs)} documents into tenant {opts['tenant']!r} (unchanged ones are reused)")
+        self.stderr.write(f"ingesting {len(docs)} documents into tenant {tenant!r}, corpus {corpus_name!r} (unchanged ones are reused)")
         try:
-            ev = ensure_corpus(docs, tenant_slug=opts["tenant"], corpus_name=opts["corpus_name"] or opts["corpus"].stem,
+            ev = ensure_corpus(docs, tenant_slug=tenant, corpus_name=corpus_name,
                                sentence_vectors=not opts["no_sentence_vectors"], chunk_tokens=opts["chunk_tokens"],
-                               embedding_model=opts["embedding_model"],
+                               embedding_model=opts["embedding_model"], profile=profile,
                                progress=lambda it: tqdm(it, total=len(docs), desc="ingest", unit="doc", file=sys.stderr))
         except EvaluationError as exc:
             raise CommandError(str(exc)) from exc
@@ -89,11 +150,10 @@ class Command(BaseCommand):
         generates_text = provider.name != "offline"
         sources = facet_sources(ev)
         results = []
-        records = opts["records"] or bool(opts["shard"])
-        opts["out"].mkdir(parents=True, exist_ok=True)
+        out.mkdir(parents=True, exist_ok=True)
         # Records are appended as they come, so an interrupted run can still be merged into a report.
         with tqdm(total=len(questions) * len(strategies), desc="evaluate", unit="run", file=sys.stderr) as bar, \
-                (opts["out"] / "records.jsonl").open("w", encoding="utf-8") if records else nullcontext() as sink:
+                (out / "records.jsonl").open("w", encoding="utf-8") if records else nullcontext() as sink:
             for q in questions:
                 for strategy in strategies:
                     results.append(run_one(ev, q, strategy, provider=opts["provider"], generates_text=generates_text, sources=sources))
@@ -102,15 +162,16 @@ class Command(BaseCommand):
                         sink.flush()
                     bar.update(1)
         meta = {
-            "command": _command_line(),
-            "corpus": str(opts["corpus"]), "questions_file": str(opts["questions"]), "corpus_documents": len(docs),
+            "command": _command_line(), "set": set_name, "tenant": tenant, "corpus_name": corpus_name,
+            "corpus_profile": profile.fields() if profile else None,
+            "corpus": str(corpus), "questions_file": str(questions_file), "corpus_documents": len(docs),
             "documents_ingested_now": ev.uploaded, "ingest_s": round(ingest_s, 1), "questions": len(questions),
             "answerable": sum(q.answerable for q in questions), "strategies": strategies,
             "provider": f"{provider.name}/{provider.model}", "embedding_model": ev.model_key,
             "context_chunks": K_CONTEXT, "seed": opts["seed"], "limit": opts["limit"], "shard": opts["shard"],
             "finished_at": datetime.now(UTC).isoformat(timespec="seconds"), "elapsed_s": round(time.perf_counter() - started, 1),
         }
-        self._write(opts, meta, results, records=False)  # already written
+        return meta, results
 
     def _merge(self, opts: dict) -> None:
         """One report from shard outputs: results concatenated, cost figures recomputed over all of them."""
@@ -147,6 +208,10 @@ def _partial_meta(folder: Path, results: list[QuestionResult]) -> dict:
     answerable = {r.qid for r in results if r.answerable}
     return {"command": f"interrupted shard in {folder}", "questions": len(qids), "answerable": len(answerable), "elapsed_s": 0.0,
             "shard": f"partial:{folder.name}", "corpus_documents": None, "provider": "?", "context_chunks": K_CONTEXT, "seed": None}
+
+
+def _strategies(opts: dict) -> list[str]:
+    return check_strategies(s.strip() for s in opts["strategies"].split(",") if s.strip())
 
 
 def _shard(questions: list, spec: str | None) -> list:
