@@ -190,7 +190,7 @@ def search(deps: ToolDeps, *, query: str, k: int = 5, mode: str = "hybrid", corp
     filters = retrieval.SearchFilters(
         corpus_ids=tuple(corpus_ids) if corpus_ids else None, document_ids=tuple(document_ids) if document_ids else None,
         department_ids=tuple(department_ids) if department_ids is not None else None, metadata=metadata or None,
-        published_after=published_after or None, published_before=published_before or None)
+        date_after=published_after or None, date_before=published_before or None)
     # Not inside activate(): search() sets the RLS tenant on every statement itself, and outside a
     # transaction it may run its two hybrid rankings at once on two connections (kb.retrieval.side_connections).
     result = retrieval.search(scope, query, k=clamped, mode=mode, filters=filters, rerank=True,  # type: ignore[arg-type]

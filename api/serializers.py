@@ -64,10 +64,21 @@ class CorpusSerializer(serializers.ModelSerializer):
     class Meta:
         model = Corpus
         fields = ["id", "name", "description", "department", "embedding_model", "embedding_dim", "reembedding_to",
-                  "chunk_target_tokens", "chunk_overlap_tokens", "sentence_vectors", "chunk_count", "document_count", "created_at"]
+                  "chunk_target_tokens", "chunk_overlap_tokens", "sentence_vectors", "date_key", "facet_keys", "language",
+                  "chunk_count", "document_count", "created_at"]
         read_only_fields = ["id", "chunk_count", "created_at"]
         extra_kwargs = {"chunk_target_tokens": {"min_value": 50, "max_value": 2000},
                         "chunk_overlap_tokens": {"min_value": 0, "max_value": 500}}
+
+    # Checked as kb.ingest.corpora checks them for the admin too; the errors name the field.
+    def validate_date_key(self, value: str) -> str:
+        return _declaration(date_key=value)["date_key"]
+
+    def validate_facet_keys(self, value) -> list[str]:
+        return _declaration(facet_keys=value)["facet_keys"]
+
+    def validate_language(self, value: str) -> str:
+        return _declaration(language=value)["language"]
 
     def get_reembedding_to(self, obj: Corpus) -> str | None:
         return f"{obj.next_embedding_model}:{obj.next_embedding_dim}" if obj.next_embedding_model else None
@@ -114,6 +125,15 @@ class CorpusSerializer(serializers.ModelSerializer):
         return attrs
 
 
+def _declaration(**given) -> dict:
+    from kb.ingest.corpora import DeclarationRejected, check_declarations
+
+    try:
+        return check_declarations(**given)
+    except DeclarationRejected as exc:
+        raise serializers.ValidationError(exc.message) from None
+
+
 def validate_embedding_model(model: str, dim: int) -> tuple[str, int]:
     """(model, dim) a corpus can use (kb.embedding.checked_model_key); errors name the field."""
     from kb.embedding import ModelChoiceError, checked_model_key
@@ -158,7 +178,7 @@ class DocumentSerializer(serializers.ModelSerializer):
     class Meta:
         model = Document
         fields = ["id", "corpus", "department", "title", "source_name", "mime_type", "size_bytes", "sha256", "status", "error",
-                  "metadata", "version", "chunk_count", "progress", "created_at", "updated_at"]
+                  "metadata", "dated_at", "version", "chunk_count", "progress", "created_at", "updated_at"]
         read_only_fields = fields
 
     def get_progress(self, obj: Document) -> ProgressSerializer(allow_null=True):  # type: ignore[valid-type]
@@ -252,8 +272,10 @@ class SearchFiltersSerializer(serializers.Serializer):
     document_ids = serializers.ListField(child=id_field(), required=False, max_length=1000)
     department_ids = serializers.ListField(child=id_field(), required=False, max_length=100)
     metadata = MetadataFilterField(required=False)
-    published_after = serializers.DateTimeField(required=False, input_formats=["iso-8601", "%Y-%m-%d"])
-    published_before = serializers.DateTimeField(required=False, input_formats=["iso-8601", "%Y-%m-%d"])
+    date_after = serializers.DateTimeField(required=False, input_formats=["iso-8601", "%Y-%m-%d"],
+                                           help_text="Only documents dated on or after it (the date under their corpus's date_key).")
+    date_before = serializers.DateTimeField(required=False, input_formats=["iso-8601", "%Y-%m-%d"],
+                                            help_text="Only documents dated before it. Undated documents match no date filter.")
 
 
 class SearchRequestSerializer(serializers.Serializer):

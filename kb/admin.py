@@ -17,6 +17,8 @@ from django.utils.html import format_html
 from kb import access
 from kb.embedding import ModelChoiceError, checked_model_key
 from kb.ingest import UploadRejected, delete_document, reingest_document, start_reembed, upload_document
+from kb.ingest.corpora import DeclarationRejected, check_declarations, save_corpus
+from kb.ingest.dates import document_date
 from kb.metadata import MetadataRejected, parse_metadata, text_problem
 from kb.models import DEFAULT_EMBEDDING_DIM, DEFAULT_EMBEDDING_MODEL, Chunk, Corpus, Document, IngestJob
 from kb.retrieval import SearchFilters, search
@@ -39,9 +41,29 @@ def progress_bar(job: IngestJob | None) -> str:
     return format_html('<progress max="100" value="{}"></progress> {}% <small>{} {}</small>', pct, pct, job.status, job.stage)
 
 
+class CorpusForm(forms.ModelForm):
+    """The corpus's declarations checked as the API checks them (kb.ingest.corpora)."""
+
+    def _declared(self, name: str):
+        try:
+            return check_declarations(**{name: self.cleaned_data[name]})[name]
+        except DeclarationRejected as exc:
+            raise forms.ValidationError(exc.message) from None
+
+    def clean_date_key(self):
+        return self._declared("date_key")
+
+    def clean_facet_keys(self):
+        return self._declared("facet_keys")
+
+    def clean_language(self):
+        return self._declared("language")
+
+
 @admin.register(Corpus)
 class CorpusAdmin(TenantScopedAdmin):
-    list_display = ["name", "department", "embedding_model", "document_count", "chunk_count", "created_at"]
+    form = CorpusForm
+    list_display = ["name", "department", "embedding_model", "language", "document_count", "chunk_count", "created_at"]
     search_fields = ["name", "description"]
     list_filter = [scoped_filter("department", Department, "department")]
     readonly_fields = ["embedding_model", "embedding_dim", "next_embedding_model", "next_embedding_dim", "chunk_count", "created_at"]
@@ -59,6 +81,14 @@ class CorpusAdmin(TenantScopedAdmin):
             access.check_may_create_corpus(scope, obj.department_id)
         else:
             access.check_may_change(scope, obj, "corpus")
+
+    def save_model(self, request, obj, form, change):
+        if not change:
+            return super().save_model(request, obj, form, change)
+        try:  # a changed date key or language is applied to the corpus's documents and chunks
+            save_corpus(scope=_acting_scope(request, obj.tenant_id), corpus=obj, changed=form.changed_data)
+        except NotAllowed as exc:
+            raise PermissionDenied(str(exc)) from None
 
     @admin.display(description="documents", ordering="n_documents")
     def document_count(self, obj) -> int:
@@ -118,7 +148,8 @@ class UploadForm(forms.Form):
     files = MultiFileField(help_text=f"Up to {settings.MAX_FILES_PER_UPLOAD} files (txt, md, html, pdf, docx).")
     title = forms.CharField(required=False, max_length=500, help_text="Optional, single file only.")
     metadata = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 3}),
-                               help_text='JSON object, e.g. {"category": "travel", "published_at": "2025-01-01"}')
+                               help_text='JSON object, e.g. {"category": "travel", "effective_date": "2025-01-01"}; '
+                                         "the corpus's date key gives each document its date")
 
     def clean_metadata(self):
         try:
@@ -133,7 +164,7 @@ class DocumentAdmin(TenantScopedAdmin):
     list_filter = ["status", scoped_filter("corpus", Corpus, "corpus")]
     search_fields = ["title", "source_name"]
     readonly_fields = ["corpus", "department", "source_name", "mime_type", "sha256", "size_bytes", "status", "error", "version",
-                       "chunk_count", "created_at", "updated_at", "progress", "chunks_link"]
+                       "dated_at", "chunk_count", "created_at", "updated_at", "progress", "chunks_link"]
     fields = ["title", "metadata", *readonly_fields]
     actions = ["reingest", "delete_documents"]
     view_roles = EDITORS
@@ -153,6 +184,12 @@ class DocumentAdmin(TenantScopedAdmin):
 
     def may_change_object(self, scope: Scope, obj) -> None:
         access.check_may_change(scope, obj, "document")
+
+    def save_model(self, request, obj, form, change):
+        if "metadata" in form.changed_data:
+            obj.dated_at = document_date(obj.metadata, Corpus.objects.for_scope(_acting_scope(request, obj.tenant_id))
+                                         .values_list("date_key", flat=True).get(pk=obj.corpus_id))
+        super().save_model(request, obj, form, change)
 
     @admin.display(description="progress")
     def progress(self, obj) -> str:

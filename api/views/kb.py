@@ -56,14 +56,17 @@ class CorpusDetail(ScopedAPIView):
 
     @extend_schema(request=s.CorpusSerializer, responses=s.CorpusSerializer)
     def patch(self, request, corpus_id: int):
+        from kb.ingest.corpora import save_corpus
+
         with activate(self.scope):
             corpus = access_corpus(self.scope, corpus_id)
             access.check_may_change(self.scope, corpus, "corpus")
             ser = s.CorpusSerializer(corpus, data=request.data, partial=True, context={"scope": self.scope})
             ser.is_valid(raise_exception=True)
+            changed = [field for field, value in ser.validated_data.items() if getattr(corpus, field) != value]
             for field, value in ser.validated_data.items():
                 setattr(corpus, field, value)
-            corpus.save()
+            save_corpus(scope=self.scope, corpus=corpus, changed=changed)
             corpus.document_count = visible_documents(self.scope).filter(corpus=corpus).count()
             return Response(s.CorpusSerializer(corpus).data)
 
@@ -251,8 +254,8 @@ class Search(ScopedAPIView):
             document_ids=tuple(f["document_ids"]) if "document_ids" in f else None,
             department_ids=tuple(f["department_ids"]) if "department_ids" in f else None,
             metadata=f.get("metadata") or None,
-            published_after=f["published_after"].isoformat() if f.get("published_after") else None,
-            published_before=f["published_before"].isoformat() if f.get("published_before") else None,
+            date_after=f["date_after"].isoformat() if f.get("date_after") else None,
+            date_before=f["date_before"].isoformat() if f.get("date_before") else None,
         )
         # search() sets the RLS tenant itself; outside a transaction it can run its hybrid rankings at once.
         result = search(self.scope, data["query"], k=data["k"], mode=data["mode"], filters=filters, rerank=data["rerank"])

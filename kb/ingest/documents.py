@@ -12,6 +12,7 @@ from django.db import IntegrityError, connections, transaction
 from django.utils import timezone
 
 from kb import access
+from kb.ingest.dates import document_date
 from kb.ingest.queue import enqueue_job
 from kb.metadata import metadata_problem
 from kb.models import Chunk, Corpus, Document, DocumentContent, DocumentStatus, IngestJob, JobStatus
@@ -77,7 +78,8 @@ def upload_document(*, scope: Scope, corpus: Corpus, filename: str, data: bytes,
                     document = Document.objects.create(
                         tenant_id=scope.tenant_id, department_id=corpus.department_id, corpus=corpus,
                         title=title or filename, source_name=filename, mime_type=mime_type, sha256=sha,
-                        size_bytes=len(data), metadata=metadata or {}, status=DocumentStatus.PENDING)
+                        size_bytes=len(data), metadata=metadata or {}, status=DocumentStatus.PENDING,
+                        dated_at=document_date(metadata, corpus.date_key))
             except IntegrityError:  # a concurrent upload of the same name won the race
                 document = Document.objects.for_scope(scope).select_for_update().get(corpus=corpus, source_name=filename)
             else:
@@ -86,7 +88,8 @@ def upload_document(*, scope: Scope, corpus: Corpus, filename: str, data: bytes,
         if document.sha256 == sha and document.status != DocumentStatus.FAILED:
             changed = []
             if metadata is not None and metadata != document.metadata:
-                document.metadata, changed = metadata, [*changed, "metadata"]
+                document.metadata, changed = metadata, [*changed, "metadata", "dated_at"]
+                document.dated_at = document_date(metadata, corpus.date_key)
             if title and title != document.title:
                 document.title, changed = title, [*changed, "title"]
             if changed:
@@ -98,6 +101,7 @@ def upload_document(*, scope: Scope, corpus: Corpus, filename: str, data: bytes,
         document.status, document.error = DocumentStatus.PENDING, ""
         if metadata is not None:
             document.metadata = metadata
+            document.dated_at = document_date(metadata, corpus.date_key)
         if title:
             document.title = title
         document.save()

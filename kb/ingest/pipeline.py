@@ -253,7 +253,7 @@ def _write_chunks(scope: Scope, job: IngestJob, source: _Source, model_key: str,
                                       search_vector, flags, created_at)
                 SELECT %(tenant)s, %(department)s, %(corpus)s, %(document)s, u.ordinal, u.text, u.locator, u.page,
                        u.char_start, u.char_end, u.token_count, u.content_hash, u.embedding, %(model)s,
-                       to_tsvector('english', %(title)s || ' ' || u.locator || ' ' || u.text), u.flags::jsonb, now()
+                       to_tsvector(%(language)s::regconfig, %(title)s || ' ' || u.locator || ' ' || u.text), u.flags::jsonb, now()
                 FROM unnest(%(ordinal)s::int[], %(text)s::text[], %(locator)s::text[], %(page)s::int[],
                             %(char_start)s::int[], %(char_end)s::int[], %(token_count)s::int[], %(hash)s::text[],
                             %(embedding)b::vector[], %(flags)s::text[])
@@ -262,7 +262,7 @@ def _write_chunks(scope: Scope, job: IngestJob, source: _Source, model_key: str,
                 """,
                 {
                     "tenant": scope.tenant_id, "department": document.department_id, "corpus": corpus.pk,
-                    "document": document.pk, "model": model_key, "title": title,
+                    "document": document.pk, "model": model_key, "title": title, "language": corpus.language,
                     "ordinal": list(range(len(spans))), "text": [s.text for s in spans],
                     "locator": [s.locator or "" for s in spans], "page": [s.page for s in spans],
                     "char_start": [s.char_start for s in spans], "char_end": [s.char_end for s in spans],
@@ -272,7 +272,7 @@ def _write_chunks(scope: Scope, job: IngestJob, source: _Source, model_key: str,
             )
             if rows.sentences is not None:
                 chunk_ids = dict((ordinal, pk) for pk, ordinal in cur.fetchall())
-                _write_sentences(cur, scope, model_key, chunk_ids, rows)
+                _write_sentences(cur, scope, model_key, chunk_ids, rows, corpus.language)
         Document.objects.for_scope(scope).filter(pk=document.pk).update(
             status=DocumentStatus.READY, error="", chunk_count=len(spans), title=title[:500], mime_type=mime_type, updated_at=now)
         Corpus.objects.for_scope(scope).filter(pk=corpus.pk).update(chunk_count=max(0, corpus.chunk_count - removed + len(spans)))
@@ -282,7 +282,8 @@ def _write_chunks(scope: Scope, job: IngestJob, source: _Source, model_key: str,
     return "done"
 
 
-def _write_sentences(cur: Any, scope: Scope, model_key: str, chunk_ids: dict[int, int], rows: _ChunkRows) -> None:
+def _write_sentences(cur: Any, scope: Scope, model_key: str, chunk_ids: dict[int, int], rows: _ChunkRows,
+                     language: str) -> None:
     """The sentence vectors and lexemes of a document's freshly written chunks (chunk ordinal -> id)."""
     flat = [(chunk_ids[i], j, s, e, h) for i, found in enumerate(rows.sentences or []) for j, (s, e, h) in enumerate(found)]
     if not flat:
@@ -291,12 +292,13 @@ def _write_sentences(cur: Any, scope: Scope, model_key: str, chunk_ids: dict[int
         """
         INSERT INTO kb_chunksentence (tenant_id, chunk_id, ordinal, char_start, char_end, embedding, embedding_model, lexemes)
         SELECT %(tenant)s, u.chunk_id, u.ordinal, u.char_start, u.char_end, u.embedding, %(model)s,
-               tsvector_to_array(to_tsvector('english', substr(c.text, u.char_start + 1, u.char_end - u.char_start)))
+               tsvector_to_array(to_tsvector(%(language)s::regconfig, substr(c.text, u.char_start + 1, u.char_end - u.char_start)))
         FROM unnest(%(chunk)s::bigint[], %(ordinal)s::int[], %(start)s::int[], %(end)s::int[], %(embedding)b::vector[])
              AS u(chunk_id, ordinal, char_start, char_end, embedding)
         JOIN kb_chunk c ON c.id = u.chunk_id
         """,
-        {"tenant": scope.tenant_id, "model": model_key, "chunk": [r[0] for r in flat], "ordinal": [r[1] for r in flat],
+        {"tenant": scope.tenant_id, "model": model_key, "language": language, "chunk": [r[0] for r in flat],
+         "ordinal": [r[1] for r in flat],
          "start": [r[2] for r in flat], "end": [r[3] for r in flat], "embedding": [rows.vectors[r[4]] for r in flat]},
     )
 

@@ -1,8 +1,10 @@
 """The keyword side: BM25 in SQL over the GIN candidates of the query's rarest lexemes, with
-per-corpus document frequencies from ts_stat (cached)."""
+per-corpus document frequencies from ts_stat (cached). Each corpus's chunks are matched with the
+query's lexemes under that corpus's text search language (Corpus.language)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 import time
@@ -23,7 +25,7 @@ class _TermStats:
     at: float
 
 
-_stats_cache: dict[tuple[str, int], tuple[int, _TermStats]] = {}
+_stats_cache: dict[tuple[str, int, str], tuple[int, _TermStats]] = {}
 
 
 _stats_lock = threading.Lock()
@@ -34,7 +36,7 @@ def _corpus_term_stats(corpus: PlannedCorpus, plan: SearchPlan, using: str) -> _
 
     IDF is a corpus-level statistic, so one table per corpus serves every scope that sees it.
     """
-    key = (connections[using].settings_dict["NAME"], corpus.id)
+    key = (connections[using].settings_dict["NAME"], corpus.id, corpus.language)
     ttl = _setting("RETRIEVAL_TERM_STATS_TTL_S")
     with _stats_lock:
         hit = _stats_cache.get(key)
@@ -56,9 +58,34 @@ def _tsquery_literal(lexeme: str) -> str:
     return "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
-def _keyword_search(plan: SearchPlan, lexemes: list[str], n: int, using: str,
+def _keyword_search(plan: SearchPlan, lexemes: dict[str, list[str]], n: int, using: str,
                     prefetched: dict[int, tuple] | None = None) -> tuple[list[tuple[int, float]], str]:
     """Top `n` chunks by BM25: [(chunk id, score)], best first, and a label for the trace.
+
+    `lexemes`: the query's lexemes per text search language. The corpora of one language are ranked
+    with that language's lexemes; a scope spanning several languages is ranked per language (each
+    with its own statistics, on the GIN index as usual) and the lists merged by score.
+    """
+    groups: dict[str, dict[int, PlannedCorpus]] = {}
+    for c in plan.corpora.values():
+        groups.setdefault(c.language, {})[c.id] = c
+    if len(groups) <= 1:
+        language = next(iter(groups), "")
+        return _keyword_search_one(plan, lexemes.get(language, []), n, using, prefetched)
+    rows: list[tuple[int, float]] = []
+    labels = []
+    for language, corpora in sorted(groups.items()):
+        found, label = _keyword_search_one(dataclasses.replace(plan, corpora=corpora), lexemes.get(language, []), n, using,
+                                           prefetched)
+        rows += found
+        labels.append(f"{language}: {label}")
+    rows.sort(key=lambda r: (-r[1], r[0]))
+    return rows[:n], "; ".join(labels)
+
+
+def _keyword_search_one(plan: SearchPlan, lexemes: list[str], n: int, using: str,
+                        prefetched: dict[int, tuple] | None = None) -> tuple[list[tuple[int, float]], str]:
+    """`_keyword_search` over corpora of one language, `lexemes` under that language.
 
     Score: sum over query lexemes of idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * len / avglen)),
     with tf read from the tsvector by ts_rank_cd under unit weights (for a one-lexeme query it is

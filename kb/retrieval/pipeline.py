@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from kb.retrieval import side_connections
 from kb.retrieval.hits import _hydrate
 from kb.retrieval.keyword import _keyword_search
-from kb.retrieval.plan import SearchPlan, _resolve
+from kb.retrieval.plan import SearchPlan, _resolve, any_language
 from kb.retrieval.query import Mode, SearchFilters, SearchResult
 from kb.retrieval.rank import _combine, _mmr, _sentence_rerank
 from kb.retrieval.sql import TenantStatements, _tenant_transaction
@@ -52,7 +52,7 @@ def search(scope: Scope, query: str, *, k: int = 10, mode: Mode = "hybrid", filt
         plan, lexemes, rerank_lexemes = _resolve(scope, filters, using, tx, query if wants_lexemes else None,
                                                  sentence_query if own_rerank_lexemes else None)
         if rerank and not own_rerank_lexemes:
-            rerank_lexemes = lexemes
+            rerank_lexemes = any_language(lexemes)
         timings["resolve"] = _ms(t0)
         by_sentences = rerank and any(c.sentences for c in plan.corpora.values())
         reranks = mmr_lambda is not None or by_sentences
@@ -112,7 +112,7 @@ def search(scope: Scope, query: str, *, k: int = 10, mode: Mode = "hybrid", filt
                         timings_ms=timings)
 
 
-def _keyword_on_side_connection(plan: SearchPlan, lexemes: list[str], n: int, using: str) -> tuple[tuple[list, str], float]:
+def _keyword_on_side_connection(plan: SearchPlan, lexemes: dict[str, list[str]], n: int, using: str) -> tuple[tuple[list, str], float]:
     """BM25 for `plan` on this worker thread's own connection (kb.retrieval.side_connections); its statements set
     the scope's RLS tenant first, like the caller's."""
     t = time.perf_counter()

@@ -22,6 +22,7 @@ class PlannedCorpus:
     chunk_count: int
     department_id: int | None = None
     sentences: bool = False  # stores sentence vectors (kb.sentences)
+    language: str = "english"  # the text search configuration of its chunks' tsvectors (Corpus.language)
 
 
 @dataclass
@@ -73,8 +74,8 @@ class SearchPlan:
             "model_keys": sorted(self.by_model),
             "document_ids": None if f.document_ids is None else sorted(set(f.document_ids) & set(self.document_ids or ())),
             "metadata": dict(f.metadata) if f.metadata else None,
-            "published_after": f.published_after,
-            "published_before": f.published_before,
+            "date_after": f.date_after,
+            "date_before": f.date_before,
             "documents_matched": None if self.document_ids is None else len(self.document_ids),
         }
         out.update(extra)
@@ -82,9 +83,10 @@ class SearchPlan:
 
 
 def _resolve(scope: Scope, f: SearchFilters, using: str, tx: TenantStatements, query: str | None = None,
-             rerank_query: str | None = None) -> tuple[SearchPlan, list[str], list[str]]:
-    """Intersect the scope with the filters; also the lexemes of `query` and of `rerank_query`
-    when given (empty lists otherwise).
+             rerank_query: str | None = None) -> tuple[SearchPlan, dict[str, list[str]], list[str]]:
+    """Intersect the scope with the filters; also the lexemes of `query` per text search language of
+    the visible corpora ({language: lexemes}) and those of `rerank_query` under any of them (empty
+    when not given).
 
     One round trip: the RLS tenant, the visible corpora, the documents matching document-level
     filters (counted, with their stored chunk counts: the scope's exact size) and the lexemes
@@ -107,32 +109,50 @@ def _resolve(scope: Scope, f: SearchFilters, using: str, tx: TenantStatements, q
         cparams.append([int(c) for c in f.corpus_ids])
     statements: list[str] = []
     params: list = []
-    statements.append(f"SELECT id, name, embedding_model, embedding_dim, chunk_count, department_id, sentence_vectors FROM kb_corpus "
-                      f"WHERE {cwhere}")
+    statements.append(f"SELECT id, name, embedding_model, embedding_dim, chunk_count, department_id, sentence_vectors, "
+                      f"language FROM kb_corpus WHERE {cwhere}")
     params += cparams
-    doc_level = f.document_ids is not None or f.metadata or f.published_after or f.published_before
+    doc_level = f.document_ids is not None or f.metadata or f.date_after or f.date_before
     if doc_level:
         dsql, dparams = _documents_sql(f, depts, tenant_wide, cwhere, cparams, scope.tenant_id)
         statements.append(dsql)
         params += dparams
     for text in (query, rerank_query):
         if text is not None:
-            statements.append("SELECT lexeme FROM unnest(to_tsvector('english', %s))")
-            params.append(text[:4000])
+            # Under each language of the visible corpora; a name PostgreSQL does not know gives none.
+            statements.append(f"SELECT l.language, u.lexeme FROM (SELECT DISTINCT language FROM kb_corpus WHERE {cwhere}) l "
+                              f"JOIN pg_catalog.pg_ts_config t ON t.cfgname = l.language "
+                              f"CROSS JOIN LATERAL unnest(to_tsvector(t.oid::regconfig, %s)) WITH ORDINALITY "
+                              f"AS u(lexeme, positions, weights, ord) ORDER BY l.language, u.ord")
+            params += [*cparams, text[:4000]]
     results = tx.query("; ".join(statements), params)
-    corpora = {r[0]: PlannedCorpus(r[0], r[1], f"{r[2]}:{r[3]}", r[3], r[4], r[5], r[6]) for r in results.pop(0)}
+    corpora = {r[0]: PlannedCorpus(r[0], r[1], f"{r[2]}:{r[3]}", r[3], r[4], r[5], r[6], r[7]) for r in results.pop(0)}
     plan = SearchPlan(scope.tenant_id, depts, tenant_wide, corpora, None, None, f, tx=tx)
     if doc_level:
         docs = results.pop(0)
         if corpora:
             plan.document_ids = tuple(r[0] for r in docs)
             plan.doc_rows = sum(r[1] or 0 for r in docs)
-    lexemes = [r[0] for r in results.pop(0)][:MAX_QUERY_TERMS] if query is not None else []
-    rerank_lexemes = [r[0] for r in results.pop(0)][:MAX_QUERY_TERMS] if rerank_query is not None else []
+    lexemes = _by_language(results.pop(0)) if query is not None else {}
+    rerank_lexemes = any_language(_by_language(results.pop(0))) if rerank_query is not None else []
     for c in corpora.values():
         if _MODEL_KEY.match(c.model_key):
             plan.by_model.setdefault(c.model_key, []).append(c)
     return plan, lexemes, rerank_lexemes
+
+
+def _by_language(rows: list[tuple[str, str]]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for language, lexeme in rows:
+        found = out.setdefault(language, [])
+        if len(found) < MAX_QUERY_TERMS:
+            found.append(lexeme)
+    return out
+
+
+def any_language(lexemes: dict[str, list[str]]) -> list[str]:
+    """The lexemes of every language, once each (for statistics that are per lexeme, not per language)."""
+    return list(dict.fromkeys(lex for found in lexemes.values() for lex in found))
 
 
 def _documents_sql(f: SearchFilters, depts: tuple[int, ...] | None, tenant_wide: bool, cwhere: str, cparams: list,
@@ -156,14 +176,12 @@ def _documents_sql(f: SearchFilters, depts: tuple[int, ...] | None, tenant_wide:
             if isinstance(values, list | tuple):  # any of these values; an empty list matches nothing
                 sql.append("AND d.metadata @> ANY(%s::jsonb[])")
                 params.append([json.dumps({key: v}) for v in values])
-    published = ("CASE WHEN pg_input_is_valid(d.metadata->>'published_at', 'timestamptz') "
-                 "THEN (d.metadata->>'published_at')::timestamptz END")
-    if f.published_after:
-        sql.append(f"AND {published} >= %s::timestamptz")
-        params.append(f.published_after)
-    if f.published_before:
-        sql.append(f"AND {published} < %s::timestamptz")
-        params.append(f.published_before)
+    if f.date_after:
+        sql.append("AND d.dated_at >= %s::timestamptz")
+        params.append(f.date_after)
+    if f.date_before:
+        sql.append("AND d.dated_at < %s::timestamptz")
+        params.append(f.date_before)
     return " ".join(sql), params
 
 

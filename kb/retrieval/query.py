@@ -20,8 +20,10 @@ class SearchFilters:
     # Equality on Document.metadata keys; a list value means "any of these" (one source may go by
     # several names).
     metadata: dict[str, str | int | float | bool | list | tuple] | None = None
-    published_after: str | None = None  # ISO date/datetime on Document.metadata["published_at"], inclusive
-    published_before: str | None = None  # exclusive
+    # On Document.dated_at (the metadata value under its corpus's date_key): ISO date or date-time,
+    # after inclusive, before exclusive. Undated documents never match a date filter.
+    date_after: str | None = None
+    date_before: str | None = None
     include_tenant_wide: bool = False
 
 

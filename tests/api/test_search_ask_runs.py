@@ -48,7 +48,7 @@ def test_department_key_search_stays_in_its_departments(world):
     ({"query": "x", "filters": {"corpus_ids": ["a"]}}, "filters.corpus_ids[0]"),
     ({"query": "x", "filters": {"metadata": {"k": [{"nested": 1}]}}}, "filters.metadata"),
     ({"query": "x", "filters": {"metadata": {"k": []}}}, "filters.metadata"),  # a list is "any of": not empty
-    ({"query": "x", "filters": {"published_after": "yesterday"}}, "filters.published_after"),
+    ({"query": "x", "filters": {"date_after": "yesterday"}}, "filters.date_after"),
 ])
 def test_search_bad_input(world, body, field):
     r = world.client("a-reader").post("/api/v1/search/", body, format="json")

@@ -8,6 +8,7 @@ import random
 import pytest
 from django.db import connections
 
+from kb.ingest.dates import document_date
 from kb.models import Chunk, Corpus, Document
 from kb.retrieval import SearchFilters, search
 from tenants.scope import Scope, activate
@@ -16,10 +17,11 @@ from tests.factories import department, dept_scope, make_tenant, whole_tenant
 pytestmark = pytest.mark.django_db(databases=["default", "owner"], transaction=False)
 
 
-def corpus(tenant, name="Policies", department=None, model="hash", dim=64, chunk_count=0) -> Corpus:
+def corpus(tenant, name="Policies", department=None, model="hash", dim=64, chunk_count=0, date_key="published_at",
+           language="english") -> Corpus:
     with activate(whole_tenant(tenant)):
         return Corpus.objects.create(tenant=tenant, department=department, name=name, embedding_model=model,
-                                     embedding_dim=dim, chunk_count=chunk_count)
+                                     embedding_dim=dim, chunk_count=chunk_count, date_key=date_key, language=language)
 
 
 def doc(c: Corpus, title: str, metadata: dict | None = None, department=None) -> Document:
@@ -27,7 +29,7 @@ def doc(c: Corpus, title: str, metadata: dict | None = None, department=None) ->
         return Document.objects.create(
             tenant=c.tenant, corpus=c, department=department if department is not None else c.department, title=title,
             source_name=title, mime_type="text/plain", sha256=hashlib.sha256(title.encode()).hexdigest(),
-            status="ready", metadata=metadata or {})
+            status="ready", metadata=metadata or {}, dated_at=document_date(metadata, c.date_key))
 
 
 def chunk(d: Document, text: str, embedding: list[float] | None = None, ordinal: int | None = None,
@@ -48,8 +50,8 @@ def chunk(d: Document, text: str, embedding: list[float] | None = None, ordinal:
             content_hash=hashlib.sha256(text.encode()).hexdigest(), embedding=embedding,
             embedding_model=model_key or c.model_key)
         with connections["default"].cursor() as cur:
-            cur.execute("UPDATE kb_chunk SET search_vector = to_tsvector('english', %s || ' ' || text) WHERE id = %s",
-                        [d.title, ch.id])
+            cur.execute("UPDATE kb_chunk SET search_vector = to_tsvector(%s::regconfig, %s || ' ' || text) WHERE id = %s",
+                        [c.language, d.title, ch.id])
     return ch
 
 
@@ -110,8 +112,8 @@ def test_narrowing_filters(two_tenants, mode):
     # A list is "any of"; an unknown value in it adds nothing.
     assert run(metadata={"source": ["HR", "Eng", "Nowhere"]}) == {t["wide"].id, t["eng_chunk"].id}
     assert run(metadata={"source": ["Nowhere"]}) == set()
-    assert run(published_after="2023-11-01", published_before="2023-12-01") == {t["sales_chunk"].id}
-    assert run(published_after="2023-11-01T00:00:00Z") == {t["sales_chunk"].id, t["eng_chunk"].id}
+    assert run(date_after="2023-11-01", date_before="2023-12-01") == {t["sales_chunk"].id}
+    assert run(date_after="2023-11-01T00:00:00Z") == {t["sales_chunk"].id, t["eng_chunk"].id}
     assert run(department_ids=(t["eng"].id,)) == {t["eng_chunk"].id}
     assert run(department_ids=(t["eng"].id,), include_tenant_wide=True) == {t["eng_chunk"].id, t["wide"].id}
     # Filters only narrow: the intersection of two is applied.

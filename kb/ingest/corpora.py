@@ -1,0 +1,119 @@
+"""What a corpus declares about its documents, checked and kept true: its date key (Document.dated_at
+follows it), its facet keys and its text search language (its chunks' tsvectors follow it).
+
+The API and the admin both call `check_declarations` before saving and `save_corpus` to save, so a
+changed date key or language is applied to the stored documents and chunks in the same transaction.
+Recomputing is one UPDATE per table over the corpus's rows (a large corpus takes a while; searches
+see the old values until it commits).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from django.db import connections
+
+from kb import access
+from kb.ingest.dates import DATED_AT_SQL, dated_at_params
+from kb.metadata import text_problem
+from kb.models import Corpus
+from tenants.scope import Scope, activate
+
+MAX_FACET_KEYS = 50
+MAX_KEY_CHARS = 100
+
+
+class DeclarationRejected(ValueError):
+    """A corpus declaration that cannot be used; `field` names it."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+def text_search_languages(using: str = "default") -> list[str]:
+    """The PostgreSQL text search configurations a corpus may name (pg_catalog.pg_ts_config)."""
+    with connections[using].cursor() as cur:
+        cur.execute("SELECT cfgname FROM pg_catalog.pg_ts_config ORDER BY cfgname")
+        return [r[0] for r in cur.fetchall()]
+
+
+def _key_problem(key: object) -> str | None:
+    if not isinstance(key, str) or not key.strip():
+        return "must be a non-empty string"
+    if len(key) > MAX_KEY_CHARS:
+        return f"must be at most {MAX_KEY_CHARS} characters"
+    return text_problem(key)
+
+
+def check_declarations(*, date_key: object = None, facet_keys: object = None, language: object = None) -> dict:
+    """The given declarations, cleaned (None: not given); raises DeclarationRejected(field, message)."""
+    out: dict = {}
+    if date_key is not None:
+        key = date_key.strip() if isinstance(date_key, str) else date_key
+        if key != "" and (problem := _key_problem(key)):
+            raise DeclarationRejected("date_key", problem)
+        out["date_key"] = key
+    if facet_keys is not None:
+        if not isinstance(facet_keys, list):
+            raise DeclarationRejected("facet_keys", 'must be a list of metadata keys, e.g. ["source", "category"]')
+        if len(facet_keys) > MAX_FACET_KEYS:
+            raise DeclarationRejected("facet_keys", f"at most {MAX_FACET_KEYS} keys")
+        for key in facet_keys:
+            if problem := _key_problem(key):
+                raise DeclarationRejected("facet_keys", f"{key!r}: {problem}")
+        out["facet_keys"] = list(dict.fromkeys(k.strip() for k in facet_keys))
+    if language is not None:
+        known = text_search_languages()
+        if not isinstance(language, str) or language not in known:
+            raise DeclarationRejected("language", f"{language!r} is not a PostgreSQL text search configuration; "
+                                                  f"one of: {', '.join(known)}")
+        out["language"] = language
+    return out
+
+
+def save_corpus(*, scope: Scope, corpus: Corpus, changed: Iterable[str]) -> Corpus:
+    """Save an existing corpus whose fields `changed` were set (already validated); a changed date key
+    recomputes its documents' dates, a changed language its chunks' keyword index, in the same transaction."""
+    access.check_may_change(scope, corpus, "corpus")
+    changed = set(changed)
+    with activate(scope):
+        Corpus.objects.for_scope(scope).select_for_update().filter(pk=corpus.pk).first()  # serialise with ingestion
+        corpus.save()
+        if "date_key" in changed:
+            refresh_dated_at(scope=scope, corpus=corpus)
+        if "language" in changed:
+            refresh_search_vectors(scope=scope, corpus=corpus)
+    return corpus
+
+
+def refresh_dated_at(*, scope: Scope, corpus: Corpus) -> int:
+    """Recompute Document.dated_at of the corpus's documents from its date key (kb.ingest.dates), in one
+    UPDATE; returns the documents updated. Runs inside activate(scope) (opens it otherwise)."""
+    with activate(scope), connections["default"].cursor() as cur:
+        if corpus.date_key:
+            cur.execute(f"UPDATE kb_document d SET dated_at = {DATED_AT_SQL} "
+                        "WHERE d.tenant_id = %(tenant)s AND d.corpus_id = %(corpus)s",
+                        {**dated_at_params(corpus.date_key), "tenant": scope.tenant_id, "corpus": corpus.pk})
+        else:
+            cur.execute("UPDATE kb_document d SET dated_at = NULL WHERE d.tenant_id = %s AND d.corpus_id = %s "
+                        "AND d.dated_at IS NOT NULL", [scope.tenant_id, corpus.pk])
+        return cur.rowcount
+
+
+def refresh_search_vectors(*, scope: Scope, corpus: Corpus) -> int:
+    """Recompute the corpus's chunk tsvectors (and stored sentence lexemes) under its language, as
+    ingestion computes them (kb.ingest.pipeline); returns the chunks updated."""
+    with activate(scope), connections["default"].cursor() as cur:
+        cur.execute("UPDATE kb_chunk c SET search_vector = to_tsvector(%(lang)s::regconfig, d.title || ' ' || c.locator "
+                    "|| ' ' || c.text) FROM kb_document d WHERE d.id = c.document_id AND c.tenant_id = %(tenant)s "
+                    "AND c.corpus_id = %(corpus)s",
+                    {"lang": corpus.language, "tenant": scope.tenant_id, "corpus": corpus.pk})
+        chunks = cur.rowcount
+        cur.execute("UPDATE kb_chunksentence s SET lexemes = tsvector_to_array(to_tsvector(%(lang)s::regconfig, "
+                    "substr(c.text, s.char_start + 1, s.char_end - s.char_start))) FROM kb_chunk c "
+                    "WHERE c.id = s.chunk_id AND s.tenant_id = %(tenant)s AND c.tenant_id = %(tenant)s "
+                    "AND c.corpus_id = %(corpus)s",
+                    {"lang": corpus.language, "tenant": scope.tenant_id, "corpus": corpus.pk})
+        return chunks
