@@ -3,11 +3,11 @@ and must run inside `activate(scope)`; an id outside the scope behaves exactly l
 
 from __future__ import annotations
 
-from django.db.models import CharField, Count, F, Func, Max, Min, Q
-from django.db.models.fields.json import KT
+from django.db.models import Count, Q
 
 from agents.access import visible_citations, visible_run_steps
-from kb.access import visible_chunks, visible_corpora, visible_documents
+from kb.access import visible_chunks, visible_corpora
+from kb.facets import scope_facets
 from kb.models import DocumentStatus
 from tenants.scope import Scope
 
@@ -42,27 +42,16 @@ def corpus_overview(scope: Scope) -> list[dict]:
     return list(rows)
 
 
-FACET_KEYS = ("source", "category")
-
-
 def metadata_facets(scope: Scope, corpus_ids: list[int] | None = None, max_values: int = 50) -> dict:
-    """Metadata values present in the scope: sources, categories (document counts), published date range.
+    """What the scope's ready documents can be narrowed by (kb.facets.scope_facets):
 
-    Aggregated in PostgreSQL (GROUP BY over jsonb), so the cost does not grow with Python work per document."""
-    qs = visible_documents(scope).filter(status=DocumentStatus.READY)
-    if corpus_ids:
-        qs = qs.filter(corpus_id__in=corpus_ids)
-    out: dict = {}
-    for key, label in (("source", "sources"), ("category", "categories")):
-        rows = (qs.annotate(v=KT(f"metadata__{key}")).exclude(v__isnull=True).values("v").annotate(n=Count("id"))
-                .order_by("-n", "v")[:max_values])
-        out[label] = {r["v"]: r["n"] for r in rows}
-    dates = qs.annotate(p=KT("metadata__published_at")).exclude(p__isnull=True).aggregate(earliest=Min("p"), latest=Max("p"))
-    out["published_at"] = dates if dates["earliest"] else None
-    keys = (qs.annotate(k=Func(F("metadata"), function="jsonb_object_keys", output_field=CharField()))
-            .values_list("k", flat=True).distinct().order_by("k")[: max_values + 3])
-    out["other_metadata_keys"] = [k for k in keys if k not in (*FACET_KEYS, "published_at")][:max_values]
-    return out
+        {"enumerations": {key: {value: document count}}, "dates": {"key", "earliest", "latest"} | None,
+         "other_keys": [...]}
+
+    Enumerations are the corpora's declared facet keys plus keys discovered from the data; a value
+    narrows a search as SearchFilters(metadata={key: value}), the date range as date_after/date_before.
+    Aggregated in PostgreSQL, so the cost does not grow with Python work per document."""
+    return scope_facets(scope, corpus_ids, max_values)
 
 
 # --- Run traces (audit views) --------------------------------------------------------------------

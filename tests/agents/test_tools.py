@@ -30,10 +30,13 @@ def test_list_corpora_and_facets_show_only_the_visible_scope(acme, globex):
     assert names == ["Policies"]
     sales = deps_for(dept_scope(tenant, "Sales"))
     assert sorted(c["name"] for c in call(sales, "list_corpora").content["corpora"]) == ["Policies", "Sales only"]
+    with activate(whole_tenant(tenant)):  # declared: two values over two documents is too few to be discovered
+        Corpus.objects.for_scope(whole_tenant(tenant)).filter(pk=corpus.pk).update(facet_keys=["category"])
     facets = call(eng, "facets").content
-    assert facets["categories"] == {"travel": 1, "leave": 1}  # documents, not chunks
-    assert facets["sources"] == {"handbook": 2}
-    assert call(eng, "facets", corpus_ids=[globex[1].id]).content["categories"] == {}
+    assert facets["enumerations"] == {"category": {"leave": 1, "travel": 1},  # documents, not chunks
+                                      "source": {"handbook": 2}}  # discovered
+    assert facets["dates"] is None
+    assert call(eng, "facets", corpus_ids=[globex[1].id]).content["enumerations"] == {}
 
 
 def test_read_returns_neighbours_and_sections_and_hides_foreign_chunks(acme, globex):
