@@ -26,7 +26,7 @@ from agents.messages import (
     ToolCall,
     UserMessage,
 )
-from agents.planning import fuse
+from agents.planning import Facets, fuse
 from agents.prompts import (
     answer_prompt,
     budget_note,
@@ -207,35 +207,41 @@ def run_classic(state: RunState) -> str:
     return synthesise(state, ids)
 
 
-def run_pipeline(state: RunState) -> str:
-    facets = code_facets(state)
-    known_sources = set(facets.get("sources") or {})
-    queries = rewrite(state, facets)
+def run_pipeline(state: RunState, first: list[int] | None = None) -> str:
+    """Plan, search, judge, hop, answer.
+
+    Round 1 searches the planner's sub-queries (agents.planning: narrowed where the question names
+    facet values or dates), the model's rewrite and the whole question; every search is as deep as
+    classic's. After each round but the last the judge says whether every part of the question is
+    answered and, if not, which searches would answer the rest: for a question that describes an
+    entity without naming it, a search for the name the evidence gives (the hop). The final context
+    fills every slot from the best of all searches (`_context_order`). `first`: the whole question's
+    search already made (by auto), reused instead of searching it again."""
+    facets = Facets.from_tool(code_facets(state))
     searched: set[str] = set()
     narrowed: list[tuple[list[int], int]] = []  # (results, their share of the context)
     lists: list[list[int]] = []
+    if first is not None:
+        lists.append(first)
+        searched.add(json.dumps([state.question, None], sort_keys=True))
+    queries = planned_queries(state, facets)
     rounds = min(state.budgets.pipeline_rounds, state.budgets.max_iterations)
+    depth = min(state.budgets.max_k, state.budgets.max_context_chunks)
     for round_no in range(1, rounds + 1):
         state.iterations += 1
-        # Narrowed sub-queries share the whole context (their results come first); the others a share each.
-        n_narrowed = sum(1 for _, filters in queries if filters)
-        k_narrowed = _share(state, n_narrowed)
-        k = _share(state, len(queries))
-        k_whole = min(state.budgets.max_k, state.budgets.max_context_chunks)
+        share = _share(state, sum(1 for _, filters in queries if filters))
         for query, filters in queries:
             key = json.dumps([query, filters], sort_keys=True)
             if key in searched:
-                continue  # a follow-up the judge asks for again: its results are in already
+                continue  # a follow-up asked for again: its results are in already
             searched.add(key)
-            # A narrowed search asks for the whole context: its share comes first, the rest of its
-            # list fills slots no other search filled (a question naming one publisher often has few).
-            ids = code_search(state, query, k_whole if filters else k, f"pipeline{round_no}", filters)
-            if filters and not ids and ("published_after" in filters or "published_before" in filters):
-                undated = {n: v for n, v in filters.items() if n not in ("published_after", "published_before")}
-                ids = code_search(state, query, k_whole, f"pipeline{round_no}", undated)  # a time zone can move a day
+            ids = code_search(state, query, depth, f"pipeline{round_no}", filters)
+            if filters and not ids and ("date_after" in filters or "date_before" in filters):
+                undated = {n: v for n, v in filters.items() if n not in ("date_after", "date_before")} or None
+                ids = code_search(state, query, depth, f"pipeline{round_no}", undated)  # a time zone can move a day
             # Narrowed sub-queries are more specific than the whole question: their results come first.
             if filters:
-                narrowed.append((ids, k_narrowed))
+                narrowed.append((ids, share))
             else:
                 lists.append(ids)
         if round_no == rounds:
@@ -246,9 +252,18 @@ def run_pipeline(state: RunState) -> str:
         verdict = judge(state, _context_order(state, narrowed, lists), facets)
         if verdict.get("sufficient"):
             break
-        queries = _parsed_queries(verdict.get("missing", []), known_sources)[:MAX_SUBQUERIES] or [(state.question, None)]
+        queries = _parsed_queries(verdict.get("missing", []), facets)[:MAX_SUBQUERIES]
+        if all(json.dumps([q, f], sort_keys=True) in searched for q, f in queries):
+            break  # nothing new to search: more rounds would find the same
     ids = _context_order(state, narrowed, lists)
     return synthesise(state, ids, budget_note(state.budget_reason) if state.budget_reason else "")
+
+
+def planned_queries(state: RunState, facets: Facets) -> list[tuple[str, dict | None]]:
+    """Round 1's searches: the planner's sub-queries, the model's rewrite, then the whole question."""
+    planned = [(sub.text, sub.filters()) for sub in state.planner.plan(state.question, facets)]
+    out = dict.fromkeys(json.dumps(q, sort_keys=True) for q in [*planned, *rewrite(state, facets), (state.question, None)])
+    return [tuple(json.loads(k)) for k in out][: MAX_SUBQUERIES + 1]  # type: ignore[misc]
 
 
 def _share(state: RunState, n_queries: int) -> int:
@@ -264,11 +279,9 @@ def _context_order(state: RunState, narrowed: list[tuple[list[int], int]], other
 
 
 def _merged(state: RunState, *groups: list[list[int]]) -> list[int]:
-    """Each group's search results fused by reciprocal rank (a chunk both a publisher's search and
-    the search of a fact the question states rank comes first), groups in order, de-duplicated by
-    chunk, by identical text and by near-copies (NEAR_COPY). Measured on the evaluation sample
-    against interleaving the lists: evidence recall 0.747 -> 0.757 with the fact searches
-    (docs/evaluation.md)."""
+    """Each group's search results fused by reciprocal rank (a chunk that a narrowed search and the
+    search of a fact the question states both rank comes first), groups in order, de-duplicated by
+    chunk, by identical text and by near-copies (NEAR_COPY)."""
     seen_hashes: set[str] = set()
     kept: list[frozenset[str]] = []
     out: list[int] = []
@@ -291,50 +304,55 @@ def _merged(state: RunState, *groups: list[list[int]]) -> list[int]:
 
 
 _ISO_DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
-MAX_SUBQUERIES = 8  # a rewrite's sub-queries searched (per publisher, per fact); the tool-call budget still applies
+MAX_SUBQUERIES = 8  # sub-queries searched per round (per facet value named, per fact); the tool-call budget still applies
 CONTEXT_RRF_K = 60
 # A chunk whose word 5-grams are this share (of the smaller) inside a chunk already in the context
-# is not given one of its few slots: the same story syndicated under another byline, or a short
-# last chunk that repeats its predecessor's overlap.
+# is not given one of its few slots: the same text published twice, or a short last chunk that
+# repeats its predecessor's overlap.
 NEAR_COPY = 0.8
 
 
-def rewrite(state: RunState, facets: dict | None = None) -> list[tuple[str, dict | None]]:
-    """Sub-queries with optional narrowing filters (source values the facets listed, a date window), plus the question."""
-    turn = call_model(state, "rewrite", [UserMessage(rewrite_prompt(state.question, facets))], tools_enabled=False)
+def rewrite(state: RunState, facets: Facets) -> list[tuple[str, dict | None]]:
+    """The model's sub-queries, with optional narrowing to facet values and dates."""
+    turn = call_model(state, "rewrite", [UserMessage(rewrite_prompt(state.question, facets))], tools_enabled=False,
+                      facets=facets)
     proposed = {} if turn.truncated else parse_json_object(turn.text)  # a cut-off list is not the model's list
-    queries = _parsed_queries(proposed.get("queries", [])[:MAX_SUBQUERIES], set((facets or {}).get("sources") or {}))
-    if not any(q == state.question and not f for q, f in queries):
-        queries.append((state.question, None))
-    return queries
+    return _parsed_queries(proposed.get("queries", [])[:MAX_SUBQUERIES], facets)
 
 
-def _parsed_queries(items: list, known: set[str]) -> list[tuple[str, dict | None]]:
-    """A model's proposed searches: strings, or {query, sources, published_after, published_before}
-    objects whose sources must be values the facets listed; duplicates dropped."""
+def _parsed_queries(items: list, facets: Facets) -> list[tuple[str, dict | None]]:
+    """A model's proposed searches: strings, or {query, metadata, date_after, date_before} objects
+    whose metadata values must be values the facets listed under that key; duplicates dropped."""
     out: dict[str, tuple[str, dict | None]] = {}
     for item in items if isinstance(items, list) else []:
         query, filters = (item, None) if isinstance(item, str) else (item.get("query"), {}) if isinstance(item, dict) else (None, None)
         if not isinstance(query, str) or not query.strip():
             continue
         if isinstance(item, dict):
-            sources = [v for v in item.get("sources") or [] if isinstance(v, str) and v in known]
-            if sources:
-                filters["metadata"] = {"source": sources}
-            for name in ("published_after", "published_before"):
+            asked = item.get("metadata") if isinstance(item.get("metadata"), dict) else {}
+            narrowing = {}
+            for key, values in asked.items():
+                known = facets.enumerations.get(key, {})
+                values = [values] if isinstance(values, str) else values if isinstance(values, list) else []
+                kept = [v for v in values if isinstance(v, str) and v in known]
+                if kept:
+                    narrowing[key] = kept
+            if narrowing:
+                filters["metadata"] = narrowing
+            for name in ("date_after", "date_before"):
                 if isinstance(item.get(name), str) and _ISO_DAY.match(item[name]):
                     filters[name] = item[name]
-        out.setdefault(json.dumps([query.strip(), filters], sort_keys=True), (query.strip(), filters or None))
+        out.setdefault(json.dumps([query.strip(), filters or None], sort_keys=True), (query.strip(), filters or None))
     return list(out.values())
 
 
-def judge(state: RunState, chunk_ids: list[int], facets: dict | None = None) -> dict:
+def judge(state: RunState, chunk_ids: list[int], facets: Facets) -> dict:
     rendered, structured = _context(state, chunk_ids)
     turn = call_model(state, "judge", [UserMessage(judge_prompt(state.question, rendered, facets))], tools_enabled=False,
-                      context=structured)
+                      context=structured, facets=facets)
     data = {} if turn.truncated else parse_json_object(turn.text)  # a cut-off verdict is no verdict
     if not isinstance(data.get("sufficient"), bool):
-        return {"sufficient": False, "why": "unreadable judgement", "missing": [state.question]}
+        return {"sufficient": False, "why": "unreadable judgement", "missing": []}
     return data
 
 
@@ -358,28 +376,36 @@ def is_multi_part(question: str) -> bool:
 
 
 def run_strategy(state: RunState, strategy: str) -> LoopResult:
-    """Run the requested strategy; `auto` may escalate. Exceptions propagate (the caller stores a failed run)."""
-    # A provider found to ignore tool declarations never runs the agentic strategy: the pipeline needs no tool calls.
-    escalation, escalate = ("agentic", run_agentic) if state.tools_ok else ("pipeline", run_pipeline)
+    """Run the requested strategy. Exceptions propagate (the caller stores a failed run).
+
+    `auto` decides per question: a question with several parts goes straight to the pipeline; any
+    other is searched once, as classic would, and the judge reads that evidence: sufficient, and it
+    is answered from it (classic's cost plus one judge call); not, and the pipeline continues from
+    that search (hops, sub-queries), never searching it twice."""
     if strategy == "auto":
-        if is_multi_part(state.question):
-            state.strategy = escalation
-            return _finish(state, escalation, escalate(state))
-        state.strategy = "classic"  # the strategy running: a failed run is stored with it
-        first = _finish(state, "classic", run_classic(state))
-        if first.outcome == "answered":  # grounded
-            return first
-        if state.spent():
-            return first
-        state.strategy = escalation
-        return _finish(state, escalation, escalate(state))
+        return run_auto(state)
     if strategy == "agentic" and not state.tools_ok:
+        # A provider found to ignore tool declarations never runs the agentic strategy: the pipeline needs no tool calls.
         state.strategy = "pipeline"
         return _finish(state, "pipeline", run_pipeline(state))
     runner = {"classic": run_classic, "agentic": run_agentic, "pipeline": run_pipeline}.get(strategy)
     if runner is None:
         raise ValueError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
+    state.strategy = strategy
     return _finish(state, strategy, runner(state))
+
+
+def run_auto(state: RunState) -> LoopResult:
+    state.strategy = "pipeline"  # the strategy running: a failed run is stored with it
+    if is_multi_part(state.question):
+        return _finish(state, "pipeline", run_pipeline(state))
+    first = code_search(state, state.question, min(state.budgets.max_k, state.budgets.max_context_chunks), "auto")
+    state.iterations += 1
+    verdict = judge(state, first, Facets())
+    if verdict.get("sufficient") or state.spent():
+        state.strategy = "classic"
+        return _finish(state, "classic", synthesise(state, first))
+    return _finish(state, "pipeline", run_pipeline(state, first=first))
 
 
 def _finish(state: RunState, strategy: str, answer: str) -> LoopResult:

@@ -75,6 +75,8 @@ class ModelRequest:
     tools_enabled: bool = True
     question: str = ""  # the user's original question
     context: tuple[ContextChunk, ...] = ()  # already rendered into `messages`; structured copy for local reasoning
+    # The scope's facets (agents.planning.Facets.summary()) when rendered into `messages`; structured copy likewise.
+    facets: Mapping | None = None
     # time.monotonic() value by which the call must be over: no retry starts after it, and a network
     # provider abandons (closes) a call still running at it. The run's wall budget.
     deadline: float | None = None

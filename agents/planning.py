@@ -1,96 +1,178 @@
-"""Model-free question planning from metadata facets. Pure: no ORM.
+"""The question planner: question + the facets of the caller's scope -> sub-queries. Pure: no ORM.
 
-Questions over a news or report corpus name the publishers and dates they mean ("the TechCrunch
-report published on October 31, 2023 ... and the Sporting News article on ..."). Given the facet
-values the caller's scope holds (the distinct `source` values the `facets` tool shows), `plan`
-splits a question into one sub-query per named publisher, each with the clause that publisher
-governs and the date window named next to it. Searching each sub-query with a source (and date)
-filter and interleaving the hit lists gives every named publisher a share of the context.
+A question often names things its documents are labelled with: a value of an enumeration key of
+their metadata (a department, a product, a source, a category...) or a date ("the report of October
+31, 2023", "the policy effective after 2024-01-01"). The scope's `Facets` (what the `facets` tool
+shows: enumeration values per metadata key, and whether documents carry a date) let the planner
+turn each such mention into a narrowing filter on its sub-query:
 
-Used by the offline provider's research plan and by the evaluation's `facets:<mode>` baseline;
-measured effect in docs/evaluation.md.
+    "What did Acme Insurance say on March 3, 2024 about X, and how did the Legal team answer?"
+    -> "... about X" narrowed to {"source": ["Acme Insurance"]} dated [2024-03-03, 2024-03-04)
+    -> "... how did the Legal team answer" narrowed to {"department": ["Legal"]}
+
+A question that names no facet value is split into its parts (clauses, list items, several
+questions, both sides of a comparison), one sub-query each. Nothing here knows a dataset: which
+keys are enumerations and which key is "the date" come from the corpus (kb.models.Corpus
+`facet_keys`, `date_key`) or from the data itself (kb.facets).
+
+`Planner` is the interface the strategies use; `GeneralPlanner` is the default.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from typing import TypeVar
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
+
+from agents.text import split_question, stem, terms
 
 _MONTHS = "January|February|March|April|May|June|July|August|September|October|November|December"
-_DATE = re.compile(rf"\b(?:(on|after|before|since|prior to|by)\s+)?(?:(?:{_MONTHS})\s+\d{{1,2}},\s+\d{{4}})", re.I)
-_DATE_PARTS = re.compile(rf"({_MONTHS})\s+(\d{{1,2}}),\s+(\d{{4}})", re.I)
+_DATE = re.compile(rf"\b(?:(on|after|before|since|prior to|by|from|until)\s+)?"
+                   rf"(?:(?:{_MONTHS})\s+\d{{1,2}},\s+\d{{4}}|\d{{4}}-\d{{2}}-\d{{2}})\b", re.I)
+_NAMED_DAY = re.compile(rf"({_MONTHS})\s+(\d{{1,2}}),\s+(\d{{4}})", re.I)
+_ISO_DAY = re.compile(r"(\d{4})-(\d{2})-(\d{2})")
 _SEPARATORS = (" | ", " - ", ": ")
+MAX_FACT_QUERIES = 6
+FACT_MIN_TERMS = 3  # content words a question segment needs to be searched on its own
+
+
+@dataclass(frozen=True)
+class Facets:
+    """What the caller's scope can be narrowed by: enumeration values (with document counts) per
+    metadata key, and whether its documents carry a date (and its range)."""
+
+    enumerations: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    dated: bool = False
+    earliest: str | None = None
+    latest: str | None = None
+
+    @classmethod
+    def from_tool(cls, content: Mapping | None) -> Facets:
+        """From the `facets` tool's output (kb.facets.scope_facets): {"enumerations": {key: {value:
+        count}}, "dates": {"earliest", "latest"} | None}. Anything malformed is left out."""
+        content = content or {}
+        enums = content.get("enumerations")
+        clean: dict[str, dict[str, int]] = {}
+        for key, values in (enums.items() if isinstance(enums, Mapping) else ()):
+            if isinstance(key, str) and isinstance(values, Mapping):
+                clean[key] = {v: n for v, n in values.items() if isinstance(v, str) and v.strip()}
+        dates = content.get("dates")
+        dates = dates if isinstance(dates, Mapping) else {}
+        return cls(clean, bool(dates), dates.get("earliest"), dates.get("latest"))
+
+    def values(self) -> list[str]:
+        return [v for values in self.enumerations.values() for v in values]
+
+    def summary(self) -> dict:
+        """For a prompt: the values to narrow by, per key, and the date range."""
+        out: dict = {"narrow_by": {k: list(v) for k, v in self.enumerations.items() if v}}
+        if self.dated:
+            out["dates"] = {"earliest": self.earliest, "latest": self.latest}
+        return out
 
 
 @dataclass(frozen=True)
 class SubQuery:
-    """One search of the plan: text, the source values it is restricted to, and a date window."""
+    """One search of a plan: its text, the metadata values it is narrowed to, and a date window."""
 
     text: str
-    sources: tuple[str, ...] = ()
-    published_after: str | None = None  # ISO date, inclusive
-    published_before: str | None = None  # ISO date, exclusive
+    narrow: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (metadata key, any of these values)
+    date_after: str | None = None  # ISO date, inclusive
+    date_before: str | None = None  # ISO date, exclusive
+
+    def filters(self) -> dict | None:
+        """The search tool's narrowing arguments, None when the sub-query is not narrowed."""
+        out: dict = {}
+        if self.narrow:
+            out["metadata"] = {key: list(values) for key, values in self.narrow}
+        if self.date_after:
+            out["date_after"] = self.date_after
+        if self.date_before:
+            out["date_before"] = self.date_before
+        return out or None
 
 
-def source_aliases(sources: Iterable[str]) -> dict[str, tuple[str, ...]]:
-    """Name a question may use -> the stored source values it denotes.
+class Planner(Protocol):
+    def plan(self, question: str, facets: Facets) -> list[SubQuery]:
+        """Sub-queries that together cover every part of `question`, narrowed where it names facet values."""
+        ...
 
-    "The Roar | Sports Writers Blog" is also "The Roar"; "FOX News - Health" and "FOX News -
-    Lifestyle" are both "FOX News" (so one alias may denote several values).
-    """
+
+@dataclass(frozen=True)
+class Mention:
+    """A facet value named in a text: its span, its metadata key and the stored values it denotes."""
+
+    start: int
+    end: int
+    key: str
+    values: tuple[str, ...]
+
+
+def value_aliases(values: Iterable[str]) -> dict[str, tuple[str, ...]]:
+    """Name a text may use -> the stored values it denotes: a value, and its head before a separator
+    ("Acme | Claims desk" is also "Acme"; "Acme - East" and "Acme - West" are both "Acme")."""
     aliases: dict[str, set[str]] = {}
-    for source in sources:
-        names = {source}
+    for value in values:
+        names = {value}
         for sep in _SEPARATORS:
-            if sep in source:
-                names.add(source.split(sep, 1)[0])
+            if sep in value:
+                names.add(value.split(sep, 1)[0])
         for name in names:
             if len(name.strip()) >= 3:
-                aliases.setdefault(name.strip(), set()).add(source)
-    return {name: tuple(sorted(values)) for name, values in aliases.items()}
+                aliases.setdefault(name.strip(), set()).add(value)
+    return {name: tuple(sorted(v)) for name, v in aliases.items()}
 
 
-def find_sources(question: str, aliases: dict[str, tuple[str, ...]]) -> list[tuple[int, int, tuple[str, ...]]]:
-    """Publisher mentions as (start, end, source values), in question order, longest alias first.
+def find_mentions(text: str, facets: Facets) -> list[Mention]:
+    """Facet values named in `text`, in text order, longest name first when two overlap.
 
-    Matching ignores case but the mention must start with a capital letter: "The Age" is a
-    publisher, "the age of" is not.
-    """
-    found: list[tuple[int, int, tuple[str, ...]]] = []
+    Matching ignores case but a mention must start with a capital letter ("The Age" names a value,
+    "the age of" does not); a value stored in lowercase is not named by a sentence's first word
+    ("Travel costs..." does not narrow to a category "travel")."""
+    names: list[tuple[str, str, tuple[str, ...]]] = []
+    for key, values in facets.enumerations.items():
+        names += [(name, key, vals) for name, vals in value_aliases(values).items()]
+    found: list[Mention] = []
     taken: list[tuple[int, int]] = []
-    for name in sorted(aliases, key=len, reverse=True):
-        for m in re.finditer(rf"(?<![\w]){re.escape(name)}(?![\w])", question, re.I):
+    for name, key, vals in sorted(names, key=lambda n: -len(n[0])):
+        for m in re.finditer(rf"(?<![\w]){re.escape(name)}(?![\w])", text, re.I):
             if not m.group(0)[0].isupper() or any(s < m.end() and m.start() < e for s, e in taken):
                 continue
+            if name[0].islower() and _SENTENCE_START.search(text[: m.start()]):
+                continue  # a lowercase value ("travel") capitalised only because a sentence starts with it
             taken.append((m.start(), m.end()))
-            found.append((m.start(), m.end(), aliases[name]))
-    return sorted(found)
+            found.append(Mention(m.start(), m.end(), key, vals))
+    return sorted(found, key=lambda m: m.start)
 
 
-def _iso(month: str, day: str, year: str) -> dt.date:
+def _day(match: str) -> dt.date:
+    if m := _ISO_DAY.search(match):
+        return dt.date(int(m.group(1)), int(m.group(2)), int(m.group(3)))
+    month, day, year = _NAMED_DAY.search(match).groups()
     return dt.datetime.strptime(f"{month} {day} {year}", "%B %d %Y").date()
 
 
 def date_window(clause: str) -> tuple[str | None, str | None]:
-    """[after, before) from the first date named in a clause: "on D" is that day, "after D" from the next day."""
-    m = _DATE.search(clause)
-    if not m:
-        return None, None
-    day = _iso(*_DATE_PARTS.search(m.group(0)).groups())
-    word = (m.group(1) or "on").lower()
-    if word in ("after", "since"):
-        return (day + dt.timedelta(days=1)).isoformat(), None
-    if word in ("before", "prior to", "by"):
-        return None, day.isoformat()
-    return day.isoformat(), (day + dt.timedelta(days=1)).isoformat()
+    """[after, before) from the first date named in a clause: "on D" is that day, "after D" from the
+    next day, "before D" up to it."""
+    for m in _DATE.finditer(clause):
+        try:
+            day = _day(m.group(0))
+        except ValueError:  # "2023-02-31"
+            continue
+        word = (m.group(1) or "on").lower()
+        if word in ("after", "since", "from"):
+            return (day + dt.timedelta(days=1) if word == "after" else day).isoformat(), None
+        if word in ("before", "prior to", "by", "until"):
+            return None, day.isoformat()
+        return day.isoformat(), (day + dt.timedelta(days=1)).isoformat()
+    return None, None
 
 
 def dated_pieces(text: str) -> list[str]:
-    """`text` cut after each date it names (the words before a date describe what was published
-    then); the text whole when it names fewer than two."""
+    """`text` cut after each date it names; the text whole when it names fewer than two."""
     ends = [m.end() for m in _DATE.finditer(text)]
     if len(ends) < 2:
         return [text]
@@ -98,34 +180,70 @@ def dated_pieces(text: str) -> list[str]:
     return [text[s:e] for s, e in zip(starts, ends, strict=True)]
 
 
-def plan(question: str, sources: Sequence[str], *, use_dates: bool = True) -> list[SubQuery]:
-    """Sub-queries for a question: one per named publisher (its clause plus the whole question's
-    terms), or the question alone when it names none. A publisher named with several dates ("its
-    article on October 19 ... and the one on December 3") gets one sub-query per date."""
-    aliases = source_aliases(sources)
-    mentions = find_sources(question, aliases)
-    if not mentions:
-        return [SubQuery(question)]
-    subs: list[SubQuery] = []
-    seen: set[tuple] = set()
-    for i, (_start, end, values) in enumerate(mentions):
-        clause_start = mentions[i - 1][1] if i else 0
-        clause_end = mentions[i + 1][0] if i + 1 < len(mentions) else len(question)
-        clause = question[clause_start:clause_end]
-        pieces = dated_pieces(question[end:clause_end]) if use_dates else [question[end:clause_end]]
-        for piece in pieces:
-            after, before = date_window(piece) if use_dates else (None, None)
-            if len(pieces) > 1 or len(mentions) > 1:
-                # Its own words first, then the question's without the other publishers and dates
-                # (they describe other articles; this search is filtered to one publisher).
-                text = f"{piece if len(pieces) > 1 else clause} {without_facets(question, sources)}"
-            else:
-                text = question
-            key = (values, after, before, clause if len(pieces) == 1 else piece)
-            if key not in seen:
-                seen.add(key)
-                subs.append(SubQuery(text=text, sources=values, published_after=after, published_before=before))
-    return subs
+def without_facets(text: str, values: Iterable[str] = ()) -> str:
+    """`text` without the facet values and dates it names: filters on metadata match those, not the
+    words of a chunk."""
+    facets = Facets({"": {v: 1 for v in values}})
+    spans = [(m.start, m.end) for m in find_mentions(text, facets)] + [m.span() for m in _DATE.finditer(text)]
+    out, last = [], 0
+    for s, e in sorted(spans):
+        if s >= last:
+            out.append(text[last:s])
+            last = e
+    out.append(text[last:])
+    return " ".join("".join(out).split())
+
+
+class GeneralPlanner:
+    """The default planner (see the module docstring). Per facet value the question names: one
+    sub-query with the clause that value governs (and the date named there), then one per fact the
+    question describes, narrowed to the values it names; with none named, one sub-query per part."""
+
+    def plan(self, question: str, facets: Facets) -> list[SubQuery]:
+        mentions = find_mentions(question, facets)
+        if not mentions:
+            parts = split_question(question)
+            return [SubQuery(p) for p in parts] if len(parts) > 1 else [SubQuery(question)]
+        subs = self.mention_queries(question, mentions, facets)
+        subs += clause_facts(question, mentions, facets)[:MAX_FACT_QUERIES]
+        narrow = _merged_narrowing(mentions)
+        segments = fact_segments(question, facets.values())
+        if len(segments) > 1:
+            subs += [SubQuery(seg, narrow) for seg in segments[:MAX_FACT_QUERIES]]
+        return _unique(subs)
+
+    @staticmethod
+    def mention_queries(question: str, mentions: list[Mention], facets: Facets) -> list[SubQuery]:
+        """One sub-query per mention (per date, when one value is named with several), narrowed to it."""
+        subs: list[SubQuery] = []
+        for i, mention in enumerate(mentions):
+            clause_start = mentions[i - 1].end if i else 0
+            clause_end = mentions[i + 1].start if i + 1 < len(mentions) else len(question)
+            clause = question[clause_start:clause_end]
+            pieces = dated_pieces(question[mention.end:clause_end]) if facets.dated else [question[mention.end:clause_end]]
+            for piece in pieces:
+                after, before = date_window(piece) if facets.dated else (None, None)
+                if len(pieces) > 1 or len(mentions) > 1:
+                    # Its own words first, then the question's without the other values and dates
+                    # (they describe other documents; this search is narrowed to one value).
+                    text = f"{piece if len(pieces) > 1 else clause} {without_facets(question, facets.values())}"
+                else:
+                    text = question
+                subs.append(SubQuery(text, ((mention.key, mention.values),), after, before))
+        return subs
+
+
+def _merged_narrowing(mentions: list[Mention]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """Every value named, under the key named most (two keys at once would require both)."""
+    by_key: dict[str, set[str]] = {}
+    for m in mentions:
+        by_key.setdefault(m.key, set()).update(m.values)
+    key = max(by_key, key=lambda k: sum(1 for m in mentions if m.key == k))
+    return ((key, tuple(sorted(by_key[key]))),)
+
+
+def _unique(subs: list[SubQuery]) -> list[SubQuery]:
+    return list(dict.fromkeys(subs))
 
 
 T = TypeVar("T")
@@ -146,44 +264,36 @@ def interleave(ranked_lists: Sequence[Sequence[T]], *, k: int, key: Callable[[T]
     return out
 
 
-_NAME = re.compile(r"(?<![\w'’])([A-Z][A-Za-z0-9]*(?:['’][a-z]+)?)")
-_SENTENCE_START = re.compile(r"(?:^|[.?!:;\"“(]\s*)$")
-_NOT_NAMES = frozenset(_MONTHS.lower().split("|")) | frozenset(
-    "i i'm i've monday tuesday wednesday thursday friday saturday sunday".split())
-
-
-def without_facets(text: str, sources: Iterable[str] = ()) -> str:
-    """`text` without the publishers (of `sources`) and the dates it names: those are matched by
-    filters on metadata, not by the words of a chunk."""
-    spans = [(s, e) for s, e, _ in find_sources(text, source_aliases(sources))] + [m.span() for m in _DATE.finditer(text)]
-    out, last = [], 0
-    for s, e in sorted(spans):
-        if s >= last:
-            out.append(text[last:s])
-            last = e
-    out.append(text[last:])
-    return " ".join("".join(out).split())
+def fuse(ranked_lists: Sequence[Sequence[T]], *, rrf_k: float, key: Callable[[T], object]) -> list[T]:
+    """Reciprocal-rank fusion (ranks counted from 0), best first, without duplicates: an item several
+    lists rank comes before one only a single list ranks as high; ties keep first-seen order."""
+    scores: dict[object, float] = {}
+    first: dict[object, T] = {}
+    for ranked in ranked_lists:
+        for rank, item in enumerate(ranked):
+            k = key(item)
+            scores[k] = scores.get(k, 0.0) + 1.0 / (rrf_k + rank)
+            first.setdefault(k, item)
+    order = sorted(scores, key=lambda k: -scores[k])
+    return [first[k] for k in order]
 
 
 _SEGMENT_SPLIT = re.compile(r"[,;]|\b(?:and|while|but|despite|whereas|although|whilst)\b", re.I)
 # Words that frame a question about documents rather than describe a fact in them.
-_FRAME_WORDS = ("article articles report reports reported reporting story stories piece pieces discussed discussing "
-                "mentioned featured covered covering published recently respectively individual company person "
-                "platform organization entity suggest suggests suggested indicate indicates")
+_FRAME_WORDS = ("article articles report reports reported reporting story stories piece pieces document documents "
+                "discussed discussing mentioned featured covered covering published recently respectively individual "
+                "company person platform organization entity suggest suggests suggested indicate indicates")
 
 
-def fact_segments(question: str, sources: Iterable[str] = (), *, min_terms: int = 3) -> list[str]:
-    """The question's descriptive segments: cut at commas, semicolons and conjunctions, a piece
-    with fewer than `min_terms` content words joined to the next, without the publishers and dates
-    it names and not counting words that only frame it ("reported", "article"). A multi-hop question
-    describes each fact it needs in one such segment ("threw four touchdowns against the Cowboys,
-    ... struggles when under pressure"), which a search of the whole question ranks low."""
-    from agents.text import stem, terms
-
+def fact_segments(question: str, values: Iterable[str] = (), *, min_terms: int = FACT_MIN_TERMS) -> list[str]:
+    """The question's descriptive segments: cut at commas, semicolons and conjunctions, a piece with
+    fewer than `min_terms` content words joined to the next, without the facet values and dates it
+    names and not counting words that only frame it ("reported", "document"). A multi-hop question
+    describes each fact it needs in one such segment, which a search of the whole question ranks low."""
     frame = {stem(w) for w in _FRAME_WORDS.split()}
     out: list[str] = []
     carry = ""
-    for piece in _SEGMENT_SPLIT.split(without_facets(question, sources)):
+    for piece in _SEGMENT_SPLIT.split(without_facets(question, values)):
         piece = f"{carry} {piece}".strip(" ?.!'\"") if carry else piece.strip(" ?.!'\"")
         if len(terms(piece) - frame) < min_terms:
             carry = piece
@@ -195,28 +305,36 @@ def fact_segments(question: str, sources: Iterable[str] = (), *, min_terms: int 
     return out
 
 
-def fuse(ranked_lists: Sequence[Sequence[T]], *, rrf_k: float, key: Callable[[T], object]) -> list[T]:
-    """Reciprocal-rank fusion, best first, without duplicates: an item several lists rank (a
-    publisher's own search and the search of the fact it states) comes before one only a single
-    list ranks as high."""
-    scores: dict[object, float] = {}
-    first: dict[object, T] = {}
-    for ranked in ranked_lists:
-        for rank, item in enumerate(ranked):
-            k = key(item)
-            scores[k] = scores.get(k, 0.0) + 1.0 / (rrf_k + rank)
-            first.setdefault(k, item)
-    order = sorted(scores, key=lambda k: -scores[k])  # stable: ties keep first-seen order
-    return [first[k] for k in order]
+def clause_facts(question: str, mentions: list[Mention], facets: Facets) -> list[SubQuery]:
+    """The descriptive segments of each mention's clause (from it to the next), narrowed to it and
+    dated like it; none unless at least two values are named and each clause describes something.
+    "The Polygon review of November 9 about X, and the Engadget one about Y" asks for X in the first."""
+    if len(mentions) < 2:
+        return []
+    out: list[SubQuery] = []
+    for i, mention in enumerate(mentions):
+        clause = question[mention.end: mentions[i + 1].start if i + 1 < len(mentions) else len(question)]
+        if i == 0:
+            clause = f"{question[:mention.start]} {clause}"
+        after, before = date_window(clause) if facets.dated else (None, None)
+        segments = fact_segments(clause, facets.values())
+        if not segments:
+            return []
+        out += [SubQuery(seg, ((mention.key, mention.values),), after, before) for seg in segments]
+    return out
 
 
-def named_terms(question: str, sources: Iterable[str] = ()) -> list[str]:
+_NAME = re.compile(r"(?<![\w'’])([A-Z][\w]*(?:['’][a-z]+)?)")
+_SENTENCE_START = re.compile(r"(?:^|[.?!:;\"“(]\s*)$")
+_NOT_NAMES = frozenset(_MONTHS.lower().split("|")) | frozenset(
+    "i i'm i've monday tuesday wednesday thursday friday saturday sunday".split())
+
+
+def named_terms(question: str, values: Iterable[str] = ()) -> list[str]:
     """Capitalised words inside the question's sentences (names: "Sygic", "Wozniak", "OpenAI"),
-    lowercased, without possessives, publisher mentions or month and day names.
-
-    A question about a name that no retrieved text mentions is not answerable from that text,
-    however well its other words match: the offline provider's sufficiency check uses this."""
-    spans = [(s, e) for s, e, _ in find_sources(question, source_aliases(sources))]
+    lowercased, without possessives, facet values or month and day names; a sentence's first word
+    is never counted (it is capitalised because it comes first)."""
+    spans = [(m.start, m.end) for m in find_mentions(question, Facets({"": {v: 1 for v in values}}))]
     out: dict[str, None] = {}
     for m in _NAME.finditer(question):
         if _SENTENCE_START.search(question[: m.start()]) or any(s <= m.start() < e for s, e in spans):
@@ -225,24 +343,3 @@ def named_terms(question: str, sources: Iterable[str] = ()) -> list[str]:
         if len(word) > 1 and word not in _NOT_NAMES:
             out.setdefault(word, None)
     return list(out)
-
-
-def clause_segments(question: str, sources: Sequence[str], *, min_terms: int = 3) -> list[SubQuery]:
-    """The question's descriptive segments (`fact_segments`), each with the publisher whose clause
-    holds it (from its mention to the next) and the date named there; none unless the question names
-    at least two publishers and each clause describes something. "The Polygon report on November 9
-    about X, and the Engadget review of Y" asks for X in Polygon's article of that day."""
-    mentions = find_sources(question, source_aliases(sources))
-    if len(mentions) < 2:
-        return []
-    out: list[SubQuery] = []
-    for i, (start, end, values) in enumerate(mentions):
-        clause = question[end: mentions[i + 1][0] if i + 1 < len(mentions) else len(question)]
-        if i == 0:
-            clause = f"{question[:start]} {clause}"
-        after, before = date_window(clause)
-        segments = fact_segments(clause, sources, min_terms=min_terms)
-        if not segments:
-            return []
-        out += [SubQuery(seg, values, after, before) for seg in segments]
-    return out

@@ -26,8 +26,7 @@ from agents.models import Citation, Outcome, Run, RunStep
 from agents.prompts import PROMPT_VERSION
 from agents.providers import Provider, get_provider
 from agents.providers.capabilities import known_capabilities
-from agents.providers.offline import SeenChunk, uncovered_parts
-from agents.text import split_question
+from agents.sufficiency import SeenChunk, open_parts
 from agents.tools import ToolDeps
 from tenants.scope import Scope, activate
 
@@ -93,7 +92,7 @@ def record_run(*, scope: Scope, state: RunState, result: LoopResult | None, erro
         if budgets.strict_citations and outcome in (Outcome.UNVERIFIED, Outcome.TRUNCATED):
             answer, outcome = WITHHELD, Outcome.WITHHELD
     seen = [SeenChunk(c.chunk_id, c.text, c.score, bool(c.flags)) for c in state.retrieved.values()]
-    missing = uncovered_parts(split_question(state.question), seen) if outcome != Outcome.FAILED else []
+    missing = open_parts(state.question, seen) if outcome != Outcome.FAILED else []
     with activate(scope):
         lock_chain(scope.tenant_id)
         last = Run.objects.for_scope(scope).order_by("-seq").values_list("seq", "hash").first()

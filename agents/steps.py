@@ -30,6 +30,7 @@ from agents.messages import (
     ToolResultMessage,
     UserMessage,
 )
+from agents.planning import Facets, GeneralPlanner, Planner
 from agents.prompts import system_prompt, truncated_note
 from agents.providers import Provider
 from agents.tools import TOOL_SPECS, ToolDeps, ToolOutcome, run_tool
@@ -86,6 +87,7 @@ class RunState:
     tools_ok: bool = True  # False when the provider's capability probe found it ignores tool declarations
     fallback: str = ""  # why the strategy fell back to answering from code-retrieved evidence
     model_cache: dict[str, ModelTurn] = field(default_factory=dict)  # call_key -> reply: an identical call is not made twice
+    planner: Planner = field(default_factory=GeneralPlanner)  # the question planner of the pipeline (agents.planning)
 
     @property
     def retrieved(self) -> dict[int, RetrievedChunk]:
@@ -132,26 +134,27 @@ class RunState:
 
 
 def call_model(state: RunState, task: Task, messages: list[Message], *, tools_enabled: bool,
-               context: tuple[ContextChunk, ...] = ()) -> ModelTurn:
+               context: tuple[ContextChunk, ...] = (), facets: Facets | None = None) -> ModelTurn:
     """One model call, traced. A reply the output cap cut off (finish_reason "length") is retried once
     with a note asking for a shorter reply; if that is cut off too, the turn is returned marked
     (`turn.truncated`, its text in state.truncated, its step's error says so) and never counts as complete."""
-    turn = _call_once(state, task, messages, tools_enabled=tools_enabled, context=context)
+    turn = _call_once(state, task, messages, tools_enabled=tools_enabled, context=context, facets=facets)
     if not turn.truncated:
         return turn
     retry = [*messages, UserMessage(truncated_note(state.output_cap()))]
-    turn = _call_once(state, task, retry, tools_enabled=tools_enabled, context=context, retry_of_truncated=True)
+    turn = _call_once(state, task, retry, tools_enabled=tools_enabled, context=context, facets=facets, retry_of_truncated=True)
     if turn.truncated:
         state.truncated.add(turn.text)
     return turn
 
 
 def _call_once(state: RunState, task: Task, messages: list[Message], *, tools_enabled: bool,
-               context: tuple[ContextChunk, ...] = (), retry_of_truncated: bool = False) -> ModelTurn:
+               context: tuple[ContextChunk, ...] = (), facets: Facets | None = None, retry_of_truncated: bool = False) -> ModelTurn:
     conversational = task in ("agent", "repair")  # continues the tool conversation, so tools stay declared
     request = ModelRequest(task=task, system=system_prompt(with_tools=tools_enabled and task == "agent"),
                            messages=tuple(messages), tools=TOOL_SPECS if conversational else (), tools_enabled=tools_enabled,
                            question=state.question, context=context, deadline=state.deadline,
+                           facets=facets.summary() if facets is not None else None,
                            max_output_tokens=state.output_cap())
     started = time.perf_counter()
     step = StepRecord(ordinal=len(state.steps), kind="model_call", name=task,

@@ -19,7 +19,7 @@ from typing import Any
 from agents.budgets import Budgets
 from agents.citations import RetrievedChunk, grounding_report
 from agents.messages import ToolCall, ToolSpec
-from agents.planning import without_facets
+from agents.planning import Facets, without_facets
 from agents.prompts import DATA_NOTICE, chunk_block
 from agents.selectors import chunks_around, corpus_overview, document_section, metadata_facets
 from kb import retrieval
@@ -38,7 +38,7 @@ class ToolDeps:
     budgets: Budgets
     retrieved: dict[int, RetrievedChunk] = field(default_factory=dict)  # every chunk shown to the model in this run
     search_cache: dict[str, ToolOutcome] = field(default_factory=dict)
-    facet_sources: tuple[str, ...] = ()  # the `source` values the facets tool showed in this run
+    facet_values: tuple[str, ...] = ()  # the enumeration values the facets tool showed in this run
 
 
 @dataclass(frozen=True)
@@ -173,15 +173,15 @@ def _row_to_chunk(row: dict) -> RetrievedChunk:
 
 def search(deps: ToolDeps, *, query: str, k: int = 5, mode: str = "hybrid", corpus_ids: list[int] | None = None,
            document_ids: list[int] | None = None, department_ids: list[int] | None = None, metadata: dict | None = None,
-           published_after: str | None = None, published_before: str | None = None) -> ToolOutcome:
+           date_after: str | None = None, date_before: str | None = None) -> ToolOutcome:
     """Search the knowledge base the caller can see; filters only narrow it. Nearest first."""
-    for name, value in (("published_after", published_after), ("published_before", published_before)):
+    for name, value in (("date_after", date_after), ("date_before", date_before)):
         if value and not _ISO_DATE.match(value):
             raise ToolArgumentError(f"'{name}' must be an ISO date like 2025-01-31, got {value!r}")
     clamped = min(max(int(k), 1), deps.budgets.max_k)
     key = json.dumps({"q": " ".join(query.casefold().split()), "k": clamped, "mode": mode, "c": sorted(corpus_ids or []),
                       "d": sorted(document_ids or []), "dep": sorted(department_ids) if department_ids is not None else None,
-                      "m": metadata, "a": published_after, "b": published_before}, sort_keys=True, default=str)
+                      "m": metadata, "a": date_after, "b": date_before}, sort_keys=True, default=str)
     if key in deps.search_cache:
         cached = deps.search_cache[key]
         return dataclasses.replace(cached, cached=True, content={**cached.content, "note": "identical search already run in "
@@ -190,11 +190,11 @@ def search(deps: ToolDeps, *, query: str, k: int = 5, mode: str = "hybrid", corp
     filters = retrieval.SearchFilters(
         corpus_ids=tuple(corpus_ids) if corpus_ids else None, document_ids=tuple(document_ids) if document_ids else None,
         department_ids=tuple(department_ids) if department_ids is not None else None, metadata=metadata or None,
-        date_after=published_after or None, date_before=published_before or None)
+        date_after=date_after or None, date_before=date_before or None)
     # Not inside activate(): search() sets the RLS tenant on every statement itself, and outside a
     # transaction it may run its two hybrid rankings at once on two connections (kb.retrieval.side_connections).
     result = retrieval.search(scope, query, k=clamped, mode=mode, filters=filters, rerank=True,  # type: ignore[arg-type]
-                              rerank_query=_sentence_query(deps, query, metadata, published_after, published_before))
+                              rerank_query=_sentence_query(deps, query, metadata, date_after, date_before))
     extra: dict = {"query": query}
     if clamped != k:
         extra["note_k"] = f"k clamped to {clamped}"
@@ -207,15 +207,13 @@ def search(deps: ToolDeps, *, query: str, k: int = 5, mode: str = "hybrid", corp
 
 
 def _sentence_query(deps: ToolDeps, query: str, metadata: dict | None, after: str | None, before: str | None) -> str:
-    """What the sentence re-rank scores against: for a search narrowed by source or date, the query
-    without the publishers and dates it names. The filter already matched those; left in, they pull
-    every candidate's sentences alike and blur the ranking (measured in docs/evaluation.md)."""
-    filtered = metadata and metadata.get("source")
-    if not (filtered or after or before):
+    """What the sentence re-rank scores against: for a search narrowed by metadata values or a date,
+    the query without the facet values and dates it names. The filter already matched those; left
+    in, they pull every candidate's sentences alike and blur the ranking (docs/evaluation.md)."""
+    if not (metadata or after or before):
         return query
-    named = metadata.get("source") if metadata else None
-    own = [named] if isinstance(named, str) else [v for v in (named or []) if isinstance(v, str)]
-    return without_facets(query, [*deps.facet_sources, *own]) or query
+    own = [v for value in (metadata or {}).values() for v in (value if isinstance(value, list) else [value]) if isinstance(v, str)]
+    return without_facets(query, [*deps.facet_values, *own]) or query
 
 
 def read(deps: ToolDeps, *, chunk_id: int | None = None, neighbours: int = 1, document_id: int | None = None,
@@ -244,10 +242,10 @@ def list_corpora(deps: ToolDeps) -> ToolOutcome:
 
 
 def facets(deps: ToolDeps, *, corpus_ids: list[int] | None = None) -> ToolOutcome:
-    """Metadata values present in what the caller can see: sources, categories, published date range."""
+    """What the caller's documents can be narrowed by: enumeration values per metadata key, and their date range."""
     with activate(deps.scope):
         values = metadata_facets(deps.scope, corpus_ids)
-    deps.facet_sources = tuple(dict.fromkeys([*deps.facet_sources, *values.get("sources", {})]))
+    deps.facet_values = tuple(dict.fromkeys([*deps.facet_values, *Facets.from_tool(values).values()]))
     return ToolOutcome(content=values)
 
 
@@ -274,8 +272,9 @@ TOOLS: dict[str, Tool] = {t.spec.name: t for t in (
                           "department_ids": {**_ID_LIST, "description": "Only documents of these departments."},
                           "metadata": {"type": "object", "description": "Exact metadata matches, e.g. {\"category\": \"travel\"}; "
                                        "a list means any of, e.g. {\"source\": [\"A\", \"B\"]}."},
-                          "published_after": {"type": "string", "description": "ISO date; only documents published on/after it."},
-                          "published_before": {"type": "string", "description": "ISO date; only documents published before it."},
+                          "date_after": {"type": "string", "description": "ISO date; only documents dated on/after it "
+                                                                           "(their corpus's date, e.g. effective date)."},
+                          "date_before": {"type": "string", "description": "ISO date; only documents dated before it."},
                       }}), search),
     Tool(ToolSpec("read", "Read a chunk with its neighbouring chunks, or a section of a document by heading text.", {
         "type": "object", "properties": {
@@ -286,7 +285,8 @@ TOOLS: dict[str, Tool] = {t.spec.name: t for t in (
         }}), read),
     Tool(ToolSpec("list_corpora", "List the document collections you can search, with ids.",
                   {"type": "object", "properties": {}}), list_corpora),
-    Tool(ToolSpec("facets", "Which sources, categories and publication dates exist in the documents you can see.", {
+    Tool(ToolSpec("facets", "Which metadata values (per key) and which date range the documents you can see have: "
+                            "what the search tool's metadata and date filters can narrow by.", {
         "type": "object", "properties": {"corpus_ids": {**_ID_LIST, "description": "Only these corpora."}}}), facets),
     Tool(ToolSpec("check_grounding", "Check a draft answer's [c:<id>] citations and quotes against what you retrieved.", {
         "type": "object", "required": ["draft"], "properties": {"draft": {"type": "string", "description": "The draft answer."}}}),

@@ -243,33 +243,35 @@ def run_agent(ev: EvalCorpus, q: Question, strategy: str, provider: str | None, 
         error=run.error[:500], extra={"strategy_used": run.strategy}, **judge_text(ev, q, run.answer, run.outcome))
 
 
-def facet_sources(ev: EvalCorpus) -> list[str]:
-    """The source values the agent's `facets` tool shows for this scope."""
+def facet_sources(ev: EvalCorpus) -> planning.Facets:
+    """The facets the agent's `facets` tool shows for this scope (every value, not the tool's first 50)."""
     from agents.selectors import metadata_facets
 
     with activate(ev.scope):
-        return list(metadata_facets(ev.scope, max_values=10_000).get("sources", {}))
+        return planning.Facets.from_tool(metadata_facets(ev.scope, max_values=10_000))
 
 
-def facet_search(scope: Scope, question: str, sources: list[str], mode: str, *, k: int = K_CONTEXT) -> tuple[list[int], int]:
-    """The facet plan alone, without the agent loop: (chunk ids best first, number of searches made)."""
+def facet_search(scope: Scope, question: str, facets: planning.Facets, mode: str, *, k: int = K_CONTEXT) -> tuple[list[int], int]:
+    """The planner's narrowed searches alone, without the agent loop: (chunk ids best first, searches made)."""
     from kb.retrieval import SearchFilters, search
 
     lists: list[list[int]] = []
     calls = 0
-    for sub in planning.plan(question, sources):
-        meta = {"source": list(sub.sources)} if sub.sources else None
-        dated = SearchFilters(metadata=meta, published_after=sub.published_after, published_before=sub.published_before)
+    found = planning.find_mentions(question, facets)
+    subs = planning.GeneralPlanner.mention_queries(question, found, facets) if found else [planning.SubQuery(question)]
+    for sub in subs:
+        meta = dict((key, list(values)) for key, values in sub.narrow) or None
+        dated = SearchFilters(metadata=meta, date_after=sub.date_after, date_before=sub.date_before)
         hits = search(scope, sub.text, k=k, mode=mode, filters=dated).hits
         calls += 1
-        if not hits and (sub.published_after or sub.published_before):  # a date off by a time zone: drop it
+        if not hits and (sub.date_after or sub.date_before):  # a date off by a time zone: drop it
             hits = search(scope, sub.text, k=k, mode=mode, filters=SearchFilters(metadata=meta)).hits
             calls += 1
         lists.append([h.chunk_id for h in hits])
     return planning.interleave(lists, k=k, key=lambda c: c), calls
 
 
-def run_retrieval(ev: EvalCorpus, q: Question, strategy: str, sources: list[str]) -> QuestionResult:
+def run_retrieval(ev: EvalCorpus, q: Question, strategy: str, sources: planning.Facets) -> QuestionResult:
     from kb.retrieval import search
 
     kind, _, mode = strategy.partition(":")
@@ -285,7 +287,7 @@ def run_retrieval(ev: EvalCorpus, q: Question, strategy: str, sources: list[str]
 
 
 def run_one(ev: EvalCorpus, q: Question, strategy: str, *, provider: str | None, generates_text: bool,
-            sources: list[str]) -> QuestionResult:
+            sources: planning.Facets) -> QuestionResult:
     """One question through one strategy; an exception becomes a failed result, not a crashed run."""
     try:
         if strategy in AGENT_STRATEGIES:

@@ -1,14 +1,14 @@
 """The offline provider: deterministic, local, no model. Drives the same loop through the same tools.
 
-It first asks the `facets` tool which sources and dates the caller's documents have. A question
-that names some of those sources ("the TechCrunch report on October 31, 2023 ... and the Fortune
-article ...") is planned into one search per named source, filtered to it and to the date named
-next to it (agents.planning); otherwise it splits the question into parts (clauses, comparisons)
-and searches for each. It judges sufficiency by term overlap between every part and the
-retrieved text, and by whether every name the question uses occurs in it; searches again for
-what is missing; and composes an extractive answer: the best sentences of the retrieved chunks,
-each quoted with its citation. Parts nothing covers are named; if nothing is covered, or a name
-the question asks about occurs in nothing retrieved, the answer is NOT_ENOUGH_EVIDENCE. Chunks
+As the agent it first asks the `facets` tool what the caller's documents can be narrowed by, then
+searches the planner's sub-queries (agents.planning: narrowed where the question names facet values
+or dates, one per part otherwise) and the whole question, each as deep as a classic search. As the
+judge (and between its own rounds) it reads the evidence per part (agents.sufficiency): a part is
+answered when one retrieved sentence answers it; for a part that is not, it searches the names the
+best-matching sentences give for what the question only describes (the hop), and the part's own
+words. Its answer is extractive: per part, the sentences that answer it, each quoted with its
+citation, and for a part answered through a name the evidence gave, the sentence about that name;
+parts nothing answers are named, and a question nothing answers is NOT_ENOUGH_EVIDENCE. Chunks
 flagged at ingest as containing instructions to a model are never quoted, nor is any sentence
 that reads like one.
 """
@@ -16,35 +16,21 @@ that reads like one.
 from __future__ import annotations
 
 import json
-import math
 import re
-from dataclasses import dataclass
 
 from agents.citations import NOT_ENOUGH_EVIDENCE
 from agents.messages import AssistantMessage, ModelRequest, ModelTurn, ToolCall, ToolResultMessage, Usage
-from agents.planning import clause_segments, fact_segments, find_sources, named_terms, plan, source_aliases, without_facets
-from agents.prompts import FACETS_LABEL
-from agents.text import coverage, key_words, looks_like_instructions, question_context, sentences, split_question, terms
+from agents.planning import Facets, GeneralPlanner, without_facets
+from agents.sufficiency import ANSWERABLE, SeenChunk, bridge_names, hop_queries, parts_support, support
+from agents.text import key_words, looks_like_instructions, question_context, sentences, split_question, stem, terms
 
-PART_COVERED = 0.5  # share of a part's terms one retrieved chunk must contain
-SENTENCE_MIN = 0.25  # share of a part's terms a quoted sentence must contain
-MAX_ROUNDS = 4  # tool rounds: facets, the planned searches, up to two refinements
-CONTEXT_CHUNKS = 10  # what the planned searches share between them
-SEGMENT_MIN_TERMS = 3  # content words a question segment needs to be searched on its own (planning.fact_segments)
-MAX_SEGMENT_QUERIES = 6
-SENTENCES_PER_PART = 3
-NAME_CONTEXT = 0.3  # share of its part's terms a chunk must share to count as mentioning a name the part asks about
-RELATIVE_MIN = 0.6  # a quoted sentence scores at least this share of the part's best sentence
+__all__ = ["OfflineProvider", "SeenChunk", "compose_answer"]
 
-
-@dataclass(frozen=True)
-class SeenChunk:
-    chunk_id: int
-    text: str
-    score: float
-    flagged: bool
-    about: str = ""  # document title and metadata values: what the chunk is about besides its text
-    source: str = ""  # the document's "source" metadata value, if any
+MAX_ROUNDS = 4  # tool rounds: facets, the planned searches, up to two follow-ups
+DEPTH = 10  # every search as deep as a classic one
+MAX_FIRST_SEARCHES = 8
+SENTENCES_PER_PART = 2
+RELATIVE_MIN = 0.8  # a quoted sentence scores at least this share of its part's best sentence
 
 
 _BLOCK = re.compile(r"^<document_data[^>]*>\n?(.*?)\n?</document_data>$", re.S)
@@ -58,7 +44,7 @@ def _unwrap(block: str) -> str:
 
 class OfflineProvider:
     name = "offline"
-    model = "extractive-v1"
+    model = "extractive-v2"
 
     def generate(self, request: ModelRequest) -> ModelTurn:
         handler = {"agent": self._agent, "repair": self._answer, "rewrite": self._rewrite, "judge": self._judge,
@@ -71,161 +57,70 @@ class OfflineProvider:
     # --- tasks ---
 
     def _agent(self, request: ModelRequest) -> tuple[str, list[ToolCall]]:
-        parts = split_question(request.question)
         if not request.tools_enabled:
-            return self._compose(request, parts), []
-        asked = _queries_asked(request)
+            return self._answer(request)
         rounds = sum(1 for m in request.messages if isinstance(m, AssistantMessage) and m.tool_calls)
         if rounds == 0:
             return "", [ToolCall("offline-0-0", "facets", {})]
-        sources = _facet_sources(request)
+        facets = _facets_seen(request)
+        asked = _searches_asked(request)
         if rounds == 1:
-            return "", planned_searches(request.question, parts, sources)
-        chunks = _chunks_from(request)
-        missing = uncovered_parts(parts, chunks, sources)
-        absent = absent_names(request.question, sources, chunks)
-        if (not missing and not absent) or rounds >= MAX_ROUNDS:
-            return self._compose(request, parts), []
-        calls = _retry_undated(request, asked)
-        for part in missing:
-            for query, mode in ((with_context(" ".join(key_words(part)), request.question), "hybrid"), (part, "keyword")):
-                if query and (query.casefold(), mode) not in asked:
-                    calls.append(ToolCall(f"offline-{rounds}-{len(calls)}", "search", {"query": query, "k": 5, "mode": mode}))
-                    break
-        names_query = " ".join(absent)
-        if absent and (names_query.casefold(), "keyword") not in asked:
-            calls.append(ToolCall(f"offline-{rounds}-{len(calls)}", "search", {"query": names_query, "k": 5, "mode": "keyword"}))
-        if not calls:
-            return self._compose(request, parts), []
-        return "", calls
-
-    def _compose(self, request: ModelRequest, parts: list[str]) -> str:
-        chunks = _chunks_from(request)
-        absent = absent_names(request.question, _facet_sources(request), chunks)
-        if absent:
-            listed = ", ".join(f'"{n}"' for n in absent)
-            return f"{NOT_ENOUGH_EVIDENCE}: nothing in the documents you can see mentions {listed}, which the question asks about."
-        return compose_answer(parts, chunks, question_context(request.question), _facet_sources(request))
+            subs = [(sub.text, sub.filters()) for sub in GeneralPlanner().plan(request.question, facets)]
+            wanted = [*subs, (request.question, None)][:MAX_FIRST_SEARCHES]
+        else:
+            chunks = _chunks_from(request)
+            wanted = [(q, None) for q in follow_ups(request.question, chunks, facets)] if rounds < MAX_ROUNDS else []
+        new = {_key(q, f): (q, f) for q, f in wanted}
+        calls = [ToolCall(f"offline-{rounds}-{i}", "search", {"query": q, "k": DEPTH, **(f or {})})
+                 for i, (q, f) in enumerate(v for k, v in new.items() if k not in asked)]
+        return ("", calls) if calls else self._answer(request)
 
     def _rewrite(self, request: ModelRequest) -> tuple[str, list[ToolCall]]:
-        subs = plan(request.question, _prompt_sources(request))
-        if len(subs) > 1 or subs[0].sources:
-            queries: list = [{"query": sub.text, "sources": list(sub.sources),
-                              **{k: v for k, v in (("published_after", sub.published_after),
-                                                   ("published_before", sub.published_before)) if v}} for sub in subs]
-            # One more search per fact the question describes, within the publishers it names.
-            named = sorted({v for sub in subs for v in sub.sources})
-            segments = fact_segments(request.question, _prompt_sources(request), min_terms=SEGMENT_MIN_TERMS)
-            # And per fact within its own publisher's clause, dated like it ("the Polygon report on
-            # November 9 about ..."), when every publisher named has a clause describing something.
-            for sub in clause_segments(request.question, _prompt_sources(request), min_terms=SEGMENT_MIN_TERMS)[:MAX_SEGMENT_QUERIES]:
-                queries.append({"query": sub.text, "sources": list(sub.sources),
-                                **{k: v for k, v in (("published_after", sub.published_after),
-                                                     ("published_before", sub.published_before)) if v}})
-            if named and len(segments) > 1:
-                queries += [{"query": seg, "sources": named} for seg in segments[:MAX_SEGMENT_QUERIES]]
-            return json.dumps({"queries": queries}), []
+        """Parts with the question's context sentences added ("I'm extending a trip to Lisbon. ..."):
+        the planner already searches the parts as they are."""
         parts = split_question(request.question)
-        queries = [with_context(p, request.question) for p in parts[:3]] if len(parts) > 1 else \
-            [" ".join(key_words(request.question)) or request.question]
+        queries = [q for p in parts if (q := with_context(p, request.question)) != p] if len(parts) > 1 else []
         return json.dumps({"queries": queries}), []
 
     def _judge(self, request: ModelRequest) -> tuple[str, list[ToolCall]]:
-        parts = split_question(request.question)
+        facets = Facets.from_tool({"enumerations": (request.facets or {}).get("narrow_by")})
         chunks = _chunks_from(request)
-        missing = uncovered_parts(parts, chunks, _prompt_sources(request))
-        why = "every part of the question is covered by retrieved text" if not missing else \
-            f"no retrieved text covers: {'; '.join(missing)}"
-        queries: list = [with_context(" ".join(key_words(p)), request.question) for p in missing]
-        found = entity_bridge(request.question, chunks, _prompt_sources(request))
-        if found and found.open_facts:
-            why = f"no retrieved text states these facts about {found.names}: {'; '.join(found.open_facts)}"
-            return json.dumps({"sufficient": False, "why": why, "missing": found.queries(found.open_facts)}), []
-        if missing and found:
-            queries = found.queries(found.facts)
-        return json.dumps({"sufficient": not missing, "why": why, "missing": queries}), []
+        supports = parts_support(request.question, chunks, facets.values())
+        open_ = [s for s in supports if not s.supported]
+        why = "every part of the question is answered by a retrieved sentence" if not open_ else \
+            f"no retrieved sentence answers: {'; '.join(s.part for s in open_)}"
+        return json.dumps({"sufficient": not open_, "why": why,
+                           "missing": follow_ups(request.question, chunks, facets) if open_ else []}), []
 
     def _answer(self, request: ModelRequest) -> tuple[str, list[ToolCall]]:
-        return self._compose(request, split_question(request.question)), []
+        facets = _facets_seen(request) if not request.facets else Facets.from_tool({"enumerations": request.facets.get("narrow_by")})
+        return compose_answer(request.question, _chunks_from(request), facets.values()), []
 
 
-def planned_searches(question: str, parts: list[str], sources: list[str]) -> list[ToolCall]:
-    """The first searches: one per source the question names (filtered to it and its date), or one per part."""
-    subs = plan(question, sources)
-    if len(subs) == 1 and not subs[0].sources:
-        return [ToolCall(f"offline-1-{i}", "search", {"query": with_context(p, question), "k": 5}) for i, p in enumerate(parts)]
-    k = min(10, max(5, math.ceil(CONTEXT_CHUNKS / len(subs))))
-    calls = []
-    for sub in subs:
-        arguments: dict = {"query": sub.text, "k": k, "metadata": {"source": list(sub.sources)}}
-        if sub.published_after:
-            arguments["published_after"] = sub.published_after
-        if sub.published_before:
-            arguments["published_before"] = sub.published_before
-        calls.append(ToolCall(f"offline-1-{len(calls)}", "search", arguments))
-    return calls
+def _key(query: str, filters: dict | None) -> str:
+    return json.dumps([" ".join(query.casefold().split()), filters or {}], sort_keys=True)
 
 
-def _retry_undated(request: ModelRequest, asked: set[tuple[str, str]]) -> list[ToolCall]:
-    """A dated, source-filtered search that found nothing, again without the date (a time zone can move a day)."""
-    results = {m.call_id: m.content for m in request.messages if isinstance(m, ToolResultMessage)}
-    calls = []
+def follow_ups(question: str, chunks: list[SeenChunk], facets: Facets) -> list[str]:
+    """What to search next: the names the evidence gives for what an open part only describes (the
+    hop), then each open part's own words with the question's context."""
+    values = facets.values()
+    hops = hop_queries(question, chunks, values)
+    plain = [with_context(" ".join(key_words(without_facets(s.part, values))), question)
+             for s in parts_support(question, chunks, values) if not s.supported]
+    return list(dict.fromkeys(q for q in [*hops, *plain] if q.strip()))
+
+
+def _facets_seen(request: ModelRequest) -> Facets:
     for m in request.messages:
-        if not isinstance(m, AssistantMessage):
-            continue
-        for c in m.tool_calls:
-            a = c.arguments
-            dated = c.name == "search" and ("published_after" in a or "published_before" in a)
-            if dated and not (results.get(c.id) or {}).get("results"):
-                undated = {k: v for k, v in a.items() if k not in ("published_after", "published_before")}
-                if not any(undated == d.arguments for m2 in request.messages if isinstance(m2, AssistantMessage)
-                           for d in m2.tool_calls):
-                    calls.append(ToolCall(f"{c.id}-undated", "search", undated))
-    return calls
+        if isinstance(m, ToolResultMessage) and m.name == "facets" and isinstance(m.content, dict):
+            return Facets.from_tool(m.content)
+    return Facets()
 
 
-def _prompt_sources(request: ModelRequest) -> list[str]:
-    """Source values listed in a rewrite prompt (agents.prompts.rewrite_prompt with facets)."""
-    for m in request.messages:
-        for line in (getattr(m, "text", "") or "").splitlines():
-            if line.startswith(FACETS_LABEL):
-                try:
-                    sources = json.loads(line[len(FACETS_LABEL):]).get("sources")
-                except (ValueError, AttributeError):
-                    return []
-                return [v for v in sources if isinstance(v, str)] if isinstance(sources, list) else []
-    return []
-
-
-def _facet_sources(request: ModelRequest) -> list[str]:
-    for m in request.messages:
-        if isinstance(m, ToolResultMessage) and m.name == "facets" and isinstance(m.content.get("sources"), dict):
-            return list(m.content["sources"])
-    return []
-
-
-def absent_names(question: str, sources: list[str], chunks: list[SeenChunk]) -> list[str]:
-    """Names the question asks about that no relevant retrieved chunk mentions.
-
-    A chunk counts for a name when it also shares at least NAME_CONTEXT of the terms of the question
-    part naming it: "Reuters" quoted in an unrelated article is no evidence about the Reuters report
-    the question asks about. Names in statement sentences ("I'm extending a trip to Lisbon.") are
-    context, not asked about."""
-    sources = known_sources(chunks, sources)
-    context = set(named_terms(question_context(question), sources))
-    names = [n for n in named_terms(question, sources) if n not in context]
-    if not names:
-        return []
-    usable = [(set(re.findall(r"[a-z0-9]+", f"{c.text} {c.about}".lower())), terms(f"{c.text} {c.about}"))
-              for c in chunks if not c.flagged]
-    parts = [(set(re.findall(r"[a-z0-9]+", p.lower())), part_terms(p, sources)) for p in split_question(question)]
-    absent = []
-    for name in names:
-        asking = [pt for words, pt in parts if name in words] or [set()]
-        if not any(name in words and any(coverage(pt, chunk_terms) >= NAME_CONTEXT for pt in asking)
-                   for words, chunk_terms in usable):
-            absent.append(name)
-    return absent
+def _searches_asked(request: ModelRequest) -> set[str]:
+    return {_key(str(c.arguments.get("query", "")), {k: v for k, v in c.arguments.items() if k not in ("query", "k", "mode")})
+            for m in request.messages if isinstance(m, AssistantMessage) for c in m.tool_calls if c.name == "search"}
 
 
 def with_context(query: str, question: str, max_terms: int = 6) -> str:
@@ -235,25 +130,18 @@ def with_context(query: str, question: str, max_terms: int = 6) -> str:
     return " ".join([query, *extra]) if extra else query
 
 
-def _queries_asked(request: ModelRequest) -> set[tuple[str, str]]:
-    return {(str(c.arguments.get("query", "")).casefold(), str(c.arguments.get("mode", "hybrid")))
-            for m in request.messages if isinstance(m, AssistantMessage) for c in m.tool_calls if c.name == "search"}
-
-
 def _chunks_from(request: ModelRequest) -> list[SeenChunk]:
     """Chunks in the code-built context and in every tool result so far, first sighting wins."""
     seen: dict[int, SeenChunk] = {}
     for c in request.context:
-        seen.setdefault(c.chunk_id, SeenChunk(c.chunk_id, c.text, c.score, bool(c.flags), _about(c.title, c.metadata),
-                                              _source(c.metadata)))
+        seen.setdefault(c.chunk_id, SeenChunk(c.chunk_id, c.text, c.score, bool(c.flags), _about(c.title, c.metadata)))
     for m in request.messages:
         if isinstance(m, ToolResultMessage):
             for item in m.content.get("results", []) or []:
                 if isinstance(item, dict) and "chunk_id" in item:
                     seen.setdefault(int(item["chunk_id"]), SeenChunk(
                         int(item["chunk_id"]), _unwrap(str(item.get("text", ""))), float(item.get("score", 0.0)),
-                        bool(item.get("flagged")), _about(str(item.get("document", "")), item.get("metadata")),
-                        _source(item.get("metadata"))))
+                        bool(item.get("flagged")), _about(str(item.get("document", "")), item.get("metadata"))))
     return list(seen.values())
 
 
@@ -262,126 +150,70 @@ def _about(title: str, metadata) -> str:
     return " ".join([title, *values])
 
 
-def _source(metadata) -> str:
-    value = metadata.get("source") if isinstance(metadata, dict) else None
-    return value if isinstance(value, str) else ""
+def _quotable(sentence: str) -> bool:
+    return '"' not in sentence and not looks_like_instructions(sentence)
 
 
-def known_sources(chunks: list[SeenChunk], facet_sources: list[str] = ()) -> list[str]:
-    return list(dict.fromkeys([*facet_sources, *(c.source for c in chunks if c.source)]))
+def _ranked_sentences(part: str, chunks: list[SeenChunk], values: list[str]) -> list[tuple[float, str, int]]:
+    """Every quotable sentence scored as an answer to `part` (agents.sufficiency.support), best first."""
+    out = []
+    for chunk in chunks:
+        if chunk.flagged:
+            continue
+        for s in sentences(chunk.text):
+            if _quotable(s):
+                one = support(part, [SeenChunk(chunk.chunk_id, s, chunk.score, False, chunk.about)], values)
+                out.append((one.score, s, chunk.chunk_id))
+    return sorted(out, key=lambda x: -x[0])
 
 
-def part_terms(part: str, sources: list[str] = ()) -> set[str]:
-    """A part's content terms: without the publishers and dates it names, which filters (not text) match."""
-    return terms(without_facets(part, sources))
+def compose_answer(question: str, chunks: list[SeenChunk], values: list[str] = ()) -> str:
+    """Quote, per part, the sentences that answer it (and, for a part answered through a name the
+    evidence gave, the best sentence about that name); name the parts nothing answers.
 
-
-def part_coverage(part: str, chunks: list[SeenChunk], sources: list[str] = ()) -> float:
-    pt = part_terms(part, sources)
-    return max((coverage(pt, terms(f"{c.text} {c.about}")) for c in chunks if not c.flagged), default=0.0)
-
-
-def uncovered_parts(parts: list[str], chunks: list[SeenChunk], sources: list[str] = ()) -> list[str]:
-    sources = known_sources(chunks, sources)
-    return [p for p in parts if part_coverage(p, chunks, sources) < PART_COVERED]
-
-
-def compose_answer(parts: list[str], chunks: list[SeenChunk], context: str = "", sources: list[str] = ()) -> str:
-    """Quote the best sentences per part with citations; name the parts nothing covers.
-
-    Sentences are assigned greedily by score over all parts, so a sentence goes to the part it
-    answers best and is quoted once. Sentences from chunks that match the whole question (its
-    context sentences included) rank higher."""
-    usable = [c for c in chunks if not c.flagged]
-    sources = known_sources(chunks, sources)
-    covered = [i for i, p in enumerate(parts) if part_coverage(p, usable, sources) >= PART_COVERED]
-    candidates = []
-    ct = terms(context)
-    for i in covered:
-        pt = part_terms(parts[i], sources)
-        for c in usable:
-            chunk_terms = terms(f"{c.text} {c.about}")
-            chunk_bonus = 0.5 * coverage(pt | ct, chunk_terms)
-            for s in sentences(c.text):
-                st = terms(s)
-                score = coverage(pt, st)
-                if score >= SENTENCE_MIN and '"' not in s and not looks_like_instructions(s):
-                    total = score + chunk_bonus + (0.25 * coverage(ct, st) if ct else 0.0)
-                    candidates.append((round(total, 6), c.score, -len(s), -i, s, c.chunk_id))
-    candidates.sort(reverse=True)
-    best: dict[int, float] = {}
-    for total, *_, neg_i, _s, _cid in candidates:
-        best.setdefault(-neg_i, total)
-    picked: dict[int, list[tuple[str, int]]] = {i: [] for i in covered}
+    A sentence is quoted once, for the part it answers best; only sentences scoring at least
+    RELATIVE_MIN of their part's best and ANSWERABLE are quoted: no padding."""
+    values = list(values)
+    parts = split_question(question)
     used: set[str] = set()
-    for total, *_, neg_i, s, cid in candidates:
-        if total < RELATIVE_MIN * best[-neg_i]:
-            continue  # far weaker than the part's best sentence: noise, not evidence
-        if s not in used and len(picked[-neg_i]) < SENTENCES_PER_PART:
-            picked[-neg_i].append((s, cid))
-            used.add(s)
-    lines = []
-    for i in covered:
-        if picked[i]:
-            quotes = "\n".join(f'   - "{s}" [c:{cid}]' for s, cid in picked[i])
-            lines.append(f"{len(lines) + 1}. {parts[i].strip()}:\n{quotes}")
-    missing = [p for i, p in enumerate(parts) if not picked.get(i)]
+    lines, missing = [], []
+    for part in parts:
+        ranked = _ranked_sentences(part, chunks, values)
+        best = ranked[0][0] if ranked else 0.0
+        if best < ANSWERABLE:
+            missing.append(part)
+            continue
+        picked = [(s, cid) for score, s, cid in ranked if score >= RELATIVE_MIN * best and s not in used][:SENTENCES_PER_PART]
+        picked += _hop_sentence(part, ranked[0][1], chunks, values, used | {s for s, _ in picked})
+        used.update(s for s, _ in picked)
+        if picked:
+            quotes = "\n".join(f'   - "{s}" [c:{cid}]' for s, cid in picked)
+            lines.append(f"{len(lines) + 1}. {part.strip()}:\n{quotes}")
+        else:
+            missing.append(part)
     if not lines:
         listed = "; ".join(f'"{p}"' for p in missing) or "the question"
-        return f"{NOT_ENOUGH_EVIDENCE}: none of the documents you can see cover {listed}."
+        return f"{NOT_ENOUGH_EVIDENCE}: no sentence in the documents you can see answers {listed}."
     text = "Extractive answer (offline mode: the sentences below are quoted from the sources, not generated).\n\n" + "\n".join(lines)
     if missing:
         text += "\n\nNot found in the documents you can see: " + "; ".join(f'"{p}"' for p in missing) + "."
     return text
 
 
-_ASKS_FOR_ENTITY = re.compile(r"^\s*(?:who|whom|whose|which|what)\b", re.I)
-BRIDGE_MIN_CHUNKS = 3  # chunks that must share a name (and at least 30 % of those seen) for it to be the entity
-
-
-def bridge_names(question: str, chunks: list[SeenChunk], sources: list[str] = ()) -> list[str]:
-    """The (at most two) names most retrieved chunks share that the question does not use: for a
-    "who/which/what" question, the entity it asks about once the first searches found text on it."""
-    asked = set(named_terms(question, sources)) | terms(question)
-    counts: dict[str, int] = {}
-    for c in chunks:
-        for name in dict.fromkeys(named_terms(c.text, sources)):  # ties: the name seen first
-            if name not in asked and not terms(name) & asked:
-                counts[name] = counts.get(name, 0) + 1
-    spelled: dict[str, str] = {}
-    for c in chunks:
-        for m in re.finditer(r"[A-Z][A-Za-z0-9]*", c.text):
-            spelled.setdefault(m.group(0).lower(), m.group(0))
-    need = max(BRIDGE_MIN_CHUNKS, math.ceil(0.3 * len(chunks)))
-    return [spelled.get(n, n) for n in sorted(counts, key=lambda n: -counts[n])[:2] if counts[n] >= need]
-
-
-@dataclass(frozen=True)
-class EntityBridge:
-    """What a question asking for an unnamed entity needs next: each fact it states, found in a
-    text that also names the entity. A multi-hop question paraphrases its facts ("likened to a
-    notable investor"); searched with the entity's name ("Bankman-Fried ... compared to Warren
-    Buffett") they rank where the paraphrase alone did not (measured in docs/evaluation.md)."""
-
-    names: str
-    publishers: list[str]
-    facts: list[str]
-    open_facts: list[str]  # facts no retrieved chunk states (PART_COVERED) together with the names
-
-    def queries(self, facts: list[str]) -> list[dict]:
-        return [{"query": f"{self.names} {fact}", "sources": self.publishers} for fact in facts]
-
-
-def entity_bridge(question: str, chunks: list[SeenChunk], sources: list[str]) -> EntityBridge | None:
-    """None unless the question asks who/which/what, names publishers and the chunks share a name."""
-    if not _ASKS_FOR_ENTITY.match(question):
-        return None
-    publishers = sorted({v for _s, _e, values in find_sources(question, source_aliases(sources)) for v in values})
-    names = bridge_names(question, chunks, sources)
-    if not publishers or not names:
-        return None
-    lowered = [n.lower() for n in names]
-    facts = fact_segments(question, sources, min_terms=SEGMENT_MIN_TERMS)[:MAX_SEGMENT_QUERIES]
-    open_facts = [f for f in facts if not any(any(n in c.text.lower() for n in lowered) and
-                                              part_coverage(f, [c], sources) >= PART_COVERED for c in chunks)]
-    return EntityBridge(" ".join(names), publishers, facts, open_facts)
+def _hop_sentence(part: str, best: str, chunks: list[SeenChunk], values: list[str], used: set[str]) -> list[tuple[str, int]]:
+    """For a part its best sentence does not fully answer: the best sentence of a chunk about a name
+    that sentence gives (the second hop), scored on the part's words the first sentence lacks."""
+    first = support(part, [SeenChunk(0, best, 0.0, False)], values)
+    if first.supported:
+        return []
+    lacking = " ".join(w for w in key_words(without_facets(part, values)) if stem(w) not in terms(best))
+    for name in bridge_names(part, chunks, values, top=1):
+        folded = name.casefold()
+        # A chunk whose title is the name is about it; otherwise one that mentions it.
+        about = [c for c in chunks if not c.flagged and folded in c.about.casefold() and best not in c.text] or \
+            [c for c in chunks if not c.flagged and folded in c.text.casefold() and best not in c.text]
+        ranked = sorted(_ranked_sentences(lacking, about, values), key=lambda x: -x[0]) if lacking else []
+        for _score, s, cid in ranked:
+            if s not in used and s != best:
+                return [(s, cid)]
+    return []

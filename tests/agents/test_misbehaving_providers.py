@@ -200,7 +200,8 @@ def test_a_cut_off_verdict_is_no_verdict(acme):
     with FakeOpenAI([], when_exhausted=script) as fake:
         run = ask(scope=scope, question=QUESTION, strategy="pipeline", provider=openai(fake), budgets=Budgets())
     judges = model_steps(scope, run, "judge")
-    assert len(judges) == 4 and all(s.error.startswith("truncated") for s in judges)  # two rounds judged, each retried once
+    # One judgement, retried once; a verdict that is no verdict asks for nothing new, so research ends there.
+    assert len(judges) == 2 and all(s.error.startswith("truncated") for s in judges)
     assert run.outcome == "answered"  # the answer itself was complete
 
 
@@ -308,7 +309,7 @@ def test_a_provider_found_to_ignore_tools_never_runs_the_agentic_strategy(acme, 
     assert run.outcome != "answered" or run.grounded
 
 
-@pytest.mark.parametrize("strategy", ["agentic", "auto"])
+@pytest.mark.parametrize("strategy", ["agentic"])
 def test_a_model_that_answers_without_searching_is_corrected_once_then_answered_from_evidence(acme, strategy):
     tenant, _, _ = acme
     scope = whole_tenant(tenant)
@@ -348,23 +349,19 @@ def test_a_model_that_never_sees_the_rules_gives_unverified_text_not_answers(acm
 # --- 5. No repeated work --------------------------------------------------------------------------
 
 def test_an_identical_model_call_in_a_run_is_answered_from_the_runs_cache(acme):
+    from agents.messages import UserMessage
+    from agents.steps import RunState, call_model
+    from agents.tools import ToolDeps
+
     tenant, _, _ = acme
     scope = whole_tenant(tenant)
-
-    def script(body: dict):
-        text = prompt_text(body)
-        if "sufficient" in text:
-            return reply("I think the sources are probably fine.")  # an unreadable verdict: the judge asks for the question again
-        if '"queries"' in text:
-            return reply('{"queries": ["hotel limit"]}')
-        return reply(grounded_text(body))
-
-    with FakeOpenAI([], when_exhausted=script) as fake:
-        run = ask(scope=scope, question=QUESTION, strategy="pipeline", provider=openai(fake), budgets=Budgets())
-    judges = model_steps(scope, run, "judge")
-    assert [s.cached for s in judges] == [False, True] and judges[1].output == judges[0].output
-    assert sum("sufficient" in prompt_text(r) for r in fake.requests) == 1  # the server saw the judge once
-    assert judges[1].input_tokens == judges[1].output_tokens == 0 and run.outcome == "answered"
+    with FakeOpenAI([], when_exhausted=reply("I think the sources are probably fine.")) as fake:
+        state = RunState(question=QUESTION, budgets=Budgets(), provider=openai(fake), deps=ToolDeps(scope=scope, budgets=Budgets()))
+        first = call_model(state, "judge", [UserMessage("Is it sufficient?")], tools_enabled=False)
+        again = call_model(state, "judge", [UserMessage("Is it sufficient?")], tools_enabled=False)
+    assert again.text == first.text and [s.cached for s in state.steps] == [False, True]
+    assert len(fake.requests) == 1  # the server saw the call once
+    assert state.steps[1].input_tokens == state.steps[1].output_tokens == 0
 
 
 # --- 6. Capabilities in /healthz ------------------------------------------------------------------

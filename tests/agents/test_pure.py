@@ -95,12 +95,19 @@ def test_offline_provider_searches_each_part_then_answers():
     facets = provider.generate(ModelRequest(task="agent", system="", messages=(UserMessage(q),), tools=TOOL_SPECS, question=q))
     assert [c.name for c in facets.tool_calls] == ["facets"]  # first: what sources and dates exist
     seen = (UserMessage(q), AssistantMessage("", facets.tool_calls),
-            ToolResultMessage(facets.tool_calls[0].id, "facets", {"sources": {}, "categories": {}}))
+            ToolResultMessage(facets.tool_calls[0].id, "facets", {"enumerations": {}, "dates": None}))
     first = provider.generate(ModelRequest(task="agent", system="", messages=seen, tools=TOOL_SPECS, question=q))
-    assert [c.arguments["query"] for c in first.tool_calls] == ["What is the hotel limit", "how many days of annual leave do employees get"]
+    # Each part, then the whole question, each as deep as a classic search.
+    assert [c.arguments["query"] for c in first.tool_calls] == \
+        ["What is the hotel limit", "how many days of annual leave do employees get", q]
+    assert {c.arguments["k"] for c in first.tool_calls} == {10}
     results = [ToolResultMessage("a", "search", {"results": [{"chunk_id": 7, "text": CHUNKS[7].text, "score": 1.0}]}),
                ToolResultMessage("b", "search", {"results": [{"chunk_id": 8, "text": CHUNKS[8].text, "score": 1.0}]})]
     msgs = (*seen, AssistantMessage("", first.tool_calls), *results)
+    final = provider.generate(ModelRequest(task="agent", system="", messages=msgs, tools=TOOL_SPECS, question=q))
+    # "limit" is in no sentence: the part's own words are searched once more before answering.
+    assert [c.arguments["query"] for c in final.tool_calls] == ["hotel limit"]
+    msgs = (*msgs, AssistantMessage("", final.tool_calls), ToolResultMessage(final.tool_calls[0].id, "search", {"results": []}))
     final = provider.generate(ModelRequest(task="agent", system="", messages=msgs, tools=TOOL_SPECS, question=q))
     assert not final.tool_calls
     assert '"Hotel stays are reimbursed up to EUR 180 per night in capital cities." [c:7]' in final.text
@@ -173,30 +180,41 @@ def test_no_retry_starts_past_the_run_deadline():
     assert len(attempts) == 1
 
 
-def test_offline_provider_plans_searches_by_the_sources_a_question_names():
+def test_offline_provider_narrows_searches_to_the_facet_values_and_dates_a_question_names():
     provider = OfflineProvider()
     q = ("Did the TechCrunch report on October 31, 2023 about Zorblax's funding agree with the Fortune article "
          "about its valuation?")
-    facets = ToolResultMessage("f", "facets", {"sources": {"TechCrunch": 9, "Fortune": 3, "The Verge": 2}})
+    facets = ToolResultMessage("f", "facets", {"enumerations": {"source": {"TechCrunch": 9, "Fortune": 3, "The Verge": 2}},
+                                               "dates": {"earliest": "2023-01-01", "latest": "2023-12-31"}})
     seen = (UserMessage(q), AssistantMessage("", (ToolCall("f", "facets", {}),)), facets)
     first = provider.generate(ModelRequest(task="agent", system="", messages=seen, tools=TOOL_SPECS, question=q))
     args = [c.arguments for c in first.tool_calls]
-    assert [a["metadata"] for a in args] == [{"source": ["TechCrunch"]}, {"source": ["Fortune"]}]
-    assert (args[0]["published_after"], args[0]["published_before"]) == ("2023-10-31", "2023-11-01")
-    assert "published_after" not in args[1]
-    # The dated search found nothing: it is retried without the date. The name the question asks about
-    # occurs in nothing retrieved: it is searched for on its own, then the answer is "not enough evidence".
+    assert [a.get("metadata") for a in args[:2]] == [{"source": ["TechCrunch"]}, {"source": ["Fortune"]}]
+    assert (args[0]["date_after"], args[0]["date_before"]) == ("2023-10-31", "2023-11-01")
+    assert "date_after" not in args[1]
+    assert args[-1] == {"query": q, "k": 10}  # and the whole question, unnarrowed
+    # Nothing retrieved answers it (no sentence holds Zorblax's funding or its valuation): not enough evidence.
     text = "Fortune says the startup is valued at two billion dollars after its funding round."
-    results = (AssistantMessage("", first.tool_calls), ToolResultMessage(first.tool_calls[0].id, "search", {"results": []}),
-               ToolResultMessage(first.tool_calls[1].id, "search", {"results": [{"chunk_id": 5, "text": text, "score": 1.0}]}))
-    second = provider.generate(ModelRequest(task="agent", system="", messages=(*seen, *results), tools=TOOL_SPECS, question=q))
-    retried = [c.arguments for c in second.tool_calls]
-    assert {"query": args[0]["query"], "k": args[0]["k"], "metadata": {"source": ["TechCrunch"]}} in retried
-    assert {"query": "zorblax", "k": 5, "mode": "keyword"} in retried
-    done = (*seen, *results, AssistantMessage("", second.tool_calls),
-            *(ToolResultMessage(c.id, "search", {"results": []}) for c in second.tool_calls))
-    final = provider.generate(ModelRequest(task="agent", system="", messages=done, tools=TOOL_SPECS, question=q, tools_enabled=False))
-    assert final.text.startswith("NOT_ENOUGH_EVIDENCE") and '"zorblax"' in final.text
+    results = (AssistantMessage("", first.tool_calls),
+               *(ToolResultMessage(c.id, "search", {"results": [{"chunk_id": 5, "text": text, "score": 1.0}]}) for c in first.tool_calls))
+    final = provider.generate(ModelRequest(task="agent", system="", messages=(*seen, *results), tools=TOOL_SPECS, question=q,
+                                           tools_enabled=False))
+    assert final.text.startswith("NOT_ENOUGH_EVIDENCE")
+
+
+def test_the_planner_knows_no_dataset_only_the_facets_it_is_given():
+    from agents.planning import Facets, GeneralPlanner
+
+    facets = Facets({"department": {"Legal": 4, "Finance": 6}, "category": {"travel": 3}}, dated=True)
+    q = "What did Legal decide on 2024-03-03 about travel, and what did Finance approve before May 1, 2024?"
+    subs = GeneralPlanner().plan(q, facets)
+    narrowed = [(s.filters() or {}) for s in subs]
+    assert narrowed[0] == {"metadata": {"department": ["Legal"]}, "date_after": "2024-03-03", "date_before": "2024-03-04"}
+    assert narrowed[1] == {"metadata": {"department": ["Finance"]}, "date_before": "2024-05-01"}
+    assert all("category" not in (n.get("metadata") or {}) for n in narrowed)  # "travel" in lowercase is a word, not a value
+    assert GeneralPlanner().plan("Travel rules?", facets)[0].filters() is None  # nor is a sentence's first word
+    plain = GeneralPlanner().plan("What is the hotel limit, and how many days of leave do I get?", Facets())
+    assert [s.text for s in plain] == ["What is the hotel limit", "how many days of leave do I get"]
 
 
 def test_render_context_shows_exactly_the_fitting_chunks():
@@ -217,40 +235,39 @@ def test_render_context_shows_exactly_the_fitting_chunks():
     assert [c.chunk_id for c in fitting_chunks(chunks, max_chars_per_chunk=300, max_total_chars=10)] == [1]
 
 
-def test_entity_bridge_finds_the_name_the_chunks_share_and_the_facts_not_yet_stated_with_it():
-    from agents.providers.offline import SeenChunk, bridge_names, entity_bridge
+def test_a_part_is_supported_by_a_sentence_that_answers_it_not_by_words_found_anywhere():
+    from agents.sufficiency import SeenChunk, answer_kind, hop_queries, parts_support
 
-    sources = ["Daily Ledger", "Metro Times"]
-    question = ("Which company won the harbour bridge contract according to the Daily Ledger, "
-                "and was penalised for late work as reported by Metro Times?")
-    chunks = [SeenChunk(1, "Officials said Zorvath Industries won the harbour bridge contract after a tender.", 1.0, False),
-              SeenChunk(2, "Repairs by Zorvath Industries would cost 40 million.", 0.9, False),
-              SeenChunk(3, "Commuters blamed Zorvath Industries for the closures.", 0.8, False),
-              SeenChunk(4, "The Daily Ledger spoke to Harbour officials.", 0.7, False)]
-    assert bridge_names(question, chunks, sources) == ["Zorvath", "Industries"]  # "Harbour" is in the question
-    found = entity_bridge(question, chunks, sources)
-    assert found.names == "Zorvath Industries" and found.publishers == ["Daily Ledger", "Metro Times"]
-    assert len(found.facts) == 2 and found.open_facts == [found.facts[1]]  # "won the contract" is stated with the name
-    assert "penalised for late work" in found.open_facts[0]
-    assert found.queries(found.open_facts) == [{"query": f"Zorvath Industries {found.open_facts[0]}",
-                                                "sources": ["Daily Ledger", "Metro Times"]}]
-    # Not a question asking for an entity, no publisher named, or no name shared by 3 chunks: no bridge.
-    assert entity_bridge("Did the Daily Ledger say the contract was won, and did Metro Times report a penalty?", chunks, sources) is None
-    assert entity_bridge("Which company won the harbour bridge contract?", chunks, sources) is None
-    assert entity_bridge(question, chunks[:2], sources) is None
+    film = SeenChunk(1, "Moonlight Harbour is a 1961 comedy film starring Dana Quillfeather as a harbour master. "
+                        "It was shot in Brest.", 1.0, False, about="Moonlight Harbour")
+    scattered = SeenChunk(2, "The post office opened. An actress visited. Diplomatic talks began.", 1.0, False)
+    question = "Which diplomatic post did the actress who starred in Moonlight Harbour hold?"
+    [best] = parts_support(question, [film, scattered])
+    assert best.chunk_id == 1 and not best.supported  # its words are spread over unrelated sentences elsewhere
+    assert hop_queries(question, [film, scattered])[0].startswith("Dana Quillfeather")  # the name the evidence gives
+    person = SeenChunk(3, "Quillfeather served as a diplomatic envoy and held the post of ambassador to Norway.", 1.0, False,
+                       about="Dana Quillfeather")
+    assert parts_support("Which diplomatic post did Dana Quillfeather hold?", [film, person])[0].supported
+    assert answer_kind("In what year was it founded?") == "year" and answer_kind("Who directed it?") == "person"
+    # The kind of answer asked for must be there: a year, not just the words.
+    when = SeenChunk(4, "Brest harbour was founded by fishermen.", 1.0, False)
+    assert parts_support("In what year was Brest harbour founded?", [when])[0].score < \
+        parts_support("In what year was Brest harbour founded?", [SeenChunk(5, "Brest harbour was founded in 1631.", 1.0, False)])[0].score
 
 
-def test_follow_up_queries_keep_only_sources_the_facets_listed():
+def test_follow_up_queries_keep_only_facet_values_the_facets_listed():
     from agents.loop import _parsed_queries
+    from agents.planning import Facets
 
-    items = ["plain query", {"query": "narrowed", "sources": ["Daily Ledger", "Not A Source"], "published_after": "2024-01-31"},
-             {"query": "unknown source only", "sources": ["Not A Source"]}, {"query": " "}, 42, "plain query"]
-    assert _parsed_queries(items, {"Daily Ledger"}) == [
+    facets = Facets({"source": {"Daily Ledger": 3}})
+    items = ["plain query", {"query": "narrowed", "metadata": {"source": ["Daily Ledger", "Not A Source"]}, "date_after": "2024-01-31"},
+             {"query": "unknown value only", "metadata": {"source": ["Not A Source"], "nokey": ["x"]}}, {"query": " "}, 42, "plain query"]
+    assert _parsed_queries(items, facets) == [
         ("plain query", None),
-        ("narrowed", {"metadata": {"source": ["Daily Ledger"]}, "published_after": "2024-01-31"}),
-        ("unknown source only", None),
+        ("narrowed", {"metadata": {"source": ["Daily Ledger"]}, "date_after": "2024-01-31"}),
+        ("unknown value only", None),
     ]
-    assert _parsed_queries("not a list", {"Daily Ledger"}) == []
+    assert _parsed_queries("not a list", facets) == []
 
 
 STORY = ("The harbour authority approved the new bridge on Tuesday after a two-year review, citing lower traffic "

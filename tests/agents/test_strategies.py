@@ -11,6 +11,8 @@ from agents.budgets import Budgets
 from agents.models import RunStep
 from agents.selectors import run_steps
 from agents.services import ask
+from kb.ingest.corpora import refresh_dated_at
+from kb.models import Corpus
 from tenants.scope import activate
 from tests.agents.conftest import add_chunk, hash_corpus
 from tests.factories import make_tenant, whole_tenant
@@ -25,31 +27,36 @@ def names(scope, run) -> list[str]:
         return [s.name for s in run_steps(scope, run.id)]
 
 
-def test_auto_uses_classic_for_a_single_fact_question(acme):
+def test_auto_answers_a_single_fact_question_from_one_search_the_judge_accepts(acme):
     tenant, _, chunks = acme
     scope = whole_tenant(tenant)
     run = ask(scope=scope, question="How much is a hotel night reimbursed in capital cities?", provider="offline")
     assert run.strategy_requested == "auto" and run.strategy == "classic"
-    assert names(scope, run) == ["search", "answer"]
+    assert names(scope, run) == ["search", "judge", "answer"]
     assert run.outcome == "answered" and run.grounded
     assert f"[c:{chunks['travel1'].id}]" in run.answer
 
 
-def test_auto_escalates_multi_part_questions_to_the_agentic_loop(acme):
+def test_auto_sends_multi_part_questions_to_the_pipeline(acme):
     tenant, _, chunks = acme
     scope = whole_tenant(tenant)
     run = ask(scope=scope, question=MULTI, provider="offline")
-    assert run.strategy == "agentic"
-    assert names(scope, run)[:5] == ["agent", "facets", "agent", "search", "search"]
+    assert run.strategy == "pipeline"
+    assert names(scope, run)[:2] == ["facets", "rewrite"]
     assert run.grounded and f"[c:{chunks['travel1'].id}]" in run.answer and f"[c:{chunks['leave1'].id}]" in run.answer
 
 
-def test_auto_escalates_when_classic_is_not_grounded(acme):
+def test_auto_continues_with_the_pipeline_when_the_judge_finds_the_first_search_short(acme):
     tenant, _, _ = acme
     scope = whole_tenant(tenant)
     run = ask(scope=scope, question="What does the policy say about bringing pet dogs to the office?", provider="offline")
-    assert names(scope, run)[:2] == ["search", "answer"]
-    assert run.strategy == "agentic"  # escalated after classic found nothing usable
+    steps = names(scope, run)
+    assert steps[:3] == ["search", "judge", "facets"]
+    assert steps.count("search") >= 2 and steps[-1] == "answer"
+    with activate(scope):
+        queries = [s.arguments["query"] for s in RunStep.objects.for_scope(scope).filter(run=run, name="search")]
+    assert len(queries) == len(set(queries))  # the first search is reused, never run twice
+    assert run.strategy == "pipeline"
     assert run.outcome == "not_enough_evidence"
     assert run.answer.startswith("NOT_ENOUGH_EVIDENCE")
     assert not run.grounded and run.missing
@@ -145,7 +152,17 @@ def newsroom(db):
         "other": add_chunk(corpus, "The harbour bridge repairs were praised by engineers.", "Engineers",
                            metadata={"source": "Gazette", "published_at": "2024-03-06T09:00:00+00:00"}),
     }
+    declare_news_profile(tenant, corpus)
     return tenant, chunks
+
+
+def declare_news_profile(tenant, corpus) -> None:
+    """The corpus says which metadata key is its documents' date and which keys are enumerations."""
+    corpus.date_key, corpus.facet_keys = "published_at", ["source"]
+    scope = whole_tenant(tenant)
+    with activate(scope):
+        Corpus.objects.for_scope(scope).filter(pk=corpus.pk).update(date_key=corpus.date_key, facet_keys=corpus.facet_keys)
+    refresh_dated_at(scope=scope, corpus=corpus)
 
 
 @pytest.mark.parametrize("strategy", ["agentic", "pipeline"])
@@ -161,7 +178,7 @@ def test_strategies_narrow_searches_to_the_sources_and_dates_a_question_names(ne
     assert {"source": ["Daily Ledger"]} in [a["metadata"] for a in applied]
     assert {"source": ["Metro Times - City"]} in [a["metadata"] for a in applied]  # "Metro Times" names that source
     dated = next(s for s in searches if s.effective_filter["applied"]["metadata"] == {"source": ["Daily Ledger"]})
-    assert (dated.effective_filter["applied"]["published_after"], dated.effective_filter["applied"]["published_before"]) == \
+    assert (dated.effective_filter["applied"]["date_after"], dated.effective_filter["applied"]["date_before"]) == \
         ("2024-03-05", "2024-03-06")
     assert dated.chunk_ids == [chunks["ledger"].id]  # not the older report of the same source, nor other sources
     returned = {c for s in searches for c in s.chunk_ids}
@@ -169,17 +186,19 @@ def test_strategies_narrow_searches_to_the_sources_and_dates_a_question_names(ne
     assert run.outcome == "answered" and f"[c:{chunks['ledger'].id}]" in run.answer
 
 
-def test_pipeline_gives_narrowed_searches_the_whole_context_and_the_others_a_share(newsroom):
-    tenant, _ = newsroom
+def test_every_pipeline_search_is_as_deep_as_classic_and_narrowed_results_lead_the_context(newsroom):
+    tenant, chunks = newsroom
     scope = whole_tenant(tenant)
     run = ask(scope=scope, question="Did the Daily Ledger report say what the harbour bridge repairs cost?",
               strategy="pipeline", provider="offline")
     with activate(scope):
-        searches = list(RunStep.objects.for_scope(scope).filter(run=run, name="search").order_by("ordinal"))
-    by_filter = {bool(s.effective_filter["applied"].get("metadata")): s.arguments["k"] for s in searches}
-    # One narrowed sub-query and the question: the narrowed one may fill all 10 slots (its results
-    # come first), the unfiltered one gets an equal share of two.
-    assert by_filter == {True: Budgets().max_context_chunks, False: 5}
+        steps = run_steps(scope, run.id)
+    searches = [s for s in steps if s.name == "search"]
+    assert {bool(s.effective_filter["applied"].get("metadata")) for s in searches} == {True, False}
+    assert {s.arguments["k"] for s in searches} == {Budgets().max_context_chunks}
+    context = next(s for s in reversed(steps) if s.name == "answer").arguments["context_chunks"]
+    assert set(context[:2]) == {chunks["ledger"].id, chunks["ledger_old"].id}  # the narrowed search's results first
+    assert len(context) == len(chunks)  # every slot the searches can fill is filled
 
 
 def test_pipeline_searches_each_fact_the_question_states_within_the_publishers_it_names(newsroom):
@@ -200,32 +219,28 @@ def test_pipeline_searches_each_fact_the_question_states_within_the_publishers_i
     assert set(context[:2]) == {chunks["ledger"].id, chunks["metro"].id}
 
 
-def test_pipeline_searches_the_entity_the_first_results_name_with_each_fact_not_yet_found(db):
-    """A question asking "which company" describes it by facts its publishers phrase differently;
-    once the first searches find the company's name, the judge asks for each fact not yet stated
-    together with it, narrowed to the publishers the question names, and no search is repeated."""
-    tenant = make_tenant("Harbour news")
-    corpus = hash_corpus(tenant, "Wire")
-    for i, (text, source) in enumerate((
-            ("Officials said Zorvath Industries won the harbour bridge contract after a tender.", "Daily Ledger"),
-            ("Repairs by Zorvath Industries would cost 40 million.", "Daily Ledger"),
-            ("Commuters blamed Zorvath Industries for the harbour bridge closures.", "Metro Times"),
-            ("Regulators fined Zorvath Industries for missing deadlines.", "Metro Times"))):
-        add_chunk(corpus, text, f"Harbour bridge {i}", metadata={"source": source})
-    gazette = add_chunk(corpus, "A contractor was penalised for late work on the bridge, the Gazette says.", "Gazette report",
-                        metadata={"source": "Gazette"})
+@pytest.mark.parametrize("strategy", ["pipeline", "agentic", "auto"])
+def test_a_question_describing_an_entity_is_answered_through_the_name_the_evidence_gives(db, strategy):
+    """The hop: the question describes someone ("the actress who starred in Moonlight Harbour");
+    the first search finds the film's text, which names her; the judge asks for that name with the
+    words the first text lacks, and the answer quotes both sentences. No search is repeated."""
+    tenant = make_tenant("Film archive")
+    corpus = hash_corpus(tenant, "Wiki")
+    film = add_chunk(corpus, "Moonlight Harbour is a 1961 comedy film starring Dana Quillfeather as a harbour master.",
+                     "Moonlight Harbour")
+    person = add_chunk(corpus, "Quillfeather later served as the ambassador of her country to Norway.", "Dana Quillfeather")
+    for i, text in enumerate(("The harbour master of Brest retired in 1990.", "A comedy film festival opened in Lyon.",
+                              "Several ambassadors met in Oslo to discuss fisheries.")):
+        add_chunk(corpus, text, f"Other {i}")
     scope = whole_tenant(tenant)
-    question = ("Which company won the harbour bridge contract according to the Daily Ledger, "
-                "and was penalised for late work as reported by Metro Times?")
-    run = ask(scope=scope, question=question, strategy="pipeline", provider="offline")
+    question = "Which diplomatic post did the actress who starred in Moonlight Harbour hold?"
+    run = ask(scope=scope, question=question, strategy=strategy, provider="offline")
     with activate(scope):
         steps = run_steps(scope, run.id)
-    judged = next(s for s in steps if s.name == "judge")
-    assert "Zorvath Industries" in judged.output and '"sufficient": false' in judged.output
-    follow_ups = [s for s in steps if s.name == "search" and s.arguments["query"].startswith("Zorvath Industries")]
-    assert follow_ups and all(s.effective_filter["applied"]["metadata"] == {"source": ["Daily Ledger", "Metro Times"]}
-                              for s in follow_ups)
     searches = [s for s in steps if s.name == "search"]
-    assert all(gazette.id not in s.chunk_ids for s in searches if s.effective_filter["applied"].get("metadata"))
+    assert any(s.arguments["query"].startswith("Dana Quillfeather") for s in searches)
+    assert person.id in {c for s in searches for c in s.chunk_ids}
     keys = [(s.arguments["query"], json.dumps(s.effective_filter["applied"], sort_keys=True)) for s in searches]
-    assert len(keys) == len(set(keys))  # a follow-up asked for again is not searched again
+    assert len(keys) == len(set(keys))
+    assert run.outcome == "answered"
+    assert f"[c:{film.id}]" in run.answer and f"[c:{person.id}]" in run.answer

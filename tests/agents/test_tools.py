@@ -94,17 +94,18 @@ def test_check_grounding_reports_verdicts(acme):
 def test_bad_dates_and_modes_are_correctable(acme):
     tenant, _, _ = acme
     deps = deps_for(whole_tenant(tenant))
-    assert "ISO date" in call(deps, "search", query="x", published_after="last week").error
+    assert "ISO date" in call(deps, "search", query="x", date_after="last week").error
     assert "must be one of" in call(deps, "search", query="x", mode="psychic").error
     assert "missing required" in call(deps, "search").error
     assert "missing required" in call(deps, "check_grounding").error
 
 
-def test_a_filtered_search_scores_sentences_without_the_publishers_and_dates_it_filtered_on(django_capture_on_commit_callbacks):
+def test_a_filtered_search_scores_sentences_without_the_facet_values_and_dates_it_filtered_on(django_capture_on_commit_callbacks):
     tenant = make_tenant("Press")
     scope = whole_tenant(tenant)
     with activate(scope):
-        corpus = Corpus.objects.create(tenant=tenant, name="News", embedding_model="hash", embedding_dim=64, sentence_vectors=True)
+        corpus = Corpus.objects.create(tenant=tenant, name="News", embedding_model="hash", embedding_dim=64, sentence_vectors=True,
+                                       facet_keys=["source"])
     for name, source in (("a.txt", "Harbour Times"), ("b.txt", "Daily Post | Opinion")):
         with django_capture_on_commit_callbacks(execute=True):
             upload_document(scope=scope, corpus=corpus, filename=name, metadata={"source": source},
@@ -116,4 +117,4 @@ def test_a_filtered_search_scores_sentences_without_the_publishers_and_dates_it_
     assert filtered["rerank"] is True
     assert filtered["rerank_query"] == "Did the report agree with the about the harbour budget?"
     unfiltered = call(deps, "search", query=question).effective_filter["applied"]
-    assert unfiltered["rerank"] is True and "rerank_query" not in unfiltered  # names there are the only publisher signal
+    assert unfiltered["rerank"] is True and "rerank_query" not in unfiltered  # unfiltered, the names are the only signal

@@ -1,0 +1,188 @@
+"""Is a question answered by the evidence? Per part, on sentences, not on words found somewhere. Pure.
+
+A part of a question is *supported* when one retrieved sentence answers it: the sentence (read
+with its document's title, which a paragraph does not repeat) holds the part's content terms,
+weighted by how specific they are (names and numbers count double, words every document uses
+count half), and, when the part asks for a kind of answer (a person, a place, a date or year, a
+number), the sentence holds one that the question does not already give. A part whose best
+sentence falls short of that is *open*; the evidence may still name what the question only
+describes (the woman who played a role, the company that makes a product): those names, found in
+the sentences that best match the part, are the next searches (`hop_queries`), the bridge of a
+multi-hop question.
+
+Used by the offline provider (judge, agent and answer) and by agents.services (the parts a run's
+evidence left open).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from agents.planning import named_terms, without_facets
+from agents.text import STOPWORDS, key_words, sentences, split_question, stem, terms
+
+SUPPORTED = 0.75  # weighted share of a part's terms one sentence (with its title) must hold to answer it
+ANSWERABLE = 0.5  # below this nothing retrieved answers the part: it is declined
+MAX_HOPS = 3  # names searched per judgement
+
+
+@dataclass(frozen=True)
+class SeenChunk:
+    chunk_id: int
+    text: str
+    score: float
+    flagged: bool
+    about: str = ""  # document title and metadata values: what the chunk is about besides its text
+    source: str = ""  # kept for callers that label chunks by a metadata value; unused by the rules here
+
+
+@dataclass(frozen=True)
+class Support:
+    """The best sentence found for a part and how well it answers it."""
+
+    part: str
+    score: float  # weighted share of the part's terms it holds, 0 when the kind of answer is missing too
+    sentence: str = ""
+    chunk_id: int | None = None
+
+    @property
+    def supported(self) -> bool:
+        return self.score >= SUPPORTED
+
+    @property
+    def answerable(self) -> bool:
+        return self.score >= ANSWERABLE
+
+
+# Words nearly every document uses: they say little about which sentence answers a part.
+_GENERIC = frozenset(stem(w) for w in """
+name named known call called also first last new old year years time times number type kind part well make made
+many much people person thing things like include includes including based following later early late since
+""".split())
+_ASKS = (
+    ("year", re.compile(r"^\s*(?:in\s+)?(?:what|which)\s+year\b|^\s*when\b|\bwhat\s+(?:date|year)\b", re.I)),
+    ("number", re.compile(r"^\s*how\s+(?:many|much|long|old|far|tall|big|large|high)\b", re.I)),
+    ("person", re.compile(r"^\s*(?:who|whom|whose)\b", re.I)),
+    ("place", re.compile(r"^\s*where\b|\bin\s+(?:what|which)\s+(?:city|country|state|town|county)\b", re.I)),
+)
+_YEAR = re.compile(r"\b(?:1[0-9]{3}|20[0-9]{2})\b")
+_NUMBER = re.compile(r"\d|\b(?:one|two|three|four|five|six|seven|eight|nine|ten|twelve|hundred|thousand|million)\b", re.I)
+_CAPITALISED = re.compile(r"(?<![\w'’])[A-Z][\w'’.-]*(?:\s+(?:(?:of|the|de|von|van|and|du|la|le)\s+)?[A-Z][\w'’.-]*)*")
+
+
+def answer_kind(part: str) -> str:
+    """What kind of answer a part asks for: year, number, person, place, or "" (anything)."""
+    for kind, pattern in _ASKS:
+        if pattern.search(part):
+            return kind
+    return ""
+
+
+def _weights(part: str, values: Iterable[str]) -> dict[str, float]:
+    names = {stem(n) for n in named_terms(part, values)}
+    out = {}
+    for t in terms(without_facets(part, values)):
+        out[t] = 2.0 if t in names or t.isdigit() else 0.5 if t in _GENERIC else 1.0
+    return out
+
+
+def _has_kind(kind: str, sentence: str, part: str) -> bool:
+    if kind == "year":
+        return bool(set(_YEAR.findall(sentence)) - set(_YEAR.findall(part)))
+    if kind == "number":
+        return bool(_NUMBER.search(sentence))
+    if kind in ("person", "place"):
+        asked = {w.lower() for w in re.findall(r"\w+", part)}
+        return any(w.lower() not in asked for m in _CAPITALISED.finditer(sentence) for w in m.group(0).split()[:1]
+                   if m.start() > 0)
+    return True
+
+
+def support(part: str, chunks: Iterable[SeenChunk], values: Iterable[str] = ()) -> Support:
+    """The part's best sentence among `chunks` (flagged chunks are never evidence) and its score."""
+    values = list(values)
+    weights = _weights(part, values)
+    total = sum(weights.values())
+    if not total:
+        return Support(part, 1.0)
+    kind = answer_kind(part)
+    best = Support(part, 0.0)
+    for chunk in chunks:
+        if chunk.flagged:
+            continue
+        about = terms(chunk.about)
+        for sentence in sentences(chunk.text) or [chunk.text]:
+            held = terms(sentence) | about
+            score = sum(w for t, w in weights.items() if t in held) / total
+            if kind and not _has_kind(kind, sentence, part):
+                score *= 0.8  # the words fit but the answer asked for is not in it
+            if score > best.score:
+                best = Support(part, round(score, 6), sentence, chunk.chunk_id)
+    return best
+
+
+def parts_support(question: str, chunks: list[SeenChunk], values: Iterable[str] = ()) -> list[Support]:
+    values = list(values)
+    return [support(p, chunks, values) for p in split_question(question)]
+
+
+def open_parts(question: str, chunks: list[SeenChunk], values: Iterable[str] = ()) -> list[str]:
+    """The parts of `question` no retrieved sentence answers (agents.services stores them with the run)."""
+    return [s.part for s in parts_support(question, chunks, values) if not s.answerable]
+
+
+def bridge_names(part: str, chunks: list[SeenChunk], values: Iterable[str] = (), *, top: int = 2) -> list[str]:
+    """Names the sentences that best match `part` give and the part does not: the entity a
+    multi-hop question describes ("the woman who portrayed X") once the first search found text on
+    it. Multi-word names and quoted titles first, then single capitalised words that are not a
+    sentence's first word; the title of a chunk whose text matches the part counts too."""
+    values = list(values)
+    weights = _weights(part, values)
+    asked = {w.lower() for w in re.findall(r"\w+", part)}
+    scored: list[tuple[float, str, str]] = []
+    for chunk in chunks:
+        if chunk.flagged:
+            continue
+        about = terms(chunk.about)
+        for sentence in sentences(chunk.text) or [chunk.text]:
+            held = terms(sentence) | about
+            score = sum(w for t, w in weights.items() if t in held)
+            scored.append((score, sentence, chunk.about))
+    scored.sort(key=lambda x: -x[0])
+    out: dict[str, None] = {}
+    for _score, sentence, _about in scored[:top]:
+        for name in _names_in(sentence):
+            words = {w.lower() for w in re.findall(r"\w+", name)}
+            if words and not words <= asked and not words <= STOPWORDS:
+                out.setdefault(name, None)
+    return list(out)
+
+
+def _names_in(sentence: str) -> list[str]:
+    quoted = [m.group(1) for m in re.finditer(r'"([^"]{3,80})"', sentence)]
+    spans = []
+    for m in _CAPITALISED.finditer(sentence):
+        name = m.group(0).strip(" .'’")
+        if m.start() == 0 and " " not in name:
+            continue  # a sentence's first word
+        if len(name) > 2:
+            spans.append(name)
+    multi = [n for n in spans if " " in n]
+    single = [n for n in spans if " " not in n and not n.isupper()]
+    return list(dict.fromkeys([*quoted, *multi, *single]))
+
+
+def hop_queries(question: str, chunks: list[SeenChunk], values: Iterable[str] = ()) -> list[str]:
+    """Follow-up searches for the parts the evidence does not yet answer: each name the best
+    sentences give for what the part only describes, with the part's words those sentences lack."""
+    values = list(values)
+    out: dict[str, None] = {}
+    for s in parts_support(question, chunks, values):
+        if s.supported:
+            continue
+        lacking = [w for w in key_words(without_facets(s.part, values)) if stem(w) not in terms(s.sentence)]
+        for name in bridge_names(s.part, chunks, values)[:MAX_HOPS]:
+            out.setdefault(" ".join([name, *lacking[:6]]), None)
+    return list(out)[:MAX_HOPS]
