@@ -20,7 +20,7 @@ from kb.ingest import UploadRejected, delete_document, reingest_document, start_
 from kb.ingest.corpora import DeclarationRejected, check_declarations, save_corpus
 from kb.ingest.dates import document_date
 from kb.metadata import MetadataRejected, parse_metadata, text_problem
-from kb.models import DEFAULT_EMBEDDING_DIM, DEFAULT_EMBEDDING_MODEL, Chunk, Corpus, Document, IngestJob
+from kb.models import DEFAULT_EMBEDDING_DIM, DEFAULT_EMBEDDING_MODEL, DEFAULT_LANGUAGE, Chunk, Corpus, Document, IngestJob
 from kb.retrieval import SearchFilters, search
 from tenants.admin_base import TenantScopedAdmin, admin_scope, scoped_filter, scoped_queryset, scoped_view
 from tenants.models import Department
@@ -44,9 +44,19 @@ def progress_bar(job: IngestJob | None) -> str:
 class CorpusForm(forms.ModelForm):
     """The corpus's declarations checked as the API checks them (kb.ingest.corpora)."""
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if "language" in self.fields:  # left out: unchanged (a new corpus: the default)
+            self.fields["language"].required = False
+
     def _declared(self, name: str):
+        value = self.cleaned_data.get(name)
+        if value is None and name == "facet_keys":  # an empty box: none declared
+            value = []
+        if not value and name == "language":
+            value = self.instance.language or DEFAULT_LANGUAGE
         try:
-            return check_declarations(**{name: self.cleaned_data[name]})[name]
+            return check_declarations(**{name: value if value is not None else ""})[name]
         except DeclarationRejected as exc:
             raise forms.ValidationError(exc.message) from None
 

@@ -73,17 +73,19 @@ def check_declarations(*, date_key: object = None, facet_keys: object = None, la
     return out
 
 
-def save_corpus(*, scope: Scope, corpus: Corpus, changed: Iterable[str]) -> Corpus:
-    """Save an existing corpus whose fields `changed` were set (already validated); a changed date key
-    recomputes its documents' dates, a changed language its chunks' keyword index, in the same transaction."""
+def save_corpus(*, scope: Scope, corpus: Corpus, changed: Iterable[str] = ()) -> Corpus:
+    """Save an existing corpus whose fields were set (already checked: `check_declarations`). A date key
+    or language that differs from the stored one recomputes its documents' dates or its chunks'
+    keyword index, in the same transaction. `changed` (the fields set) is informational: what
+    differs from the stored row decides."""
     access.check_may_change(scope, corpus, "corpus")
-    changed = set(changed)
     with activate(scope):
-        Corpus.objects.for_scope(scope).select_for_update().filter(pk=corpus.pk).first()  # serialise with ingestion
+        # Locked: serialised with ingestion, which reads the language under the same lock.
+        stored = Corpus.objects.for_scope(scope).select_for_update().filter(pk=corpus.pk).values("date_key", "language").first()
         corpus.save()
-        if "date_key" in changed:
+        if stored is not None and stored["date_key"] != corpus.date_key:
             refresh_dated_at(scope=scope, corpus=corpus)
-        if "language" in changed:
+        if stored is not None and stored["language"] != corpus.language:
             refresh_search_vectors(scope=scope, corpus=corpus)
     return corpus
 
