@@ -17,7 +17,8 @@ statement, and vectors cross the wire as binary float32, never as text.
 
 The package, one job per module: `documents` (upload, re-ingest, delete), `queue` (sending jobs, the
 reaper), `jobs` (lease and bookkeeping), `pipeline` (the ingest job), `reembed`, `vectors` (embedding
-cache I/O).
+cache I/O), `corpora` (a corpus's declarations: checks, and the recomputation when its date key or
+language changes), `dates` (a document's date from its metadata).
 """
 
 from kb.ingest.documents import UploadRejected, content_hash, delete_document, reingest_document, source_name_for, upload_document

@@ -8,7 +8,8 @@ How a search runs (docs/retrieval.md has the measurements behind each choice):
 
 1. Resolve the effective filter under RLS for the scope's tenant (set by every statement script:
    see TenantStatements), in one round trip: visible corpora (tenant, departments, requested corpus ids),
-   the documents matching document-level filters (ids, metadata, dates) and the query's lexemes.
+   the documents matching document-level filters (ids, metadata, Document.dated_at) and the query's
+   lexemes under each text search language of those corpora (Corpus.language).
    The scope's size per embedding model comes from the stored chunk counts of those
    corpora/documents, never from a count(*) over chunks.
 2. Vector: the query is embedded once per model key in scope; each model is searched on its own
@@ -17,7 +18,8 @@ How a search runs (docs/retrieval.md has the measurements behind each choice):
    model's, the tenant's own, or one arm per department on the departments' own indexes:
    kb.vector_index scope indexes) with iterative relaxed-order scanning, re-sorted, and fall back
    to exact when short of k.
-3. Keyword: BM25 computed in SQL over the GIN candidates of an OR tsquery of the rarest lexemes
+3. Keyword (per language of the corpora in scope, merged by score when there are several):
+   BM25 computed in SQL over the GIN candidates of an OR tsquery of the rarest lexemes
    (at most 10% of the chunks and 1,000 by document frequency), with per-corpus document
    frequencies from ts_stat (cached) and per-term frequencies via ts_rank_cd. The GIN index is
    usable under RLS only because migration kb 0003 marks ts_match_vq LEAKPROOF.
