@@ -32,6 +32,7 @@ class DemoDoc:
     corpus: str
     department: str | None
     metadata: dict
+    language: str = "english"  # the corpus's text search language (kb.models.Corpus.language)
 
 
 DOCS = (
@@ -44,6 +45,8 @@ DOCS = (
             {"source": "Engineering", "category": "security", "published_at": "2026-03-01"}),
     DemoDoc("sales-client-entertainment.md", "Sales handbook", "Sales",
             {"source": "Sales Operations", "category": "travel", "published_at": "2026-02-01"}),
+    DemoDoc("politique-teletravail-lyon.md", "Politiques du bureau de Lyon", None,
+            {"source": "RH Lyon", "category": "télétravail", "published_at": "2026-03-01"}, language="french"),
 )
 USERS = (("ada", "Engineering"), ("sam", "Sales"))
 
@@ -69,7 +72,9 @@ def seed_demo(*, log=print) -> Tenant:
                 corpora[doc.corpus], _ = Corpus.objects.for_scope(scope).get_or_create(
                     tenant=tenant, name=doc.corpus,
                     defaults={"department": departments[doc.department] if doc.department else None,
-                              "description": f"Kestrel Analytics {doc.corpus.lower()}"})
+                              "description": f"Kestrel Analytics {doc.corpus.lower()}", "language": doc.language,
+                              # the demo's documents are dated and labelled by source and category
+                              "date_key": "published_at", "facet_keys": ["source", "category"]})
         data = (DEMO_DIR / doc.filename).read_bytes()
         title = data.decode().splitlines()[0].lstrip("# ").strip()
         document, job = upload_document(scope=scope, corpus=corpora[doc.corpus], filename=doc.filename, data=data,

@@ -324,7 +324,7 @@ def clause_facts(question: str, mentions: list[Mention], facets: Facets) -> list
     return out
 
 
-_NAME = re.compile(r"(?<![\w'’])([A-Z][\w]*(?:['’][a-z]+)?)")
+_NAME = re.compile(r"(?<![\w'’])([A-ZÀ-ÖØ-ÞΑ-ΩА-Я]\w*(?:['’][^\W\d_]+)?)")
 _SENTENCE_START = re.compile(r"(?:^|[.?!:;\"“(]\s*)$")
 _NOT_NAMES = frozenset(_MONTHS.lower().split("|")) | frozenset(
     "i i'm i've monday tuesday wednesday thursday friday saturday sunday".split())

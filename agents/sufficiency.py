@@ -21,11 +21,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from agents.planning import named_terms, without_facets
-from agents.text import STOPWORDS, key_words, sentences, split_question, stem, terms
+from agents.text import STOPWORDS, SYNONYMS, key_words, sentences, split_question, stem, terms
 
 SUPPORTED = 0.75  # weighted share of a part's terms one sentence (with its title) must hold to answer it
 ANSWERABLE = 0.5  # below this nothing retrieved answers the part: it is declined
 MAX_HOPS = 3  # names searched per judgement
+_NONE: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,8 @@ _ASKS = (
 )
 _YEAR = re.compile(r"\b(?:1[0-9]{3}|20[0-9]{2})\b")
 _NUMBER = re.compile(r"\d|\b(?:one|two|three|four|five|six|seven|eight|nine|ten|twelve|hundred|thousand|million)\b", re.I)
-_CAPITALISED = re.compile(r"(?<![\w'’])[A-Z][\w'’.-]*(?:\s+(?:(?:of|the|de|von|van|and|du|la|le)\s+)?[A-Z][\w'’.-]*)*")
+_UPPER = "A-ZÀ-ÖØ-ÞΑ-ΩА-Я"  # capitals of the Latin, Greek and Cyrillic scripts
+_CAPITALISED = re.compile(rf"(?<![\w'’])[{_UPPER}][\w'’.-]*(?:\s+(?:(?:of|the|de|von|van|and|du|la|le)\s+)?[{_UPPER}][\w'’.-]*)*")
 
 
 def answer_kind(part: str) -> str:
@@ -115,7 +117,7 @@ def support(part: str, chunks: Iterable[SeenChunk], values: Iterable[str] = ()) 
         about = terms(chunk.about)
         for sentence in sentences(chunk.text) or [chunk.text]:
             held = terms(sentence) | about
-            score = sum(w for t, w in weights.items() if t in held) / total
+            score = sum(w for t, w in weights.items() if t in held or SYNONYMS.get(t, _NONE) & held) / total
             if kind and not _has_kind(kind, sentence, part):
                 score *= 0.8  # the words fit but the answer asked for is not in it
             if score > best.score:

@@ -19,9 +19,17 @@ with would you your yours yourself yourselves also may might must shall get gets
 whether versus vs compare compared comparison difference differ between according tell explain describe please
 apply applies applied exactly does anything something much many kind one two use used using way ways need needs
 still just ever really actually i'm i've i'd let's
+""".split()) | frozenset("""
+les des une est sont pour dans par sur avec sans que qui quoi quel quelle quels quelles combien comment pourquoi
+quand où aux ces cette mon mes ton tes son ses nos vos leur leurs pas plus peut puis dois doit ont avez avons suis
+être avoir fait faire tout tous toute toutes entre vers chez selon lors
+der die das den dem des ein eine einen einem einer und oder aber nicht ist sind wird werden wie was wer wann warum
+welche welcher welches für mit von bei nach aus auf über unter durch zum zur ich sie wir ihr kann können muss
+los las una unos unas del por para con sin que qué quién cuál cuáles cuánto cuántos cómo dónde cuándo
 """.split())
 
-_WORD = re.compile(r"[a-z0-9]+(?:['’][a-z]+)?")
+# Letters of any script and digits (not "_"): "congé", "Müller" and "東京" keep their letters.
+_WORD = re.compile(r"[^\W_]+(?:['’][^\W\d_]+)?")
 _SUFFIXES = ("ing", "ed", "es", "s", "e")
 
 
@@ -65,6 +73,7 @@ _SYNONYM_GROUPS = (
     {"claim", "reimburs", "refund", "pay", "paid", "cover"}, {"expens", "cost", "spend", "fee"}, {"leav", "holiday", "vacation", "absenc"},
     {"trip", "travel", "journey"}, {"extra", "additional"}, {"hotel", "accommodation", "lodging"},
     {"password", "passphras", "credential"}, {"laptop", "devic", "computer"}, {"allowanc", "per diem", "stipend"},
+    {"wine", "beer", "alcohol", "drink"}, {"dinner", "lunch", "breakfast", "meal"}, {"flight", "fly", "airfare", "cabin"},
 )
 SYNONYMS: dict[str, frozenset[str]] = {t: frozenset(g - {t}) for g in _SYNONYM_GROUPS for t in g}
 
@@ -91,7 +100,7 @@ def coverage(part_terms: set[str], text_terms: set[str]) -> float:
 
 
 _BLOCK_BREAK = re.compile(r"\n\s*\n|\n(?=\s*(?:[-*+•]|\d+[.)]|#+)\s)")
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
+_SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s*(?=[\"'(«¿¡\d]|[^\W\d_](?<![a-zà-ÿ]))")
 _BULLET = re.compile(r"^\s*(?:[-*+•]|\d+[.)])\s*")
 
 
@@ -107,7 +116,7 @@ def sentences(text: str) -> list[str]:
         block = _BULLET.sub("", " ".join(block.split()))
         for piece in _SENTENCE_END.split(block):
             piece = piece.strip()
-            if len(piece) >= 12 and re.search(r"[A-Za-z]{3}", piece) and (piece[-1] in ".!?;)" or len(piece.split()) >= 10):
+            if len(piece) >= 12 and re.search(r"[^\W\d_]{3}", piece) and (piece[-1] in ".!?;)。！？" or len(piece.split()) >= 10):
                 out.append(piece)
     return out
 
@@ -121,8 +130,11 @@ def normalise(text: str) -> str:
 
 
 # --- Splitting a question into parts ---------------------------------------------------------------
+# Clauses: joined by a conjunction, a semicolon, or a comma that starts a new question ("..., what is ...").
 _CLAUSE_SPLIT = re.compile(
-    r"(\s*[,;]?\s+\b(?:and also|and then|and|while|whereas|but|or|as well as|plus|also)\b\s+|\s*;\s*)", re.IGNORECASE
+    r"(\s*[,;]?\s+\b(?:and also|and then|and|while|whereas|but|or|as well as|plus|also)\b\s+|\s*;\s*"
+    r"|\s*,\s+(?=(?:what|which|how|when|where|who|whom|whose|why|can|could|do|does|did|is|are|was|were|should|must|will|"
+    r"would)\b))", re.IGNORECASE
 )
 _BETWEEN = re.compile(r"\b(?:difference|differences|compare|comparison)\b.*?\bbetween\s+(.+?)\s+and\s+(.+?)(?:[?.!]|$)", re.I)
 _VERSUS = re.compile(r"(.+?)\s+(?:versus|vs\.?|compared (?:to|with))\s+(.+?)(?:[?.!]|$)", re.I)
@@ -183,17 +195,42 @@ def _comparison_parts(sentence: str) -> list[str]:
 
 
 def _clauses(sentence: str) -> list[str]:
+    """Clauses, a short one joined to its neighbour unless it names something; a clause that only
+    names something ("Were Scott Derrickson | Ed Wood of the same nationality") takes the words that
+    say what is asked from the clause that has them."""
     tokens = _CLAUSE_SPLIT.split(sentence)  # [clause, separator, clause, separator, ...]
     merged: list[str] = []
     for i in range(0, len(tokens), 2):
         piece = tokens[i].strip(" ,")
         if not piece:
             continue
-        if merged and (len(terms(piece)) < 2 or len(terms(merged[-1])) < 2):
+        short = lambda p: len(terms(p)) < 2 and not _names(p)  # noqa: E731
+        if merged and (short(piece) or short(merged[-1])):
             merged[-1] = f"{merged[-1]}{tokens[i - 1]}{piece}"
         else:
             merged.append(piece)
+    if len(merged) > 1:
+        predicates = [_predicate(p) for p in merged]
+        shared = next((w for w in sorted(predicates, key=len, reverse=True) if w), [])
+        merged = [p if predicates[i] else f"{p} {' '.join(shared)}".strip() for i, p in enumerate(merged)]
     return merged
+
+
+_CAPITAL_WORD = re.compile(r"(?<![\w'’])[A-ZÀ-ÖØ-ÞΑ-ΩА-Я][\w'’-]*")
+
+
+def _names(clause: str) -> set[str]:
+    """Capitalised words of a clause, not counting its first word when that is a question word."""
+    words = _CAPITAL_WORD.findall(clause)
+    if words and clause.lstrip().startswith(words[0]) and _INTERROGATIVE.match(clause):
+        words = words[1:]
+    return {stem(w.lower()) for w in words}
+
+
+def _predicate(clause: str) -> list[str]:
+    """A clause's content words that are not names: what it asks about them."""
+    names = _names(clause)
+    return [w for w in key_words(clause) if stem(w) not in names]
 
 
 _INSTRUCTION_LIKE = re.compile(

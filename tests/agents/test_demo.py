@@ -19,8 +19,8 @@ def test_load_demo_is_idempotent_and_answers_with_verified_citations(django_capt
         tenant = seed_demo(log=logs.append)
     with django_capture_on_commit_callbacks(execute=True):
         assert seed_demo(log=logs.append).id == tenant.id
-    assert sum(line.startswith("queued") for line in logs) == 5
-    assert sum(line.startswith("current") for line in logs) == 5
+    assert sum(line.startswith("queued") for line in logs) == 6
+    assert sum(line.startswith("current") for line in logs) == 6
     system = Scope.system(tenant.id)
     with activate(system):
         assert set(Document.objects.for_scope(system).values_list("status", flat=True)) == {"ready"}
@@ -44,3 +44,21 @@ def test_load_demo_is_idempotent_and_answers_with_verified_citations(django_capt
     assert "engineering-production-access.md" not in cited
     assert "12 hours" not in run.answer and "EUR 40" not in run.answer
     assert any("production access" in part for part in run.missing), (run.answer, run.missing)
+
+
+def test_the_demo_answers_its_three_part_question_and_a_french_question_in_french(django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        tenant = seed_demo(log=lambda line: None)
+    ada = demo_scope(tenant, "ada")
+    question = ("Which cabin class for a 7-hour flight, what is the hotel limit in a capital city, "
+                "and can I claim wine with dinner?")
+    run = ask(scope=ada, question=question, strategy="auto", provider="offline")
+    assert run.outcome == "answered", run.answer
+    parts = run.answer.split("\n\n", 1)[1].split("\nNot found")[0]
+    assert parts.count("[c:") >= 3 and "Not found" not in run.answer, run.answer  # every part cited
+    with activate(ada):
+        assert all(c.verdict == "verified" for c in run_citations(ada, run.id))
+
+    run = ask(scope=ada, question="Combien de jours de télétravail depuis l'étranger sont autorisés ?", provider="offline")
+    assert run.outcome == "answered", run.answer
+    assert "dix jours ouvrés par année civile" in run.answer  # quoted from the French policy, in French
