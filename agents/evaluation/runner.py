@@ -13,6 +13,7 @@ Strategies evaluated side by side, all with a final context of at most 10 chunks
 
 from __future__ import annotations
 
+import hashlib
 import re
 import time
 from collections.abc import Callable, Iterable
@@ -68,8 +69,12 @@ def check_strategies(names: Iterable[str]) -> list[str]:
 
 
 def filename_for(doc_id: str) -> str:
-    """A stable, safe file name per doc id (the upload's source name, which keys re-ingestion)."""
-    return f"{_SAFE.sub('_', doc_id)[:480]}.txt"
+    """A stable, safe file name per doc id (the upload's source name, which keys re-ingestion). An id
+    the cleaning changes gets a hash of itself, so "A/B" and "A?B" stay two files."""
+    safe = _SAFE.sub("_", doc_id)[:440]
+    if safe != doc_id:
+        safe += "-" + hashlib.sha256(doc_id.encode()).hexdigest()[:12]
+    return f"{safe}.txt"
 
 
 def ensure_corpus(docs: list[CorpusDoc], *, tenant_slug: str, corpus_name: str, sentence_vectors: bool = True,
