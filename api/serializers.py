@@ -58,6 +58,9 @@ class DepartmentSerializer(serializers.ModelSerializer):
 
 class CorpusSerializer(serializers.ModelSerializer):
     department = id_field(source="department_id", allow_null=True, required=False)
+    facet_keys = serializers.ListField(
+        child=serializers.CharField(max_length=100, trim_whitespace=True), required=False, max_length=50,
+        help_text="Metadata keys whose values are enumerations; empty: discovered from the documents.")
     document_count = serializers.IntegerField(read_only=True, required=False)
     reembedding_to = serializers.SerializerMethodField(help_text="'<model>:<dim>' a re-embed job is moving the corpus to, else null")
 
