@@ -188,3 +188,46 @@ def hop_queries(question: str, chunks: list[SeenChunk], values: Iterable[str] = 
         for name in bridge_names(s.part, chunks, values)[:MAX_HOPS]:
             out.setdefault(" ".join([name, *lacking[:6]]), None)
     return list(out)[:MAX_HOPS]
+
+
+_YES_NO_QUESTION = re.compile(r"^\s*(?:are|is|was|were|do|does|did|can|could|has|have|had|both)\b", re.I)
+_SAME = re.compile(r"\bsame\b", re.I)
+_FRAMING = frozenset(stem(w) for w in "both same also either neither considered".split())
+# Adjectives of nationality or origin have these endings in English ("Swedish", "Austrian", "Chinese").
+_DEMONYM = re.compile(r"^[A-ZÀ-Þ][a-zà-ÿ]+(?:an|ian|ish|ese|ic|i|ch)$")
+
+
+def yes_no_verdict(question: str, chunks: list[SeenChunk], values: Iterable[str] = ()) -> str | None:
+    """"yes" or "no" for a yes/no question comparing two or more things ("Are A and B both
+    magazines?", "Were A and B of the same nationality?"), from each part's best sentence; None when
+    the question is not one, or a part has no answering sentence (then the answer says so instead).
+
+    "Both X" is yes when every part's sentence (with its title) holds the predicate's words; "the
+    same X" is yes when the parts' sentences share a value of the kind compared: a year, an
+    adjective of origin ("Swedish"), else a capitalised name the question does not give."""
+    if not _YES_NO_QUESTION.match(question):
+        return None
+    values = list(values)
+    found = parts_support(question, chunks, values)
+    if len(found) < 2 or not all(s.answerable for s in found):
+        return None
+    texts = [f"{s.sentence} {_about_of(s, chunks)}" for s in found]
+    if _SAME.search(question):
+        asked = {w.lower() for w in re.findall(r"\w+", question)}
+        kinds = [set(_YEAR.findall(t)) for t in texts] if "year" in asked else \
+            [{w for w in re.findall(r"\w+", t) if _DEMONYM.match(w) and w.lower() not in asked} for t in texts]
+        if not all(kinds):
+            kinds = [{m.group(0) for m in _CAPITALISED.finditer(t) if m.group(0).lower() not in asked} for t in texts]
+        shared = set.intersection(*kinds) if all(kinds) else set()
+        return "yes" if shared else "no"
+    names = {stem(n) for n in named_terms(question, values)}
+    predicate = {t for t in terms(without_facets(question, values)) if t not in names and t not in _FRAMING}
+    if not predicate:
+        return None
+    held = [terms(t) for t in texts]
+    fits = [all(p in h or SYNONYMS.get(p, _NONE) & h for p in predicate) for h in held]
+    return "yes" if all(fits) else "no"
+
+
+def _about_of(s: Support, chunks: list[SeenChunk]) -> str:
+    return next((c.about for c in chunks if c.chunk_id == s.chunk_id), "")

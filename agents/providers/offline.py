@@ -21,7 +21,7 @@ import re
 from agents.citations import NOT_ENOUGH_EVIDENCE
 from agents.messages import AssistantMessage, ModelRequest, ModelTurn, ToolCall, ToolResultMessage, Usage
 from agents.planning import Facets, GeneralPlanner, without_facets
-from agents.sufficiency import ANSWERABLE, SeenChunk, bridge_names, hop_queries, parts_support, support
+from agents.sufficiency import ANSWERABLE, SeenChunk, bridge_names, hop_queries, parts_support, support, yes_no_verdict
 from agents.text import key_words, looks_like_instructions, question_context, sentences, split_question, stem, terms
 
 __all__ = ["OfflineProvider", "SeenChunk", "compose_answer"]
@@ -194,7 +194,10 @@ def compose_answer(question: str, chunks: list[SeenChunk], values: list[str] = (
     if not lines:
         listed = "; ".join(f'"{p}"' for p in missing) or "the question"
         return f"{NOT_ENOUGH_EVIDENCE}: no sentence in the documents you can see answers {listed}."
-    text = "Extractive answer (offline mode: the sentences below are quoted from the sources, not generated).\n\n" + "\n".join(lines)
+    verdict = yes_no_verdict(question, chunks, values)
+    head = f"{verdict.capitalize()}, from the sentences below. " if verdict else ""
+    text = head + "Extractive answer (offline mode: the sentences below are quoted from the sources, not generated).\n\n" + \
+        "\n".join(lines)
     if missing:
         text += "\n\nNot found in the documents you can see: " + "; ".join(f'"{p}"' for p in missing) + "."
     return text

@@ -255,6 +255,25 @@ def test_a_part_is_supported_by_a_sentence_that_answers_it_not_by_words_found_an
         parts_support("In what year was Brest harbour founded?", [SeenChunk(5, "Brest harbour was founded in 1631.", 1.0, False)])[0].score
 
 
+def test_a_yes_no_comparison_is_answered_from_each_parts_sentence():
+    from agents.sufficiency import SeenChunk, yes_no_verdict
+
+    def chunk(i, text, title):
+        return SeenChunk(i, text, 1.0, False, about=title)
+
+    orchids = [chunk(1, "Velvetia is a genus of orchids native to the islands.", "Velvetia"),
+               chunk(2, "Quorrelia is a hybrid of two orchid genera grown in greenhouses.", "Quorrelia")]
+    assert yes_no_verdict("Are Velvetia and Quorrelia both orchids?", orchids) == "yes"
+    magazines = [chunk(1, "Ranger Owl is a children's magazine about wildlife.", "Ranger Owl"),
+                 chunk(2, "Court Weekly is a magazine about the sport of tennis.", "Court Weekly")]
+    assert yes_no_verdict("Are Ranger Owl and Court Weekly both sports magazines?", magazines) == "no"
+    people = [chunk(1, "Mira Stellan was a Swedish film director.", "Mira Stellan"),
+              chunk(2, "Jon Grenz is an Austrian artist and film director.", "Jon Grenz")]
+    assert yes_no_verdict("Were Mira Stellan and Jon Grenz of the same nationality?", people) == "no"
+    assert yes_no_verdict("Who directed films?", people) is None  # not a yes/no question
+    assert yes_no_verdict("Are Mira Stellan and Pol Unknown both directors?", people[:1]) is None  # a part unanswered
+
+
 def test_follow_up_queries_keep_only_facet_values_the_facets_listed():
     from agents.loop import _parsed_queries
     from agents.planning import Facets
