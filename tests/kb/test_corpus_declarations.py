@@ -197,3 +197,21 @@ def test_api_date_key_change_and_date_filter(tenant, admin_client):
     assert searched({"date_before": "2023-01-01T00:00:00Z"}) == {old.id}
     r = admin_client.get(f"/api/v1/documents/{new.id}/")
     assert r.json()["dated_at"].startswith("2024-06-01")
+
+
+def test_sentence_lexemes_follow_the_language(tenant):
+    """The sentence re-rank's lexemes are computed under the corpus's language too, and recomputed with it."""
+    from kb.models import ChunkSentence
+
+    corpus = new_corpus(tenant, "Politique", language="french", sentence_vectors=True)
+    upload(corpus, "Congé", "Chaque salarié a droit à un congé annuel. Les congés se posent en avance.")
+    scope = whole_tenant(tenant)
+
+    def lexemes() -> set[str]:
+        with activate(scope):
+            return {lex for row in ChunkSentence.objects.for_scope(scope).values_list("lexemes", flat=True) for lex in row}
+
+    assert "cong" in lexemes() and "congé" not in lexemes()
+    corpus.language = "english"
+    save_corpus(scope=scope, corpus=corpus, changed=["language"])
+    assert "congé" in lexemes() and "cong" not in lexemes()
