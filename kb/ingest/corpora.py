@@ -16,7 +16,7 @@ from django.db import connections
 from kb import access
 from kb.ingest.dates import DATED_AT_SQL, dated_at_params
 from kb.metadata import text_problem
-from kb.models import Corpus
+from kb.models import Corpus, Document
 from tenants.scope import Scope, activate
 
 MAX_FACET_KEYS = 50
@@ -80,12 +80,19 @@ def save_corpus(*, scope: Scope, corpus: Corpus, changed: Iterable[str] = ()) ->
     differs from the stored row decides."""
     access.check_may_change(scope, corpus, "corpus")
     with activate(scope):
-        # Locked: serialised with ingestion, which reads the language under the same lock.
-        stored = Corpus.objects.for_scope(scope).select_for_update().filter(pk=corpus.pk).values("date_key", "language").first()
+        stored = Corpus.objects.for_scope(scope).filter(pk=corpus.pk).values("date_key", "language").first()
+        redate = stored is not None and stored["date_key"] != corpus.date_key
+        reindex = stored is not None and stored["language"] != corpus.language
+        if redate or reindex:
+            # Ingestion writes a document's chunks holding the document, then the corpus (which it
+            # reads the language from): locked in that order here too, so the two never deadlock.
+            list(Document.objects.for_scope(scope).filter(corpus_id=corpus.pk).order_by("pk").select_for_update()
+                 .values_list("pk", flat=True))
+        Corpus.objects.for_scope(scope).select_for_update().filter(pk=corpus.pk).first()
         corpus.save()
-        if stored is not None and stored["date_key"] != corpus.date_key:
+        if redate:
             refresh_dated_at(scope=scope, corpus=corpus)
-        if stored is not None and stored["language"] != corpus.language:
+        if reindex:
             refresh_search_vectors(scope=scope, corpus=corpus)
     return corpus
 
