@@ -1,12 +1,15 @@
 """Keyword ranking quality on both dev sets in ../shared/eval: our BM25-in-SQL vs plain Okapi BM25, plain FTS, vectors, hybrid.
 
-    .venv/bin/python bench/keyword_quality.py [--set multihop|hotpotqa|all] [--questions 0] [--no-vectors] [--keep-db]
+    .venv/bin/python bench/keyword_quality.py [--set multihop|hotpotqa|all] [--chunks bench|product] [--questions 0]
+                                              [--no-vectors] [--keep-db]
 
 Skips (exit 0) when ../shared/eval is absent. Sets: MultiHop-RAG dev (609 news articles,
 questions-dev.jsonl) and HotpotQA dev (hotpotqa/: 1,617 Wikipedia paragraphs, questions.jsonl).
 Each corpus is chunked into ~200-word sentence-packed chunks with the title prepended (a HotpotQA
-paragraph is mostly one chunk), loaded into a bench tenant of a database this script creates and
-drops, and searched through `kb.retrieval.search` (the real code path). Metrics over the answerable
+paragraph is mostly one chunk), or with `--chunks product` by the product's own parser and chunker
+(what `manage.py evaluate` ingests), loaded into a bench tenant of a database this script creates and
+drops (search_vector as ingestion computes it: title, locator and chunk text under the corpus's
+text search configuration), and searched through `kb.retrieval.search` (the real code path). Metrics over the answerable
 questions (non-empty evidence), per the eval README: Hits@10 (a top-10 chunk contains a gold fact,
 whitespace removed), evidence recall@10 (share of gold facts contained in the top 10) and the share
 of questions with every gold fact in the top 10; p50/p95 per search where a row is a database search.
@@ -32,6 +35,7 @@ import re
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -64,8 +68,57 @@ def chunk_article(title: str, text: str, words: int = 200) -> list[str]:
     return [f"{title}\n{c}" for c in chunks]
 
 
-def body(chunk: str) -> str:
-    return chunk.split("\n", 1)[1]
+@dataclass
+class BenchChunk:
+    doc: int  # index into the set's documents
+    title: str
+    text: str  # the stored chunk text (what the evidence is looked for in)
+    locator: str = ""
+    start: int = 0
+    end: int = 0
+
+    @property
+    def indexed(self) -> str:
+        """What the chunk's search_vector holds (ingestion: title, locator, text): the reference indexes this."""
+        return " ".join(p for p in (self.title, self.locator, self.text) if p)
+
+    @property
+    def embedded(self) -> str:
+        return f"{self.title}\n{self.text}"
+
+
+def bench_chunks(docs: list[dict]) -> list[BenchChunk]:
+    """~200-word sentence-packed chunks (the bench's own, stable across runs)."""
+    out = []
+    for i, d in enumerate(docs):
+        for c in chunk_article(d["title"], d["text"]):
+            text = c.split("\n", 1)[1]
+            out.append(BenchChunk(i, d["title"], text, "", 0, len(text)))
+    return out
+
+
+def product_chunks(docs: list[dict]) -> list[BenchChunk]:
+    """The product's own parse and chunking of a plain-text upload (kb.parsing, kb.chunking at a new
+    corpus's defaults, token counts of the default embedder), as `manage.py evaluate` ingests them."""
+    import django
+
+    django.setup()
+    from kb.chunking import chunk_document
+    from kb.embedding import default_model_key, get_embedder
+    from kb.models import Corpus
+    from kb.parsing import parse
+
+    embedder = get_embedder(default_model_key())
+    target = Corpus._meta.get_field("chunk_target_tokens").default
+    overlap = min(Corpus._meta.get_field("chunk_overlap_tokens").default, target - 1)
+    window = embedder.max_tokens - getattr(embedder, "reserved_tokens", 0)
+    out = []
+    for i, d in enumerate(docs):
+        parsed = parse(d["text"].encode(), f"{d['doc_id']}.txt", "text/plain")
+        for sp in chunk_document(parsed, target_tokens=target, overlap_tokens=overlap, max_tokens=max(target, window),
+                                 count_tokens=embedder.count_tokens):
+            out.append(BenchChunk(i, d["title"][:500], sp.text, sp.locator or "", sp.char_start, sp.char_end))
+    return out
 
 
 def squash(s: str) -> str:
@@ -108,8 +161,8 @@ def embed(texts: list[str], what: str) -> np.ndarray:
     return x
 
 
-def ingest(docs: list[dict], chunks: list[tuple[int, str]], vecs: np.ndarray | None, slug: str):
-    """Bench tenant + corpus + documents via the ORM; chunks (the text after the title) by COPY, then
+def ingest(docs: list[dict], chunks: list[BenchChunk], vecs: np.ndarray | None, slug: str):
+    """Bench tenant + corpus + documents via the ORM; chunks by COPY, then
     search_vector as ingestion computes it: the title, locator and text under the corpus's language."""
     from django.db import connections
     from pgvector.psycopg import register_vector
@@ -120,8 +173,8 @@ def ingest(docs: list[dict], chunks: list[tuple[int, str]], vecs: np.ndarray | N
     tenant = Tenant.objects.using("owner").create(name=f"{slug} bench", slug=slug)
     corpus = Corpus.objects.unscoped_dangerously(using="owner").create(tenant=tenant, name=slug, chunk_count=len(chunks))
     counts: dict[int, int] = {}
-    for di, _ in chunks:
-        counts[di] = counts.get(di, 0) + 1
+    for ch in chunks:
+        counts[ch.doc] = counts.get(ch.doc, 0) + 1
     rows = Document.objects.unscoped_dangerously(using="owner").bulk_create([
         Document(tenant=tenant, corpus=corpus, title=d["title"], source_name=d["doc_id"], mime_type="text/plain",
                  sha256=hashlib.sha256(d["text"].encode()).hexdigest(), status="ready", chunk_count=counts.get(i, 0),
@@ -138,11 +191,10 @@ def ingest(docs: list[dict], chunks: list[tuple[int, str]], vecs: np.ndarray | N
             "content_hash, embedding, embedding_model, flags, created_at) FROM STDIN WITH (FORMAT BINARY)") as copy:
         copy.set_types(["int8", "int8", "int8", "int4", "text", "text", "int4", "int4", "int4", "text", "vector", "text",
                         "jsonb", "timestamptz"])
-        for i, (di, text) in enumerate(chunks):
-            o = ordinals[di] = ordinals.get(di, -1) + 1
-            text = body(text)
-            copy.write_row([tenant.id, corpus.id, rows[di].id, o, text, "", 0, len(text), len(text.split()),
-                            hashlib.sha256(text.encode()).hexdigest(), None if vecs is None else vecs[i],
+        for i, ch in enumerate(chunks):
+            o = ordinals[ch.doc] = ordinals.get(ch.doc, -1) + 1
+            copy.write_row([tenant.id, corpus.id, rows[ch.doc].id, o, ch.text, ch.locator, ch.start, ch.end,
+                            len(ch.text.split()), hashlib.sha256(ch.text.encode()).hexdigest(), None if vecs is None else vecs[i],
                             MODEL_KEY, "[]", now])
     with conn.cursor() as cur:
         cur.execute("UPDATE kb_chunk c SET search_vector = to_tsvector(k.language::regconfig, d.title || ' ' || c.locator || ' ' || "
@@ -191,6 +243,8 @@ def main() -> None:
     ap.add_argument("--set", choices=[*SETS, "all"], default="all", help="which dev set (default: both)")
     ap.add_argument("--questions", type=int, default=0, help="limit per set (0 = every answerable question)")
     ap.add_argument("--weights", default="0,0.05,0.1,0.2,0.5,1.0", help="vector weights for hybrid (keyword weight 1)")
+    ap.add_argument("--chunks", choices=["bench", "product"], default="bench",
+                    help="bench: ~200-word sentence-packed chunks (default); product: kb.parsing + kb.chunking as ingestion")
     ap.add_argument("--no-vectors", action="store_true", help="keyword rows only (no MiniLM, no vector or hybrid rows)")
     ap.add_argument("--keep-db", action="store_true")
     args = ap.parse_args()
@@ -201,14 +255,14 @@ def main() -> None:
     tables = []
     for name in names:
         docs, questions = load_eval(name, args.questions)
-        chunks = [(i, c) for i, d in enumerate(docs) for c in chunk_article(d["title"], d["text"])]
-        print(f"{SETS[name][0]}: {len(docs)} documents -> {len(chunks)} chunks (~200 words, title prepended); "
+        chunks = bench_chunks(docs) if args.chunks == "bench" else product_chunks(docs)
+        print(f"{SETS[name][0]}: {len(docs)} documents -> {len(chunks)} chunks ({args.chunks} chunking); "
               f"{len(questions)} answerable questions", flush=True)
         chunk_vecs = query_vecs = None
         if not args.no_vectors:
-            chunk_vecs = embed([c for _, c in chunks], "chunks")
+            chunk_vecs = embed([c.embedded for c in chunks], "chunks")
             query_vecs = embed([q["question"] for q in questions], "questions")
-        dbname = f"bench_keyword_{name}_{os.getpid()}"
+        dbname = f"bench_keyword_{name}_{args.chunks}_{os.getpid()}"
         create_database(dbname)
         try:
             ingest(docs, chunks, chunk_vecs, f"{name}-bench")
@@ -216,7 +270,8 @@ def main() -> None:
         finally:
             if not args.keep_db:
                 drop_database(dbname)
-        tables.append(table(f"{SETS[name][0]}: {len(chunks):,} chunks, {len(questions):,} answerable questions", results))
+        tables.append(table(f"{SETS[name][0]}: {len(chunks):,} chunks ({args.chunks} chunking), {len(questions):,} "
+                            "answerable questions", results))
         print(tables[-1], flush=True)
     if len(tables) > 1:
         print("\n".join(tables))
@@ -235,7 +290,7 @@ def postgres_stopwords() -> list[str] | None:
     return [w.strip() for w in path.read_text().splitlines() if w.strip()]
 
 
-def bm25s_rows(texts: list[str], questions: list[dict]) -> list[dict]:
+def bm25s_rows(chunks: list[BenchChunk], questions: list[dict]) -> list[dict]:
     """Plain Okapi BM25 (bm25s, Lucene idf, k1 1.2, b 0.75) over the same chunk texts: with PostgreSQL's
     analysis (its English stop words, the Snowball English stemmer it uses) and with bm25s's own."""
     try:
@@ -257,15 +312,15 @@ def bm25s_rows(texts: list[str], questions: list[dict]) -> list[dict]:
     out = []
     for label, stop, stem in variants:
         retriever = bm25s.BM25(k1=1.2, b=0.75, method="lucene")
-        retriever.index(bm25s.tokenize(texts, stopwords=stop, stemmer=stem, show_progress=False), show_progress=False)
+        retriever.index(bm25s.tokenize([c.indexed for c in chunks], stopwords=stop, stemmer=stem, show_progress=False), show_progress=False)
         qtok = bm25s.tokenize([q["question"] for q in questions], stopwords=stop, stemmer=stem, show_progress=False)
         docs_idx, _ = retriever.retrieve(qtok, k=10, show_progress=False, n_threads=1)
-        out.append(evaluate(label, [[body(texts[i]) for i in row] for row in docs_idx], questions))
+        out.append(evaluate(label, [[chunks[i].text for i in row] for row in docs_idx], questions))
         show(out[-1])
     return out
 
 
-def run(args, name: str, chunks: list[tuple[int, str]], questions: list[dict], query_vecs: np.ndarray | None) -> list[dict]:
+def run(args, name: str, chunks: list[BenchChunk], questions: list[dict], query_vecs: np.ndarray | None) -> list[dict]:
     from django.db import connections
 
     from kb.retrieval import search
@@ -274,8 +329,7 @@ def run(args, name: str, chunks: list[tuple[int, str]], questions: list[dict], q
 
     tenant = Tenant.objects.get(slug=f"{name}-bench")
     scope = Scope(tenant.id, all_departments=True, role="reader", principal="bench")
-    texts = [c for _, c in chunks]
-    results = bm25s_rows(texts, questions)
+    results = bm25s_rows(chunks, questions)
 
     # What plain PostgreSQL FTS gives: OR of the query's lexemes, ranked by ts_rank_cd.
     ranked, lat = [], []
