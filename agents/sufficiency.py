@@ -36,7 +36,7 @@ class SeenChunk:
     score: float
     flagged: bool
     about: str = ""  # document title and metadata values: what the chunk is about besides its text
-    source: str = ""  # kept for callers that label chunks by a metadata value; unused by the rules here
+    title: str = ""  # the document's title alone
 
 
 @dataclass(frozen=True)
@@ -102,9 +102,35 @@ def _has_kind(kind: str, sentence: str, part: str) -> bool:
     return True
 
 
+_RELATIVE = re.compile(r"^(?P<head>\S.{6,}?)\s+(?:(?:at|in|on|of|for|by|from|with|to|during)\s+)?"
+                       r"(?:which|who|whom|whose|that|where)\s+(?P<description>.{8,})$", re.I)
+
+
+def split_relative(part: str) -> tuple[str, str] | None:
+    """(what is asked, the description of what it is asked about) when a part describes its subject
+    by a relative clause: "When was the palace founded | at which Columba de Dunbar died in 1435".
+    A multi-hop question's two halves are usually answered by two different texts."""
+    m = _RELATIVE.match(part.strip(" ?.!"))
+    if not m or len(terms(m.group("head"))) < 1 or len(terms(m.group("description"))) < 2:
+        return None
+    return m.group("head"), m.group("description")
+
+
 def support(part: str, chunks: Iterable[SeenChunk], values: Iterable[str] = ()) -> Support:
-    """The part's best sentence among `chunks` (flagged chunks are never evidence) and its score."""
+    """The part's best sentence among `chunks` (flagged chunks are never evidence) and its score.
+
+    A part whose subject is described by a relative clause is as supported as the weaker of its two
+    halves, each on its own best sentence; the sentence returned is the one answering what is asked."""
+    chunks = list(chunks)
     values = list(values)
+    halves = split_relative(part)
+    if halves:
+        asked, described = (_support(h, chunks, values) for h in halves)
+        return Support(part, min(asked.score, described.score), asked.sentence, asked.chunk_id)
+    return _support(part, chunks, values)
+
+
+def _support(part: str, chunks: list[SeenChunk], values: list[str]) -> Support:
     weights = _weights(part, values)
     total = sum(weights.values())
     if not total:
@@ -151,15 +177,21 @@ def bridge_names(part: str, chunks: list[SeenChunk], values: Iterable[str] = (),
         for sentence in sentences(chunk.text) or [chunk.text]:
             held = terms(sentence) | about
             score = sum(w for t, w in weights.items() if t in held)
-            scored.append((score, sentence, chunk.about))
+            scored.append((score, sentence, chunk.title))
     scored.sort(key=lambda x: -x[0])
     out: dict[str, None] = {}
-    for _score, sentence, _about in scored[:top]:
-        for name in _names_in(sentence):
+    for _score, sentence, title in scored[:top]:
+        # The names the sentence gives, then what it is about: a paragraph's "He" is its title.
+        for name in [*_names_in(sentence), _title(title)]:
             words = {w.lower() for w in re.findall(r"\w+", name)}
             if words and not words <= asked and not words <= STOPWORDS:
                 out.setdefault(name, None)
     return list(out)
+
+
+def _title(title: str) -> str:
+    """A document title without a trailing qualifier: "USS Essex (CV-9)" -> "USS Essex"."""
+    return re.sub(r"\s*\([^)]*\)\s*$", "", title).strip()
 
 
 def _names_in(sentence: str) -> list[str]:

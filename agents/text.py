@@ -133,8 +133,7 @@ def normalise(text: str) -> str:
 # Clauses: joined by a conjunction, a semicolon, or a comma that starts a new question ("..., what is ...").
 _CLAUSE_SPLIT = re.compile(
     r"(\s*[,;]?\s+\b(?:and also|and then|and|while|whereas|but|or|as well as|plus|also)\b\s+|\s*;\s*"
-    r"|\s*,\s+(?=(?:what|which|how|when|where|who|whom|whose|why|can|could|do|does|did|is|are|was|were|should|must|will|"
-    r"would)\b))", re.IGNORECASE
+    r"|\s*,\s+(?=(?:what|which|how|when|where|who|whom|whose|why|can|could|should|must|will|would)\b))", re.IGNORECASE
 )
 _BETWEEN = re.compile(r"\b(?:difference|differences|compare|comparison)\b.*?\bbetween\s+(.+?)\s+and\s+(.+?)(?:[?.!]|$)", re.I)
 _VERSUS = re.compile(r"(.+?)\s+(?:versus|vs\.?|compared (?:to|with))\s+(.+?)(?:[?.!]|$)", re.I)

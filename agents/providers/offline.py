@@ -21,16 +21,27 @@ import re
 from agents.citations import NOT_ENOUGH_EVIDENCE
 from agents.messages import AssistantMessage, ModelRequest, ModelTurn, ToolCall, ToolResultMessage, Usage
 from agents.planning import Facets, GeneralPlanner, without_facets
-from agents.sufficiency import ANSWERABLE, SeenChunk, bridge_names, hop_queries, parts_support, support, yes_no_verdict
+from agents.sufficiency import (
+    ANSWERABLE,
+    SeenChunk,
+    bridge_names,
+    hop_queries,
+    parts_support,
+    split_relative,
+    support,
+    yes_no_verdict,
+)
 from agents.text import key_words, looks_like_instructions, question_context, sentences, split_question, stem, terms
 
 __all__ = ["OfflineProvider", "SeenChunk", "compose_answer"]
 
 MAX_ROUNDS = 4  # tool rounds: facets, the planned searches, up to two follow-ups
 DEPTH = 10  # every search as deep as a classic one
-MAX_FIRST_SEARCHES = 8
+MAX_FIRST_SEARCHES = 7  # with the facets call and two rounds of MAX_FOLLOW_UPS: within the default 12 tool calls
+MAX_FOLLOW_UPS = 2
 SENTENCES_PER_PART = 2
 RELATIVE_MIN = 0.8  # a quoted sentence scores at least this share of its part's best sentence
+LINKED_BONUS = 0.3  # an answer sentence in a text about the name the identifying sentence gives ranks above others
 
 
 _BLOCK = re.compile(r"^<document_data[^>]*>\n?(.*?)\n?</document_data>$", re.S)
@@ -66,10 +77,11 @@ class OfflineProvider:
         asked = _searches_asked(request)
         if rounds == 1:
             subs = [(sub.text, sub.filters()) for sub in GeneralPlanner().plan(request.question, facets)]
-            wanted = [*subs, (request.question, None)][:MAX_FIRST_SEARCHES]
+            wanted = [*subs[: MAX_FIRST_SEARCHES - 1], (request.question, None)]
         else:
             chunks = _chunks_from(request)
-            wanted = [(q, None) for q in follow_ups(request.question, chunks, facets)] if rounds < MAX_ROUNDS else []
+            follow = follow_ups(request.question, chunks, facets) if rounds < MAX_ROUNDS else []
+            wanted = [(q, None) for q in follow][:MAX_FOLLOW_UPS]
         new = {_key(q, f): (q, f) for q, f in wanted}
         calls = [ToolCall(f"offline-{rounds}-{i}", "search", {"query": q, "k": DEPTH, **(f or {})})
                  for i, (q, f) in enumerate(v for k, v in new.items() if k not in asked)]
@@ -134,14 +146,15 @@ def _chunks_from(request: ModelRequest) -> list[SeenChunk]:
     """Chunks in the code-built context and in every tool result so far, first sighting wins."""
     seen: dict[int, SeenChunk] = {}
     for c in request.context:
-        seen.setdefault(c.chunk_id, SeenChunk(c.chunk_id, c.text, c.score, bool(c.flags), _about(c.title, c.metadata)))
+        seen.setdefault(c.chunk_id, SeenChunk(c.chunk_id, c.text, c.score, bool(c.flags), _about(c.title, c.metadata), c.title))
     for m in request.messages:
         if isinstance(m, ToolResultMessage):
             for item in m.content.get("results", []) or []:
                 if isinstance(item, dict) and "chunk_id" in item:
                     seen.setdefault(int(item["chunk_id"]), SeenChunk(
                         int(item["chunk_id"]), _unwrap(str(item.get("text", ""))), float(item.get("score", 0.0)),
-                        bool(item.get("flagged")), _about(str(item.get("document", "")), item.get("metadata"))))
+                        bool(item.get("flagged")), _about(str(item.get("document", "")), item.get("metadata")),
+                        str(item.get("document", ""))))
     return list(seen.values())
 
 
@@ -162,7 +175,7 @@ def _ranked_sentences(part: str, chunks: list[SeenChunk], values: list[str]) -> 
             continue
         for s in sentences(chunk.text):
             if _quotable(s):
-                one = support(part, [SeenChunk(chunk.chunk_id, s, chunk.score, False, chunk.about)], values)
+                one = support(part, [SeenChunk(chunk.chunk_id, s, chunk.score, False, chunk.about, chunk.title)], values)
                 out.append((one.score, s, chunk.chunk_id))
     return sorted(out, key=lambda x: -x[0])
 
@@ -178,16 +191,23 @@ def compose_answer(question: str, chunks: list[SeenChunk], values: list[str] = (
     used: set[str] = set()
     lines, missing = [], []
     for part in parts:
-        ranked = _ranked_sentences(part, chunks, values)
-        best = ranked[0][0] if ranked else 0.0
-        if best < ANSWERABLE:
-            missing.append(part)
-            continue
-        picked = [(s, cid) for score, s, cid in ranked if score >= RELATIVE_MIN * best and s not in used][:SENTENCES_PER_PART]
-        picked += _hop_sentence(part, ranked[0][1], chunks, values, used | {s for s, _ in picked})
+        halves = split_relative(part)
+        if halves:
+            picked = _chained_sentences(*halves, chunks, values, used)
+            if picked is None:
+                missing.append(part)
+                continue
+        else:
+            ranked = _ranked_sentences(part, chunks, values)
+            best = ranked[0][0] if ranked else 0.0
+            if best < ANSWERABLE:
+                missing.append(part)
+                continue
+            picked = [(s, cid) for score, s, cid in ranked if score >= RELATIVE_MIN * best and s not in used][:SENTENCES_PER_PART]
+            picked += _hop_sentence(part, ranked[0][1], chunks, values, used | {s for s, _ in picked})
         used.update(s for s, _ in picked)
         if picked:
-            quotes = "\n".join(f'   - "{s}" [c:{cid}]' for s, cid in picked)
+            quotes = "\n".join(f'   - "{s}" [c:{cid}]{_source_of(cid, chunks)}' for s, cid in picked)
             lines.append(f"{len(lines) + 1}. {part.strip()}:\n{quotes}")
         else:
             missing.append(part)
@@ -201,6 +221,39 @@ def compose_answer(question: str, chunks: list[SeenChunk], values: list[str] = (
     if missing:
         text += "\n\nNot found in the documents you can see: " + "; ".join(f'"{p}"' for p in missing) + "."
     return text
+
+
+def _source_of(chunk_id: int, chunks: list[SeenChunk]) -> str:
+    """ " (Document title)" after a quote, so a reader sees where it comes from (a paragraph's "It" is its title)."""
+    title = next((c.title for c in chunks if c.chunk_id == chunk_id), "")
+    return f" ({title})" if title else ""
+
+
+def _chained_sentences(asked: str, described: str, chunks: list[SeenChunk], values: list[str],
+                       used: set[str]) -> list[tuple[str, int]] | None:
+    """For a part whose subject is described by a relative clause ("the palace | at which X died"):
+    the sentence that identifies the subject, then the one answering what is asked about it, taken
+    from a text about a name the first one gives when there is one (the second hop). None when
+    either half has no answering sentence."""
+    identified = _ranked_sentences(described, chunks, values)
+    if not identified or identified[0][0] < ANSWERABLE:
+        return None
+    _score, first, first_cid = identified[0]
+    names = [n.casefold() for n in bridge_names(described, chunks, values, top=1)]
+    about = {c.chunk_id for c in chunks if c.chunk_id != first_cid and any(n == _plain(c.title) for n in names)}
+    linked = about | {c.chunk_id for c in chunks if c.chunk_id != first_cid and any(n in c.text.casefold() for n in names)}
+    answers = [(score + (LINKED_BONUS if cid in linked or cid == first_cid else 0.0), s, cid)
+               for score, s, cid in _ranked_sentences(asked, chunks, values) if s != first]
+    answers.sort(key=lambda x: -x[0])
+    # The text about the name the identifying sentence gives answers what is asked about it, even in
+    # other words ("ambassador" for "diplomatic post"); any other text must answer on its own.
+    if not answers or (answers[0][0] < ANSWERABLE and answers[0][2] not in about):
+        return None
+    return [(s, cid) for s, cid in ((first, first_cid), answers[0][1:]) if s not in used]
+
+
+def _plain(title: str) -> str:
+    return re.sub(r"\s*\([^)]*\)\s*$", "", title).strip().casefold()
 
 
 def _hop_sentence(part: str, best: str, chunks: list[SeenChunk], values: list[str], used: set[str]) -> list[tuple[str, int]]:

@@ -243,7 +243,7 @@ def test_a_part_is_supported_by_a_sentence_that_answers_it_not_by_words_found_an
     scattered = SeenChunk(2, "The post office opened. An actress visited. Diplomatic talks began.", 1.0, False)
     question = "Which diplomatic post did the actress who starred in Moonlight Harbour hold?"
     [best] = parts_support(question, [film, scattered])
-    assert best.chunk_id == 1 and not best.supported  # its words are spread over unrelated sentences elsewhere
+    assert not best.supported  # the film's sentence identifies her; nothing says which post she held
     assert hop_queries(question, [film, scattered])[0].startswith("Dana Quillfeather")  # the name the evidence gives
     person = SeenChunk(3, "Quillfeather served as a diplomatic envoy and held the post of ambassador to Norway.", 1.0, False,
                        about="Dana Quillfeather")

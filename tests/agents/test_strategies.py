@@ -173,7 +173,7 @@ def test_strategies_narrow_searches_to_the_sources_and_dates_a_question_names(ne
                 "and did Metro Times say how commuters felt about the repairs?")
     run = ask(scope=scope, question=question, strategy=strategy, provider="offline")
     with activate(scope):
-        searches = list(RunStep.objects.for_scope(scope).filter(run=run, name="search").order_by("ordinal"))
+        searches = list(RunStep.objects.for_scope(scope).filter(run=run, name="search", error="").order_by("ordinal"))
     applied = [s.effective_filter["applied"] for s in searches]
     assert {"source": ["Daily Ledger"]} in [a["metadata"] for a in applied]
     assert {"source": ["Metro Times - City"]} in [a["metadata"] for a in applied]  # "Metro Times" names that source
