@@ -14,7 +14,7 @@ from django.db import connections
 
 from kb.retrieval.hits import _collect, _with_hits
 from kb.retrieval.plan import PlannedCorpus, SearchPlan
-from kb.retrieval.tunables import _setting
+from kb.retrieval.tunables import MAX_SCORED_TERMS, _setting
 
 
 @dataclass
@@ -93,7 +93,8 @@ def _keyword_search_one(plan: SearchPlan, lexemes: list[str], n: int, using: str
     whose document frequencies add up to RETRIEVAL_BM25_CANDIDATE_SHARE of the chunks and at most
     RETRIEVAL_BM25_MAX_CANDIDATES (a chunk with
     only common words cannot outrank one with the rare ones in practice; measured in
-    docs/retrieval.md); every lexeme still counts in the score. Fewer than n candidates: all lexemes.
+    docs/retrieval.md); every lexeme still counts in the score (a query of more than MAX_SCORED_TERMS:
+    its rarest ones). Fewer than n candidates: all lexemes.
     """
     if not lexemes:
         return [], "bm25(no terms)"
@@ -110,6 +111,7 @@ def _keyword_search_one(plan: SearchPlan, lexemes: list[str], n: int, using: str
             terms.append((lex, math.log(1 + (n_docs - df + 0.5) / (df + 0.5)), df))
     if not terms:
         return [], "bm25(no match)"
+    terms = rarest_terms(terms)
     share = float(_setting("RETRIEVAL_BM25_CANDIDATE_SHARE"))
     limit = min(share * n_docs, float(_setting("RETRIEVAL_BM25_MAX_CANDIDATES") or math.inf)) if 0 < share < 1 else math.inf
     generators = candidate_lexemes(terms, limit)
@@ -127,6 +129,14 @@ def _keyword_search_one(plan: SearchPlan, lexemes: list[str], n: int, using: str
         generators = [t for t, _, _ in terms]
         rows = _bm25_sql(plan, terms, generators, avg_len, k1, b, n, using, prefetched)
     return rows, f"bm25(candidates from {len(generators)}/{len(terms)} terms)"
+
+
+def rarest_terms(terms: list[tuple[str, float, int]], keep: int = MAX_SCORED_TERMS) -> list[tuple[str, float, int]]:
+    """At most `keep` (lexeme, idf, df) terms: the rarest, in their given order (ties by spelling)."""
+    if len(terms) <= keep:
+        return terms
+    kept = {t[0] for t in sorted(terms, key=lambda t: (t[2], t[0]))[:keep]}
+    return [t for t in terms if t[0] in kept]
 
 
 def candidate_lexemes(terms: list[tuple[str, float, int]], limit: float) -> list[str]:
@@ -176,15 +186,15 @@ def _bm25_sql(plan: SearchPlan, terms: list[tuple[str, float, int]], generators:
 
 def _idf_weights(plan: SearchPlan, lexemes: list[str], using: str) -> dict[str, float]:
     """Lexeme -> BM25 idf over the plan's corpora (the keyword side's statistics, cached); lexemes
-    no chunk holds are left out."""
+    no chunk holds are left out, and only the MAX_SCORED_TERMS rarest are kept."""
     if not lexemes:
         return {}
     stats = [_corpus_term_stats(c, plan, using) for c in plan.corpora.values()]
     n_docs = sum(st.n for st in stats)
-    out: dict[str, float] = {}
+    terms = []
     for lex in dict.fromkeys(lexemes):
         df = sum(st.df.get(lex, 0) for st in stats)
         if df:
-            out[lex] = math.log(1 + (n_docs - df + 0.5) / (df + 0.5))
-    return out
+            terms.append((lex, math.log(1 + (n_docs - df + 0.5) / (df + 0.5)), df))
+    return {lex: idf for lex, idf, _ in rarest_terms(terms)}
 

@@ -54,7 +54,11 @@ MAX_K = 200
 MAX_ARMS = 8  # a scope of more departments is not split into per-department arms (planning grows per arm)
 
 
-MAX_QUERY_TERMS = 32
+# Lexemes a query resolves to (per language); BM25 and the sentence re-rank score its rarest
+# MAX_SCORED_TERMS of them (one tf column each), not the first in the tsvector's (alphabetical)
+# order, which dropped a long question's words from late in the alphabet whatever their weight.
+MAX_QUERY_TERMS = 64
+MAX_SCORED_TERMS = 32
 
 
 _MODEL_KEY = re.compile(r"^[A-Za-z0-9._/-]+:[0-9]+$")
