@@ -9,13 +9,10 @@ exists without its trace, and a failed run is stored as failed with the steps it
 from __future__ import annotations
 
 import logging
-import queue
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
-from django.db import close_old_connections, connections
 from django.utils import timezone
 
 from agents.budgets import Budgets, budgets_for_tenant
@@ -128,60 +125,3 @@ def _citation_row(pk: int, tenant_id: int, run_id: int, c: CitationCheck) -> Cit
     return Citation(id=pk, tenant_id=tenant_id, run_id=run_id, ordinal=c.ordinal, chunk_id=c.chunk_id, document_id=c.document_id,
                     content_hash=c.content_hash, quoted_text=clean_json(c.quoted_text), claim=clean_json(c.claim), verdict=c.verdict,
                     reason=c.reason)
-
-
-def run_summary(run: Run) -> dict:
-    """The run as a JSON-ready dict (what the API returns and the stream's final event carries)."""
-    return {"id": run.id, "outcome": run.outcome, "answer": run.answer, "grounded": run.grounded, "strict": run.strict,
-            "missing": run.missing, "strategy_requested": run.strategy_requested, "strategy": run.strategy, "provider": run.provider,
-            "model": run.model, "prompt_version": run.prompt_version, "input_tokens": run.input_tokens,
-            "output_tokens": run.output_tokens, "tool_calls": run.tool_calls, "latency_ms": run.latency_ms,
-            "created_at": run.created_at.isoformat(), "seq": run.seq, "hash": run.hash, "error": run.error}
-
-
-_DONE = object()
-
-
-def stream_ask(*, scope: Scope, question: str, strategy: str = "auto", provider: Provider | str | None = None,
-               budgets: Budgets | None = None, heartbeat_s: float = 10.0) -> Iterator[dict]:
-    """Run `ask` in a worker thread and yield events as they happen, for Server-Sent Events:
-
-        {"event": "step", "data": StepRecord.as_dict()}   after every model/tool call
-        {"event": "ping", "data": {}}                     every `heartbeat_s` without a step
-        {"event": "run", "data": run_summary(run)}        last, once the run (and its trace) is stored
-        {"event": "error", "data": {"message": ...}}      last, if the run could not be stored
-
-    Validation errors (InvalidQuestion) are raised by this call itself, before any thread starts or
-    any event is produced. If the consumer stops iterating (client gone), the run still finishes
-    and is stored.
-    """
-    question = check_question(question, strategy)
-    events: queue.Queue = queue.Queue()
-
-    def work() -> None:
-        close_old_connections()
-        try:
-            run = ask(scope=scope, question=question, strategy=strategy, provider=provider, budgets=budgets,
-                      on_step=lambda step: events.put({"event": "step", "data": step.as_dict()}))
-            events.put({"event": "run", "data": run_summary(run)})
-        except Exception as exc:
-            log.exception("streamed run failed")
-            events.put({"event": "error", "data": {"message": f"{type(exc).__name__}: {exc}"[:500]}})
-        finally:
-            connections.close_all()
-            events.put(_DONE)
-
-    threading.Thread(target=work, name="grounded-ask", daemon=True).start()
-    return _drain(events, heartbeat_s)
-
-
-def _drain(events: queue.Queue, heartbeat_s: float) -> Iterator[dict]:
-    while True:
-        try:
-            item = events.get(timeout=heartbeat_s)
-        except queue.Empty:
-            yield {"event": "ping", "data": {}}
-            continue
-        if item is _DONE:
-            return
-        yield item

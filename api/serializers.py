@@ -11,8 +11,9 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from agents.loop import STRATEGIES
+from agents.models import Citation, Run, RunStep
 from kb.access import check_may_create_corpus
-from kb.metadata import MetadataRejected, json_problem, parse_metadata, text_problem
+from kb.metadata import NOT_A_JSON_OBJECT, MetadataRejected, json_problem, parse_metadata, text_problem
 from kb.models import DEFAULT_CHUNK_TARGET_TOKENS, Corpus, Document, IngestJob
 from tenants.access import access_department, departments_in_scope
 from tenants.models import ApiKey, Department, Membership, Role
@@ -244,7 +245,7 @@ class MetadataFilterField(serializers.Field):
     MAX_FILTER_KEY_CHARS, each value a string (at most MAX_FILTER_VALUE_CHARS), finite number or
     boolean, or a list of 1-50 of them (any of)."""
 
-    default_error_messages = {"not_a_dict": "must be a JSON object"}
+    default_error_messages = {"not_a_dict": NOT_A_JSON_OBJECT}
 
     def __init__(self, **kwargs) -> None:
         kwargs.setdefault("help_text", f"Equality on document metadata keys (at most {MAX_FILTER_KEYS}); a list means any of.")
@@ -315,6 +316,68 @@ class SearchResponseSerializer(serializers.Serializer):
 class AskRequestSerializer(serializers.Serializer):
     question = serializers.CharField(max_length=4000, trim_whitespace=True)
     strategy = serializers.ChoiceField(choices=list(STRATEGIES), default="auto")
+
+
+class RunSerializer(serializers.ModelSerializer):
+    unverified_citations = serializers.IntegerField(read_only=True, default=0)
+    principal_name = serializers.SerializerMethodField(
+        help_text="The principal with each key and user named: '<key name> (key)', '<username> (user)'.")
+
+    class Meta:
+        model = Run
+        fields = ["id", "seq", "principal", "principal_name", "scope", "question", "strategy_requested", "strategy", "provider", "model",
+                  "prompt_version", "budgets", "answer", "outcome", "grounded", "strict", "missing", "error", "input_tokens",
+                  "output_tokens", "tool_calls", "latency_ms", "created_at", "prev_hash", "hash", "unverified_citations"]
+        read_only_fields = fields
+
+    def get_principal_name(self, obj) -> str:
+        return self.context.get("principal_names", {}).get(obj.principal, obj.principal)
+
+
+class RunStepSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = RunStep
+        fields = ["ordinal", "kind", "name", "arguments", "effective_filter", "chunk_ids", "content_hashes", "output", "cached",
+                  "error", "latency_ms", "input_tokens", "output_tokens"]
+        read_only_fields = fields
+
+
+class CitationSerializer(serializers.ModelSerializer):
+    chunk = serializers.SerializerMethodField(help_text="The cited chunk as it is now, if it still exists and is visible.")
+
+    class Meta:
+        model = Citation
+        fields = ["ordinal", "chunk_id", "document_id", "content_hash", "quoted_text", "claim", "verdict", "reason", "chunk"]
+        read_only_fields = fields
+
+    def get_chunk(self, obj) -> dict | None:
+        chunk = self.context.get("chunks", {}).get(obj.chunk_id)
+        if chunk is None:
+            return None
+        return {"id": chunk.id, "document_id": chunk.document_id, "document_title": chunk.document.title, "locator": chunk.locator,
+                "page": chunk.page, "text": chunk.text, "unchanged": chunk.content_hash == obj.content_hash}
+
+
+class RunDetailSerializer(RunSerializer):
+    # The context carries `steps`, `citations`, `chunks` (id -> Chunk) and `principal_names`: api.views.agents.run_detail.
+    steps = serializers.SerializerMethodField()
+    citations = serializers.SerializerMethodField()
+
+    class Meta(RunSerializer.Meta):
+        fields = RunSerializer.Meta.fields + ["steps", "citations"]
+        read_only_fields = fields
+
+    def get_steps(self, obj) -> RunStepSerializer(many=True):  # type: ignore[valid-type]
+        return RunStepSerializer(self.context["steps"], many=True).data
+
+    def get_citations(self, obj) -> CitationSerializer(many=True):  # type: ignore[valid-type]
+        return CitationSerializer(self.context["citations"], many=True, context=self.context).data
+
+
+class ChainStatusSerializer(serializers.Serializer):
+    ok = serializers.BooleanField()
+    runs_checked = serializers.IntegerField()
+    first_break = serializers.DictField(allow_null=True)
 
 
 class ApiKeySerializer(serializers.ModelSerializer):

@@ -248,28 +248,28 @@ class DocumentAdmin(TenantScopedAdmin):
         context = {**self.admin_site.each_context(request), "opts": self.model._meta, "form": form, "title": "Upload documents"}
         return TemplateResponse(request, "admin/kb/document/upload.html", context)
 
-    @admin.action(description="Re-ingest selected documents")
-    def reingest(self, request, queryset):
+    @staticmethod
+    def _for_each_document(request, queryset, service) -> int:
+        """`service(scope=, document=)` on each selected document under the acting scope; a refused one is
+        reported by title and skipped. Returns how many went through."""
         n = 0
         for doc in queryset:
             try:
-                reingest_document(scope=_acting_scope(request, doc.tenant_id), document=doc)
+                service(scope=_acting_scope(request, doc.tenant_id), document=doc)
             except NotAllowed as exc:
                 messages.error(request, f"{doc.title}: {exc}")
                 continue
             n += 1
+        return n
+
+    @admin.action(description="Re-ingest selected documents")
+    def reingest(self, request, queryset):
+        n = self._for_each_document(request, queryset, reingest_document)
         messages.success(request, f"Queued re-ingestion of {n} document(s).")
 
     @admin.action(description="Delete selected documents (and their chunks)")
     def delete_documents(self, request, queryset):
-        n = 0
-        for doc in queryset:
-            try:
-                delete_document(scope=_acting_scope(request, doc.tenant_id), document=doc)
-            except NotAllowed as exc:
-                messages.error(request, f"{doc.title}: {exc}")
-                continue
-            n += 1
+        n = self._for_each_document(request, queryset, delete_document)
         messages.success(request, f"Deleted {n} document(s).")
 
 

@@ -14,6 +14,8 @@ import math
 # Upload metadata (one JSON object applied to every file): stored per document and matched by filters.
 MAX_METADATA_CHARS = 64 * 1024
 MAX_METADATA_DEPTH = 8
+# The one message for metadata (or a metadata filter) that is not a JSON object.
+NOT_A_JSON_OBJECT = "must be a JSON object"
 
 
 class MetadataRejected(ValueError):
@@ -59,7 +61,7 @@ def json_problem(value, *, max_depth: int, max_string: int | None = None, check_
 def metadata_problem(value) -> str | None:
     """Why `value` cannot be a document's metadata: not a JSON object, too deep, unstorable text."""
     if not isinstance(value, dict):
-        return "must be a JSON object"
+        return NOT_A_JSON_OBJECT
     return json_problem(value, max_depth=MAX_METADATA_DEPTH, check_text=True)
 
 
@@ -75,7 +77,7 @@ def parse_metadata(raw: str) -> dict:
     except RecursionError:
         raise MetadataRejected(f"nested deeper than {MAX_METADATA_DEPTH} levels") from None
     except ValueError:
-        raise MetadataRejected("must be a JSON object") from None
+        raise MetadataRejected(NOT_A_JSON_OBJECT) from None
     if problem := metadata_problem(value):
         raise MetadataRejected(problem)
     return value

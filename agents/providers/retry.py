@@ -17,6 +17,7 @@ class Retryable(Exception):
     """A failure worth another attempt (rate limit, server error, garbled reply)."""
 
 
+# Not shared with kb/embedding.py's retry loop on purpose: kb may not import agents; ingestion jitters (workers share a quota), no deadline.
 def with_retries(fn: Callable[[], T], *, attempts: int, backoff_s: float, classify: Callable[[Exception], bool],
                  sleep: Callable[[float], None] = time.sleep, max_backoff_s: float = 30.0, what: str = "model call",
                  deadline: float | None = None) -> T:

@@ -6,6 +6,7 @@ import dataclasses
 import json
 import queue
 import threading
+from collections.abc import Iterator
 from datetime import datetime, time
 
 from django.db import connections
@@ -15,12 +16,12 @@ from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
-from rest_framework import serializers, status
+from rest_framework import status
 from rest_framework.exceptions import Throttled, ValidationError
 from rest_framework.response import Response
 
 from agents.access import access_run, visible_runs
-from agents.models import Citation, Outcome, Run, RunStep, Verdict
+from agents.models import Outcome, Run, RunStep, Verdict
 from agents.review import principal_names, search_runs
 from agents.selectors import run_citations, run_steps
 from api import serializers as s
@@ -93,68 +94,13 @@ def _with_unverified_count(qs: QuerySet) -> QuerySet:
 # --- Shapes ----------------------------------------------------------------------------------------
 
 
-class RunSerializer(serializers.ModelSerializer):
-    unverified_citations = serializers.IntegerField(read_only=True, default=0)
-    principal_name = serializers.SerializerMethodField(
-        help_text="The principal with each key and user named: '<key name> (key)', '<username> (user)'.")
-
-    class Meta:
-        model = Run
-        fields = ["id", "seq", "principal", "principal_name", "scope", "question", "strategy_requested", "strategy", "provider", "model",
-                  "prompt_version", "budgets", "answer", "outcome", "grounded", "strict", "missing", "error", "input_tokens",
-                  "output_tokens", "tool_calls", "latency_ms", "created_at", "prev_hash", "hash", "unverified_citations"]
-        read_only_fields = fields
-
-    def get_principal_name(self, obj) -> str:
-        return self.context.get("principal_names", {}).get(obj.principal, obj.principal)
-
-
-class RunStepSerializer(serializers.ModelSerializer):
-    class Meta:
-        model = RunStep
-        fields = ["ordinal", "kind", "name", "arguments", "effective_filter", "chunk_ids", "content_hashes", "output", "cached",
-                  "error", "latency_ms", "input_tokens", "output_tokens"]
-        read_only_fields = fields
-
-
-class CitationSerializer(serializers.ModelSerializer):
-    chunk = serializers.SerializerMethodField(help_text="The cited chunk as it is now, if it still exists and is visible.")
-
-    class Meta:
-        model = Citation
-        fields = ["ordinal", "chunk_id", "document_id", "content_hash", "quoted_text", "claim", "verdict", "reason", "chunk"]
-        read_only_fields = fields
-
-    def get_chunk(self, obj) -> dict | None:
-        chunk = self.context.get("chunks", {}).get(obj.chunk_id)
-        if chunk is None:
-            return None
-        return {"id": chunk.id, "document_id": chunk.document_id, "document_title": chunk.document.title, "locator": chunk.locator,
-                "page": chunk.page, "text": chunk.text, "unchanged": chunk.content_hash == obj.content_hash}
-
-
-class RunDetailSerializer(RunSerializer):
-    steps = serializers.SerializerMethodField()
-    citations = serializers.SerializerMethodField()
-
-    class Meta(RunSerializer.Meta):
-        fields = RunSerializer.Meta.fields + ["steps", "citations"]
-        read_only_fields = fields
-
-    def get_steps(self, obj) -> RunStepSerializer(many=True):  # type: ignore[valid-type]
-        return RunStepSerializer(self.context["steps"], many=True).data
-
-    def get_citations(self, obj) -> CitationSerializer(many=True):  # type: ignore[valid-type]
-        return CitationSerializer(self.context["citations"], many=True, context=self.context).data
-
-
 def run_detail(scope: Scope, run: Run) -> dict:
     """The run with its steps, citations and the cited chunks still visible to `scope`. Inside activate(scope)."""
     steps, citations = run_steps(scope, run.id), run_citations(scope, run.id)
     chunks = {c.id: c for c in Chunk.objects.for_scope(scope).filter(id__in=[c.chunk_id for c in citations]).select_related("document")}
     run.unverified_citations = sum(1 for c in citations if c.verdict != Verdict.VERIFIED)
     names = principal_names(scope.tenant_id, [run.principal])
-    return RunDetailSerializer(run, context={"steps": steps, "citations": citations, "chunks": chunks, "principal_names": names}).data
+    return s.RunDetailSerializer(run, context={"steps": steps, "citations": citations, "chunks": chunks, "principal_names": names}).data
 
 
 # --- Ask -------------------------------------------------------------------------------------------
@@ -180,7 +126,7 @@ def _ask(**kwargs) -> Run:
 def step_json(step) -> dict:
     """Whatever the loop hands `on_step` (a RunStep, a dataclass or a dict) as JSON-able data."""
     if isinstance(step, RunStep):
-        return dict(RunStepSerializer(step).data)
+        return dict(s.RunStepSerializer(step).data)
     if dataclasses.is_dataclass(step) and not isinstance(step, type):
         return json.loads(json.dumps(dataclasses.asdict(step), default=str))
     if isinstance(step, dict):
@@ -193,7 +139,7 @@ class Ask(ScopedAPIView):
 
     roles = ASK
 
-    @extend_schema(request=s.AskRequestSerializer, responses=RunDetailSerializer)
+    @extend_schema(request=s.AskRequestSerializer, responses=s.RunDetailSerializer)
     def post(self, request):
         ser = s.AskRequestSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
@@ -204,6 +150,7 @@ class Ask(ScopedAPIView):
 
 
 def sse(event: str, data) -> bytes:
+    """One Server-Sent Event: `event: <name>` and its data as one line of JSON."""
     return f"event: {event}\ndata: {json.dumps(data, default=str)}\n\n".encode()
 
 
@@ -214,6 +161,40 @@ KEEPALIVE_SECONDS = 15.0
 def start_background(target) -> None:
     """Run `target` off the request thread (tests may replace this to run inline)."""
     threading.Thread(target=target, daemon=True, name="ask-stream").start()
+
+
+def ask_events(scope: Scope, question: str, strategy: str) -> Iterator[bytes]:
+    """The one encoding of a streamed question, as Server-Sent Events: `step` per agent step as it
+    happens, then `answer` (answer, outcome, grounded, missing, citations) and `done` (run_id,
+    latency_ms), or `error` (code, message) instead of those two; a `: keepalive` comment after every
+    KEEPALIVE_SECONDS of silence. The run goes on (and is stored) if the client stops reading."""
+    events: queue.Queue = queue.Queue()
+
+    def work() -> None:
+        try:
+            run = _ask(scope=scope, question=question, strategy=strategy,
+                       on_step=lambda step: events.put(("step", step_json(step))))
+            with activate(scope):
+                detail = run_detail(scope, run)
+            events.put(("answer", {k: detail[k] for k in ("answer", "outcome", "grounded", "missing", "citations")}))
+            events.put(("done", {"run_id": run.id, "latency_ms": detail["latency_ms"]}))
+        except Exception as exc:  # reported to the client as an event; the run (if any) is in the trace
+            events.put(("error", {"code": exc.__class__.__name__, "message": str(exc)[:500]}))
+        finally:
+            events.put(_DONE)
+            if threading.current_thread() is not threading.main_thread():
+                connections.close_all()
+
+    start_background(work)
+    while True:
+        try:
+            item = events.get(timeout=KEEPALIVE_SECONDS)
+        except queue.Empty:
+            yield b": keepalive\n\n"
+            continue
+        if item is _DONE:
+            return
+        yield sse(*item)
 
 
 class AskStream(ScopedAPIView):
@@ -228,37 +209,8 @@ class AskStream(ScopedAPIView):
         ser = s.AskRequestSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
         _check_daily_budget(self.scope)
-        scope, data = self.scope, ser.validated_data
-        events: queue.Queue = queue.Queue()
-
-        def work() -> None:
-            try:
-                run = _ask(scope=scope, question=data["question"], strategy=data["strategy"],
-                           on_step=lambda step: events.put(("step", step_json(step))))
-                with activate(scope):
-                    detail = run_detail(scope, run)
-                events.put(("answer", {k: detail[k] for k in ("answer", "outcome", "grounded", "missing", "citations")}))
-                events.put(("done", {"run_id": run.id, "latency_ms": detail["latency_ms"]}))
-            except Exception as exc:  # reported to the client as an event; the run (if any) is in the trace
-                events.put(("error", {"code": exc.__class__.__name__, "message": str(exc)[:500]}))
-            finally:
-                events.put(_DONE)
-                if threading.current_thread() is not threading.main_thread():
-                    connections.close_all()
-
-        def stream():
-            start_background(work)
-            while True:
-                try:
-                    item = events.get(timeout=KEEPALIVE_SECONDS)
-                except queue.Empty:
-                    yield b": keepalive\n\n"
-                    continue
-                if item is _DONE:
-                    return
-                yield sse(*item)
-
-        response = StreamingHttpResponse(stream(), content_type="text/event-stream", status=status.HTTP_200_OK)
+        events = ask_events(self.scope, ser.validated_data["question"], ser.validated_data["strategy"])
+        response = StreamingHttpResponse(events, content_type="text/event-stream", status=status.HTTP_200_OK)
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"
         return response
@@ -283,14 +235,14 @@ class RunList(ScopedAPIView):
 
     roles = AUDIT
 
-    @extend_schema(parameters=RUN_FILTERS, responses=RunSerializer(many=True))
+    @extend_schema(parameters=RUN_FILTERS, responses=s.RunSerializer(many=True))
     def get(self, request):
         with activate(self.scope):
             qs = _with_unverified_count(filter_runs(visible_runs(self.scope), request.query_params))
             paginator = self.pagination_class()
             page = paginator.paginate_queryset(qs, request, view=self)
             names = principal_names(self.scope.tenant_id, [run.principal for run in page])
-            return paginator.get_paginated_response(RunSerializer(page, many=True, context={"principal_names": names}).data)
+            return paginator.get_paginated_response(s.RunSerializer(page, many=True, context={"principal_names": names}).data)
 
 
 class RunDetail(ScopedAPIView):
@@ -298,16 +250,10 @@ class RunDetail(ScopedAPIView):
 
     roles = AUDIT
 
-    @extend_schema(responses=RunDetailSerializer)
+    @extend_schema(responses=s.RunDetailSerializer)
     def get(self, request, run_id: int):
         with activate(self.scope):
             return Response(run_detail(self.scope, access_run(self.scope, run_id)))
-
-
-class ChainStatusSerializer(serializers.Serializer):
-    ok = serializers.BooleanField()
-    runs_checked = serializers.IntegerField()
-    first_break = serializers.DictField(allow_null=True)
 
 
 class ChainVerify(ScopedAPIView):
@@ -315,7 +261,7 @@ class ChainVerify(ScopedAPIView):
 
     roles = AUDIT
 
-    @extend_schema(responses=ChainStatusSerializer)
+    @extend_schema(responses=s.ChainStatusSerializer)
     def get(self, request):
         from agents.chain import verify_tenant_chain
 
