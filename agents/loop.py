@@ -221,8 +221,9 @@ def run_pipeline(state: RunState, first: list[int] | None = None) -> str:
     searched: set[str] = set()
     narrowed: list[tuple[list[int], int]] = []  # (results, their share of the context)
     lists: list[list[int]] = []
+    anchor: list[int] = []  # the whole question's results: the first half of the context after narrowed ones
     if first is not None:
-        lists.append(first)
+        anchor = first
         searched.add(json.dumps([state.question, None], sort_keys=True))
     queries = planned_queries(state, facets)
     rounds = min(state.budgets.pipeline_rounds, state.budgets.max_iterations)
@@ -242,6 +243,8 @@ def run_pipeline(state: RunState, first: list[int] | None = None) -> str:
             # Narrowed sub-queries are more specific than the whole question: their results come first.
             if filters:
                 narrowed.append((ids, share))
+            elif query == state.question:
+                anchor = ids
             else:
                 lists.append(ids)
         if round_no == rounds:
@@ -249,21 +252,22 @@ def run_pipeline(state: RunState, first: list[int] | None = None) -> str:
         if reason := state.spent():
             state.budget_reason = reason
             break
-        verdict = judge(state, _context_order(state, narrowed, lists), facets)
+        verdict = judge(state, _context_order(state, narrowed, anchor, lists), facets)
         if verdict.get("sufficient"):
             break
-        queries = _parsed_queries(verdict.get("missing", []), facets)[:MAX_SUBQUERIES]
+        queries = _parsed_queries(verdict.get("missing", []), facets)[:MAX_FOLLOW_UPS]
         if all(json.dumps([q, f], sort_keys=True) in searched for q, f in queries):
             break  # nothing new to search: more rounds would find the same
-    ids = _context_order(state, narrowed, lists)
+    ids = _context_order(state, narrowed, anchor, lists)
     return synthesise(state, ids, budget_note(state.budget_reason) if state.budget_reason else "")
 
 
 def planned_queries(state: RunState, facets: Facets) -> list[tuple[str, dict | None]]:
     """Round 1's searches: the planner's sub-queries, the model's rewrite, then the whole question."""
     planned = [(sub.text, sub.filters()) for sub in state.planner.plan(state.question, facets)]
-    out = dict.fromkeys(json.dumps(q, sort_keys=True) for q in [*planned, *rewrite(state, facets), (state.question, None)])
-    return [tuple(json.loads(k)) for k in out][: MAX_SUBQUERIES + 1]  # type: ignore[misc]
+    whole = json.dumps([state.question, None], sort_keys=True)
+    out = [k for k in dict.fromkeys(json.dumps(q, sort_keys=True) for q in [*planned, *rewrite(state, facets)]) if k != whole]
+    return [tuple(json.loads(k)) for k in [*out[:MAX_SUBQUERIES], whole]]  # type: ignore[misc]
 
 
 def _share(state: RunState, n_queries: int) -> int:
@@ -271,11 +275,19 @@ def _share(state: RunState, n_queries: int) -> int:
     return min(state.budgets.max_k, max(5, -(-state.budgets.max_context_chunks // max(n_queries, 1))))
 
 
-def _context_order(state: RunState, narrowed: list[tuple[list[int], int]], others: list[list[int]]) -> list[int]:
-    """The pipeline's context: each narrowed search's share of its results fused first, then the
-    other searches', then the rest of the narrowed searches' results for slots still free (narrowed
-    searches that return the same chunks left slots empty: 16 of 1,705 evaluation contexts)."""
-    return _merged(state, [ids[:share] for ids, share in narrowed], others, [ids[share:] for ids, share in narrowed])
+def _context_order(state: RunState, narrowed: list[tuple[list[int], int]], anchor: list[int],
+                   others: list[list[int]]) -> list[int]:
+    """The pipeline's context, in this order until every slot is filled:
+
+    1. each narrowed search's share of its results, fused (they match what the question names);
+    2. the first half of the whole question's results (never less than classic's best);
+    3. the best OTHER_TOP results of every other search (parts, rewrites, hops), fused: what
+       the whole question's search ranked low or missed;
+    4. the rest of the whole question's results, then the rest of the other searches' and of the
+       narrowed searches' results."""
+    half = -(-state.budgets.max_context_chunks // 2)
+    return _merged(state, [ids[:share] for ids, share in narrowed], [anchor[:half]], [ids[:OTHER_TOP] for ids in others],
+                   [anchor[half:]], [ids[OTHER_TOP:] for ids in others], [ids[share:] for ids, share in narrowed])
 
 
 def _merged(state: RunState, *groups: list[list[int]]) -> list[int]:
@@ -304,8 +316,10 @@ def _merged(state: RunState, *groups: list[list[int]]) -> list[int]:
 
 
 _ISO_DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
-MAX_SUBQUERIES = 8  # sub-queries searched per round (per facet value named, per fact); the tool-call budget still applies
+MAX_SUBQUERIES = 6  # round 1's sub-queries besides the whole question (per facet value named, per fact, per part)
+MAX_FOLLOW_UPS = 3  # searches a judgement may add per round: with the facets call, within the default 12 tool calls
 CONTEXT_RRF_K = 60
+OTHER_TOP = 2  # results of each part, rewrite or hop search placed right after the whole question's best
 # A chunk whose word 5-grams are this share (of the smaller) inside a chunk already in the context
 # is not given one of its few slots: the same text published twice, or a short last chunk that
 # repeats its predecessor's overlap.

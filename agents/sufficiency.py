@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from agents.planning import named_terms, without_facets
 from agents.text import STOPWORDS, SYNONYMS, key_words, sentences, split_question, stem, terms
 
-SUPPORTED = 0.75  # weighted share of a part's terms one sentence (with its title) must hold to answer it
+SUPPORTED = 0.85  # weighted share of a part's terms one sentence (with its title) must hold to answer it
 ANSWERABLE = 0.5  # below this nothing retrieved answers the part: it is declined
 MAX_HOPS = 3  # names searched per judgement
 _NONE: frozenset[str] = frozenset()
@@ -125,9 +125,20 @@ def support(part: str, chunks: Iterable[SeenChunk], values: Iterable[str] = ()) 
     values = list(values)
     halves = split_relative(part)
     if halves:
-        asked, described = (_support(h, chunks, values) for h in halves)
+        described = _support(halves[1], chunks, values)
+        asked = _support(halves[0], linked_chunks(described, halves[1], chunks, values), values)
         return Support(part, min(asked.score, described.score), asked.sentence, asked.chunk_id)
     return _support(part, chunks, values)
+
+
+def linked_chunks(found: Support, part: str, chunks: list[SeenChunk], values: list[str]) -> list[SeenChunk]:
+    """The chunk of a sentence found for `part` and the chunks about a name that sentence gives (by
+    title, or by mention): where what is asked about the subject it identifies can be answered."""
+    if found.chunk_id is None:
+        return []
+    names = [n.casefold() for n in bridge_names(part, chunks, values, top=1)]
+    return [c for c in chunks if c.chunk_id == found.chunk_id or any(
+        n == _title(c.title).casefold() or n in c.text.casefold() for n in names)]
 
 
 def _support(part: str, chunks: list[SeenChunk], values: list[str]) -> Support:
@@ -216,9 +227,15 @@ def hop_queries(question: str, chunks: list[SeenChunk], values: Iterable[str] = 
     for s in parts_support(question, chunks, values):
         if s.supported:
             continue
-        lacking = [w for w in key_words(without_facets(s.part, values)) if stem(w) not in terms(s.sentence)]
-        for name in bridge_names(s.part, chunks, values)[:MAX_HOPS]:
-            out.setdefault(" ".join([name, *lacking[:6]]), None)
+        halves = split_relative(s.part)
+        if halves:  # the names the description's sentences give, with what is asked about them
+            described, lacking = halves[1], key_words(without_facets(halves[0], values))
+        else:
+            described = s.part
+            lacking = [w for w in key_words(without_facets(s.part, values)) if stem(w) not in terms(s.sentence)]
+        for name in bridge_names(described, chunks, values)[:MAX_HOPS]:
+            own = terms(name)
+            out.setdefault(" ".join([name, *[w for w in lacking if stem(w) not in own][:6]]), None)
     return list(out)[:MAX_HOPS]
 
 

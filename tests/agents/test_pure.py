@@ -350,7 +350,21 @@ def test_pipeline_context_fills_free_slots_from_past_the_narrowed_searches_share
     chunks = {i: RetrievedChunk(i, i, f"h{i}", f"text number {i} " * 3) for i in range(1, 20)}
     state = SimpleNamespace(retrieved=chunks, budgets=SimpleNamespace(max_context_chunks=6))
     narrowed = [([1, 2, 3, 4, 5], 2), ([2, 1, 6, 7, 8], 2)]  # shares: 1, 2 and 2, 1
-    assert _context_order(state, narrowed, [[9, 10]]) == [1, 2, 9, 10, 3, 6]
-    assert _context_order(state, narrowed, [[9, 10, 11, 12, 13]]) == [1, 2, 9, 10, 11, 12]  # the others first
+    assert _context_order(state, narrowed, [9, 10], []) == [1, 2, 9, 10, 3, 6]
+    assert _context_order(state, narrowed, [9, 10, 11, 12, 13], []) == [1, 2, 9, 10, 11, 12]  # the others first
     state.budgets.max_context_chunks = 10
-    assert _context_order(state, [([1, 2, 3], 5)], []) == [1, 2, 3]  # nothing past the share
+    assert _context_order(state, [([1, 2, 3], 5)], [], []) == [1, 2, 3]  # nothing past the share
+
+
+def test_pipeline_context_keeps_the_whole_questions_best_half_then_the_best_of_every_other_search():
+    from types import SimpleNamespace
+
+    from agents.loop import _context_order
+
+    chunks = {i: RetrievedChunk(i, i, f"h{i}", f"text number {i} " * 3) for i in range(1, 40)}
+    state = SimpleNamespace(retrieved=chunks, budgets=SimpleNamespace(max_context_chunks=10))
+    whole = list(range(1, 11))
+    hops = [[21, 22, 23], [31, 32, 33]]
+    # Classic's best five, then the two best of each hop, then classic's next: nothing classic ranks
+    # in its top half is lost to a follow-up search.
+    assert _context_order(state, [], whole, hops) == [1, 2, 3, 4, 5, 21, 31, 22, 32, 6]
