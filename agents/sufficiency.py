@@ -82,8 +82,18 @@ def answer_kind(part: str) -> str:
     return ""
 
 
-def _weights(part: str, values: Iterable[str]) -> dict[str, float]:
+def _names(part: str, values: Iterable[str]) -> set[str]:
+    """The stems of the names a part uses: capitalised words inside it, and its first word when that
+    is capitalised content (a part split from a question's middle starts with a name)."""
     names = {stem(n) for n in named_terms(part, values)}
+    first = re.match(r"\s*([A-ZÀ-ÖØ-ÞΑ-ΩА-Я][\w'’-]*)", part)
+    if first and (word := first.group(1).lower()) not in STOPWORDS:
+        names |= terms(word)
+    return names
+
+
+def _weights(part: str, values: Iterable[str]) -> dict[str, float]:
+    names = _names(part, values)
     out = {}
     for t in terms(without_facets(part, values)):
         out[t] = 2.0 if t in names or t.isdigit() else 0.5 if t in _GENERIC else 1.0
@@ -147,6 +157,7 @@ def _support(part: str, chunks: list[SeenChunk], values: list[str]) -> Support:
     if not total:
         return Support(part, 1.0)
     kind = answer_kind(part)
+    names = _names(part, values) & set(weights)
     best = Support(part, 0.0)
     for chunk in chunks:
         if chunk.flagged:
@@ -157,6 +168,8 @@ def _support(part: str, chunks: list[SeenChunk], values: list[str]) -> Support:
             score = sum(w for t, w in weights.items() if t in held or SYNONYMS.get(t, _NONE) & held) / total
             if kind and not _has_kind(kind, sentence, part):
                 score *= 0.8  # the words fit but the answer asked for is not in it
+            if 2 * len(names & held) < len(names):
+                score = min(score, ANSWERABLE * 0.98)  # a text naming little of what the part names does not answer it
             if score > best.score:
                 best = Support(part, round(score, 6), sentence, chunk.chunk_id)
     return best

@@ -211,15 +211,16 @@ def compose_answer(question: str, chunks: list[SeenChunk], values: list[str] = (
             lines.append(f"{len(lines) + 1}. {part.strip()}:\n{quotes}")
         else:
             missing.append(part)
-    if not lines:
+    if not lines or missing:
+        # A question with a part nothing answers is not answered; what was found for the other parts is
+        # shown after the statement (quoted and cited like an answer), so the reader sees how far it got.
         listed = "; ".join(f'"{p}"' for p in missing) or "the question"
-        return f"{NOT_ENOUGH_EVIDENCE}: no sentence in the documents you can see answers {listed}."
+        found = ("\n\nWhat the documents do say:\n" + "\n".join(lines)) if lines else ""
+        return f"{NOT_ENOUGH_EVIDENCE}: no sentence in the documents you can see answers {listed}.{found}"
     verdict = yes_no_verdict(question, chunks, values)
     head = f"{verdict.capitalize()}, from the sentences below. " if verdict else ""
     text = head + "Extractive answer (offline mode: the sentences below are quoted from the sources, not generated).\n\n" + \
         "\n".join(lines)
-    if missing:
-        text += "\n\nNot found in the documents you can see: " + "; ".join(f'"{p}"' for p in missing) + "."
     return text
 
 
