@@ -92,6 +92,40 @@ def _names(part: str, values: Iterable[str]) -> set[str]:
     return names
 
 
+_SUBJECT = re.compile(r"^\s*(?:(?:are|is|was|were|do|does|did|has|have|had)\s+(?:both\s+|the\s+)?)?"
+                      r"(?P<subject>(?:[\"“]?[A-ZÀ-ÖØ-Þ0-9][\w'’.&-]*[\"”]?\s*){1,6})", re.I)
+
+
+def subject_name(part: str) -> str:
+    """The name a part asks about when it opens with it ("Gerry Marsden both musicians", "Are both
+    Rutgers University ... located"): capitalised words at its start, after an auxiliary verb; ""
+    when the part opens otherwise ("What is the hotel limit in Lisbon" asks about a limit)."""
+    m = _SUBJECT.match(part)
+    if not m:
+        return ""
+    words = []
+    for word in m.group("subject").split():
+        if not word.strip("\"“”")[:1].isupper() and not word[:1].isdigit():
+            break
+        words.append(word.strip("\"“”"))
+    name = " ".join(words)
+    return "" if not words or name.lower() in STOPWORDS or _INTERROGATIVE_WORD.match(name) else name
+
+
+_INTERROGATIVE_WORD = re.compile(r"^(?:what|which|who|whom|whose|when|where|why|how|are|is|was|were|do|does|did)\b", re.I)
+
+
+def _about_subject(subject: str, sentence: str, title: str) -> bool:
+    """A sentence is about the part's subject when its document's title (or metadata) names it, or
+    the sentence opens with it; a sentence that mentions it in passing is about something else."""
+    words = {stem(w.lower()) for w in re.findall(r"\w+", subject)} - {"the"}
+    if not words:
+        return True
+    in_title = {stem(w.lower()) for w in re.findall(r"\w+", title)}
+    opening = {stem(w.lower()) for w in re.findall(r"\w+", sentence)[: len(words) + 3]}
+    return 2 * len(words & in_title) >= len(words) or words <= opening
+
+
 def _weights(part: str, values: Iterable[str]) -> dict[str, float]:
     names = _names(part, values)
     out = {}
@@ -158,6 +192,7 @@ def _support(part: str, chunks: list[SeenChunk], values: list[str]) -> Support:
         return Support(part, 1.0)
     kind = answer_kind(part)
     names = _names(part, values) & set(weights)
+    subject = subject_name(without_facets(part, values))
     best = Support(part, 0.0)
     for chunk in chunks:
         if chunk.flagged:
@@ -168,8 +203,9 @@ def _support(part: str, chunks: list[SeenChunk], values: list[str]) -> Support:
             score = sum(w for t, w in weights.items() if t in held or SYNONYMS.get(t, _NONE) & held) / total
             if kind and not _has_kind(kind, sentence, part):
                 score *= 0.8  # the words fit but the answer asked for is not in it
-            if 2 * len(names & held) < len(names):
-                score = min(score, ANSWERABLE * 0.98)  # a text naming little of what the part names does not answer it
+            if 2 * len(names & held) < len(names) or (subject and not _about_subject(subject, sentence, chunk.about)):
+                # a text naming little of what the part names, or not about what it asks about, does not answer it
+                score = min(score, ANSWERABLE * 0.98)
             if score > best.score:
                 best = Support(part, round(score, 6), sentence, chunk.chunk_id)
     return best

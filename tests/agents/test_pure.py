@@ -255,6 +255,17 @@ def test_a_part_is_supported_by_a_sentence_that_answers_it_not_by_words_found_an
         parts_support("In what year was Brest harbour founded?", [SeenChunk(5, "Brest harbour was founded in 1631.", 1.0, False)])[0].score
 
 
+def test_a_text_mentioning_what_a_part_asks_about_in_passing_does_not_answer_it():
+    from agents.sufficiency import SeenChunk, parts_support, subject_name
+
+    assert subject_name("Are Dara Vell musicians") == "Dara Vell" and subject_name("What is the hotel limit in Lisbon") == ""
+    passing = SeenChunk(1, "He managed the musical group Dara Vell & The Tides for a decade.", 1.0, False,
+                        about="Jon Wolfe", title="Jon Wolfe")
+    about = SeenChunk(2, "Dara Vell is an English musician and songwriter.", 1.0, False, about="Dara Vell", title="Dara Vell")
+    assert not parts_support("Are Dara Vell and Pim Oort both musicians?", [passing])[0].answerable
+    assert parts_support("Are Dara Vell and Pim Oort both musicians?", [about])[0].answerable
+
+
 def test_a_yes_no_comparison_is_answered_from_each_parts_sentence():
     from agents.sufficiency import SeenChunk, yes_no_verdict
 
