@@ -255,7 +255,8 @@ def run_pipeline(state: RunState, first: list[int] | None = None) -> str:
         verdict = judge(state, _context_order(state, narrowed, anchor, lists), facets)
         if verdict.get("sufficient"):
             break
-        queries = _parsed_queries(verdict.get("missing", []), facets)[:MAX_FOLLOW_UPS]
+        left = state.budgets.max_tool_calls - state.tool_calls
+        queries = _parsed_queries(verdict.get("missing", []), facets)[: min(MAX_FOLLOW_UPS, left)]
         if all(json.dumps([q, f], sort_keys=True) in searched for q, f in queries):
             break  # nothing new to search: more rounds would find the same
     ids = _context_order(state, narrowed, anchor, lists)
@@ -277,17 +278,22 @@ def _share(state: RunState, n_queries: int) -> int:
 
 def _context_order(state: RunState, narrowed: list[tuple[list[int], int]], anchor: list[int],
                    others: list[list[int]]) -> list[int]:
-    """The pipeline's context, in this order until every slot is filled:
+    """The pipeline's context, in this order until every slot is filled.
 
-    1. each narrowed search's share of its results, fused (they match what the question names);
-    2. the first half of the whole question's results (never less than classic's best);
-    3. the best OTHER_TOP results of every other search (parts, rewrites, hops), fused: what
-       the whole question's search ranked low or missed;
-    4. the rest of the whole question's results, then the rest of the other searches' and of the
-       narrowed searches' results."""
+    With narrowed searches (the question names facet values or dates): each narrowed search's share
+    of its results, fused (they match what the question names); then every other search's results,
+    the whole question's among them, fused; then the rest of the narrowed results.
+
+    Without: the first half of the whole question's results (never less than classic's best); the
+    best OTHER_TOP results of every other search (parts, rewrites, hops), fused: what the whole
+    question's search ranked low or missed; then the rest of the whole question's results, then the
+    rest of the others'."""
+    firsts, rests = [ids[:share] for ids, share in narrowed], [ids[share:] for ids, share in narrowed]
+    if narrowed:  # the narrowed searches lead; the whole question is one more search among the others
+        return _merged(state, firsts, [anchor, *others], rests)
     half = -(-state.budgets.max_context_chunks // 2)
-    return _merged(state, [ids[:share] for ids, share in narrowed], [anchor[:half]], [ids[:OTHER_TOP] for ids in others],
-                   [anchor[half:]], [ids[OTHER_TOP:] for ids in others], [ids[share:] for ids, share in narrowed])
+    return _merged(state, [anchor[:half]], [ids[:OTHER_TOP] for ids in others], [anchor[half:]],
+                   [ids[OTHER_TOP:] for ids in others])
 
 
 def _merged(state: RunState, *groups: list[list[int]]) -> list[int]:
@@ -316,8 +322,8 @@ def _merged(state: RunState, *groups: list[list[int]]) -> list[int]:
 
 
 _ISO_DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
-MAX_SUBQUERIES = 6  # round 1's sub-queries besides the whole question (per facet value named, per fact, per part)
-MAX_FOLLOW_UPS = 3  # searches a judgement may add per round: with the facets call, within the default 12 tool calls
+MAX_SUBQUERIES = 8  # round 1's sub-queries besides the whole question (per facet value named, per fact, per part)
+MAX_FOLLOW_UPS = 3  # searches a judgement may add per round (never more than the tool calls left)
 CONTEXT_RRF_K = 60
 OTHER_TOP = 2  # results of each part, rewrite or hop search placed right after the whole question's best
 # A chunk whose word 5-grams are this share (of the smaller) inside a chunk already in the context

@@ -122,9 +122,10 @@ def sentences(text: str) -> list[str]:
 
 
 def normalise(text: str) -> str:
-    """For quote matching: casefolded, typographic quotes and dashes unified, whitespace collapsed."""
+    """For quote matching: casefolded, quotation marks and dashes unified, whitespace collapsed."""
     text = unicodedata.normalize("NFKC", text)
-    text = text.translate(str.maketrans({"“": '"', "”": '"', "‘": "'", "’": "'", "–": "-", "—": "-", "\u00a0": " "}))
+    # Every quotation mark is one character: a quoted sentence's own quotes are shown as single ones.
+    text = text.translate(str.maketrans({"“": "'", "”": "'", '"': "'", "‘": "'", "’": "'", "–": "-", "—": "-", "\u00a0": " "}))
     text = re.sub(r"[*_`]", "", text)
     return re.sub(r"\s+", " ", text).strip().casefold()
 
@@ -157,7 +158,7 @@ def question_context(question: str) -> str:
     return " ".join(s for s in sents if is_statement(s))
 
 
-_SENTENCES = re.compile(r"(?<=[?!.])\s+|\n+")
+_SENTENCES = re.compile(r"(?<=[?!.])(?<!\b[A-Z][a-z]\.)(?<!\b[A-Z]\.)(?<!\b[A-Z][a-z][a-z]\.)\s+|\n+")  # not after "St." or "J."
 
 
 def split_question(question: str) -> list[str]:

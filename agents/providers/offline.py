@@ -164,7 +164,13 @@ def _about(title: str, metadata) -> str:
 
 
 def _quotable(sentence: str) -> bool:
-    return '"' not in sentence and not looks_like_instructions(sentence)
+    return not looks_like_instructions(sentence)
+
+
+def _shown(sentence: str) -> str:
+    """A sentence as quoted: its own double quotes become single ones (quote matching treats every
+    quotation mark alike), so they do not end the quotation."""
+    return sentence.replace('"', "'").replace("“", "'").replace("”", "'")
 
 
 def _ranked_sentences(part: str, chunks: list[SeenChunk], values: list[str]) -> list[tuple[float, str, int]]:
@@ -207,7 +213,7 @@ def compose_answer(question: str, chunks: list[SeenChunk], values: list[str] = (
             picked += _hop_sentence(part, ranked[0][1], chunks, values, used | {s for s, _ in picked})
         used.update(s for s, _ in picked)
         if picked:
-            quotes = "\n".join(f'   - "{s}" [c:{cid}]{_source_of(cid, chunks)}' for s, cid in picked)
+            quotes = "\n".join(f'   - "{_shown(s)}" [c:{cid}]{_source_of(cid, chunks)}' for s, cid in picked)
             lines.append(f"{len(lines) + 1}. {part.strip()}:\n{quotes}")
         else:
             missing.append(part)
