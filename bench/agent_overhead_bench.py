@@ -210,7 +210,7 @@ class ScriptedProvider:
         if kind == "search":
             return "search", {"query": query, "k": 8}
         if kind == "search_filtered":
-            return "search", {"query": query, "k": 8, "metadata": {"source": "HR"}, "published_after": "2025-06-01"}
+            return "search", {"query": query, "k": 8, "metadata": {"source": "HR"}, "date_after": "2025-06-01"}
         if kind == "search_repeat":
             return "search", {"query": "hotel " + self.gen.words[100], "k": 8}
         if kind == "read":

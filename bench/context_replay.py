@@ -34,6 +34,9 @@ K_CONTEXT = 10
 _OVERFLOW = re.compile(r"past the output budget: ([^;]*)")
 
 
+# Date arguments of a search: today's names, and the ones traces recorded before issue 28 renamed them.
+_DATE_ARGS = ("date_after", "date_before", "published_after", "published_before")
+
 def searched_lists(steps: list[dict]) -> list[dict]:
     """Each search step's ranked chunk ids (with those past the output budget at their ranks), its narrowing, its round."""
     from agents.loop import MAX_SUBQUERIES, parse_json_object
@@ -46,7 +49,7 @@ def searched_lists(steps: list[dict]) -> list[dict]:
             # repeated follow-up counts but is not searched again)
             items = parse_json_object(s["output"] or "").get("queries" if s["name"] == "rewrite" else "missing") or []
             planned[round_no] = sum(1 for i in items[:MAX_SUBQUERIES] if isinstance(i, dict) and
-                                    (i.get("sources") or i.get("published_after") or i.get("published_before")))
+                                    (i.get("sources") or i.get("metadata") or any(i.get(k) for k in _DATE_ARGS)))
         if s["kind"] != "tool_call" or s["name"] != "search":
             continue
         ids = list(s["chunk_ids"])
@@ -56,7 +59,7 @@ def searched_lists(steps: list[dict]) -> list[dict]:
             for cid, rank in sorted(past, key=lambda p: p[1] or len(ids) + len(past)):
                 ids.insert(rank - 1 if rank else len(ids), cid)
         a = s["arguments"] or {}
-        narrowed = bool(a.get("metadata") or a.get("published_after") or a.get("published_before"))
+        narrowed = bool(a.get("metadata") or any(a.get(k) for k in _DATE_ARGS))
         retry = bool(out and narrowed and out[-1]["narrowed"] and not out[-1]["ids"] and out[-1]["query"] == a.get("query"))
         out.append({"ids": ids, "narrowed": narrowed, "round": round_no, "query": a.get("query"), "retry": retry})
     # A narrowed search's share of the context (agents.loop._share over the round's narrowed sub-queries)
