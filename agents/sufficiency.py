@@ -17,7 +17,7 @@ evidence left open).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from agents.planning import named_terms, without_facets
@@ -194,21 +194,27 @@ def _support(part: str, chunks: list[SeenChunk], values: list[str]) -> Support:
     names = _names(part, values) & set(weights)
     subject = subject_name(without_facets(part, values))
     best = Support(part, 0.0)
+    for chunk, sentence, held in _evidence(chunks):
+        score = sum(w for t, w in weights.items() if t in held or SYNONYMS.get(t, _NONE) & held) / total
+        if kind and not _has_kind(kind, sentence, part):
+            score *= 0.8  # the words fit but the answer asked for is not in it
+        if 2 * len(names & held) < len(names) or (subject and not _about_subject(subject, sentence, chunk.about)):
+            # a text naming little of what the part names, or not about what it asks about, does not answer it
+            score = min(score, ANSWERABLE * 0.98)
+        if score > best.score:
+            best = Support(part, round(score, 6), sentence, chunk.chunk_id)
+    return best
+
+
+def _evidence(chunks: Iterable[SeenChunk]) -> Iterator[tuple[SeenChunk, str, set[str]]]:
+    """Every sentence of the chunks that may be evidence (flagged ones never are), with the terms it
+    holds together with its document's title and metadata."""
     for chunk in chunks:
         if chunk.flagged:
             continue
         about = terms(chunk.about)
         for sentence in sentences(chunk.text) or [chunk.text]:
-            held = terms(sentence) | about
-            score = sum(w for t, w in weights.items() if t in held or SYNONYMS.get(t, _NONE) & held) / total
-            if kind and not _has_kind(kind, sentence, part):
-                score *= 0.8  # the words fit but the answer asked for is not in it
-            if 2 * len(names & held) < len(names) or (subject and not _about_subject(subject, sentence, chunk.about)):
-                # a text naming little of what the part names, or not about what it asks about, does not answer it
-                score = min(score, ANSWERABLE * 0.98)
-            if score > best.score:
-                best = Support(part, round(score, 6), sentence, chunk.chunk_id)
-    return best
+            yield chunk, sentence, terms(sentence) | about
 
 
 def parts_support(question: str, chunks: list[SeenChunk], values: Iterable[str] = ()) -> list[Support]:
@@ -229,15 +235,8 @@ def bridge_names(part: str, chunks: list[SeenChunk], values: Iterable[str] = (),
     values = list(values)
     weights = _weights(part, values)
     asked = {w.lower() for w in re.findall(r"\w+", part)}
-    scored: list[tuple[float, str, str]] = []
-    for chunk in chunks:
-        if chunk.flagged:
-            continue
-        about = terms(chunk.about)
-        for sentence in sentences(chunk.text) or [chunk.text]:
-            held = terms(sentence) | about
-            score = sum(w for t, w in weights.items() if t in held)
-            scored.append((score, sentence, chunk.title))
+    scored = [(sum(w for t, w in weights.items() if t in held), sentence, chunk.title)
+              for chunk, sentence, held in _evidence(chunks)]
     scored.sort(key=lambda x: -x[0])
     out: dict[str, None] = {}
     for _score, sentence, title in scored[:top]:
