@@ -1,79 +1,153 @@
-"""CI quality gate: a fixed-seed MultiHop-RAG subset through the real pipeline and the agent.
+"""CI quality gate: fixed-seed subsets of both suite sets through the real pipeline and the agent.
 
-60 questions (15 of each type, seed 7, so the null slice is large enough to measure); the corpus is
-their evidence documents plus a fixed sample of distractors, ingested with the real MiniLM embedder. Thresholds sit a few points under
-the values measured on this exact subset (docs/evaluation.md), so a real regression fails and
-noise does not; nothing here is timed. Skips when ../shared/eval is absent.
+MultiHop-RAG (news): questions of each type (seed 7, so the null slice is large enough to
+measure); the corpus is their evidence documents plus a fixed sample of distractors. HotpotQA
+(Wikipedia): bridge, comparison and null questions (seed 7); the corpus is their gold paragraphs
+plus, per question, the paragraphs of the pooled corpus that share the most rare words with it,
+which rebuilds HotpotQA's distractor setting (its distractors were retrieved by TF-IDF against the
+question), so a null question's neighbours name the same people and things. Both are ingested with
+the real MiniLM embedder and each set's corpus profile from the suite registry. Thresholds sit a few
+points under the values measured on these exact subsets, so a real regression fails and noise does
+not; nothing here is timed. Skips a set whose files in ../shared/eval are absent.
 """
 
 from __future__ import annotations
 
+import math
 import random
-from pathlib import Path
+import re
+import time
+from collections import Counter
 
 import pytest
 
-from agents.evaluation.dataset import evidence_doc_ids, load_corpus, load_questions, sample_questions
+from agents.evaluation.dataset import CorpusDoc, Question, evidence_doc_ids, load_corpus, load_questions, sample_questions
 from agents.evaluation.runner import ensure_corpus, facet_sources, run_one
+from agents.evaluation.suite import select
 from agents.evaluation.summary import summarise
 
-EVAL = Path(__file__).resolve().parents[2].parent / "shared" / "eval"
 SEED = 7
-PER_TYPE = 15
-DISTRACTORS = 30
 STRATEGIES = ("classic", "auto", "pipeline")
+MULTIHOP, HOTPOT = select("multihop-rag-dev,hotpotqa")
 
-# Measured on this subset (seed 7, 15 questions per type, evidence docs + 30 distractors), minus about 0.05,
-# with the pipeline's per-fact searches, clause-dated fact searches and entity bridge (recall / Hits@10 / null):
-# classic 0.578 / 0.844 / 0.867, auto 0.737 / 0.956 / 0.867, pipeline 0.756 / 0.956 / 0.933.
+# MultiHop-RAG: 15 questions of each type, their evidence documents + 30 fixed distractors (104 documents).
+MH_PER_TYPE = 15
+MH_DISTRACTORS = 30
+# HotpotQA: 12 bridge, 8 comparison, 10 null questions; gold paragraphs + the 5 nearest paragraphs per question.
+HP_PER_TYPE = {"bridge": 12, "comparison": 8, "null_query": 10}
+HP_NEIGHBOURS = 5
+
+# Measured on these subsets (offline provider, MiniLM, sentence vectors, each set's profile) at commit 271b9ef
+# (2026-12-03 14:16 UTC), recall / all facts / Hits@10 / null declined / answer containment:
+#   multihop-rag-dev  classic 0.578 / 0.311 / 0.844 / 0.533 / 0.333
+#                     auto 0.739 / 0.467 / 0.956 / 0.467 / 0.311, pipeline the same as auto
+#   hotpotqa          classic 0.975 / 0.950 / 1.000 / 0.300 / 0.450
+#                     auto 0.950 / 0.900 / 1.000 / 0.300 / 0.450, pipeline the same as auto
+# The floors are about 0.05 under those, except MultiHop-RAG's null floors: they stay where they were set on
+# the earlier engine (classic 0.867, auto 0.867, pipeline 0.933 declined), which 271b9ef falls far below; the
+# gate reports that regression rather than lowering them to it. Issue 28's targets are higher still
+# (MultiHop-RAG nulls declined >= 0.95; HotpotQA recall >= 0.97, all facts >= 0.94, nulls >= 0.85,
+# containment >= 0.75; no strategy under classic).
 THRESHOLDS = {
-    "classic": {"evidence_recall": 0.52, "hits_at_10": 0.79, "null_abstained": 0.80},
-    "auto": {"evidence_recall": 0.68, "hits_at_10": 0.90, "null_abstained": 0.80},
-    "pipeline": {"evidence_recall": 0.69, "hits_at_10": 0.88, "null_abstained": 0.88},
+    "multihop-rag-dev": {
+        "classic": {"evidence_recall": 0.52, "all_facts": 0.26, "hits_at_10": 0.79, "null_abstained": 0.80},
+        "auto": {"evidence_recall": 0.68, "all_facts": 0.41, "hits_at_10": 0.90, "null_abstained": 0.80},
+        "pipeline": {"evidence_recall": 0.69, "all_facts": 0.41, "hits_at_10": 0.90, "null_abstained": 0.88},
+    },
+    "hotpotqa": {
+        "classic": {"evidence_recall": 0.92, "all_facts": 0.90, "hits_at_10": 0.95, "null_abstained": 0.25, "answer_containment": 0.40},
+        "auto": {"evidence_recall": 0.90, "all_facts": 0.85, "hits_at_10": 0.95, "null_abstained": 0.25, "answer_containment": 0.40},
+        "pipeline": {"evidence_recall": 0.90, "all_facts": 0.85, "hits_at_10": 0.95, "null_abstained": 0.25, "answer_containment": 0.40},
+    },
 }
-# Measured margin of multi-step over one-shot recall on this subset: 0.16 (auto) and 0.18 (pipeline); the gate keeps
-# a few points of room so machine-level float noise does not fail it while a lost multi-step gain does.
-MIN_MULTI_STEP_MARGIN = 0.12
+# On MultiHop-RAG multi-step retrieval must keep beating one-shot retrieval at the same context size
+# (measured margin: 0.16 for auto and the pipeline).
+MIN_MULTI_STEP_MARGIN = {"multihop-rag-dev": 0.12}
 MIN_VERIFIED_CITATIONS = 0.9
-METRICS_SHOWN = ("evidence_recall", "hits_at_10", "hits_at_4", "mrr_at_10", "null_abstained", "citations_verified_share")
+METRICS_SHOWN = ("evidence_recall", "all_facts", "hits_at_10", "hits_at_4", "null_abstained", "answer_containment",
+                 "answer_precision", "citations_verified_share")
 
-pytestmark = [
-    pytest.mark.django_db(databases=["default", "owner"]),
-    pytest.mark.skipif(not (EVAL / "corpus.jsonl").exists(), reason="../shared/eval is absent"),
-]
+pytestmark = pytest.mark.django_db(databases=["default", "owner"])
 
 
-def subset():
-    docs = load_corpus(EVAL / "corpus.jsonl")
-    everything = load_questions(EVAL / "questions-dev.jsonl", docs)
+def multihop_subset() -> tuple[list[CorpusDoc], list[Question]]:
+    docs = load_corpus(MULTIHOP.corpus)
+    everything = load_questions(MULTIHOP.questions, docs)
     questions = [q for t in sorted({q.question_type for q in everything})
-                 for q in sample_questions([q for q in everything if q.question_type == t], limit=PER_TYPE, seed=SEED)]
+                 for q in sample_questions([q for q in everything if q.question_type == t], limit=MH_PER_TYPE, seed=SEED)]
     needed = evidence_doc_ids(questions)
     others = sorted(d.doc_id for d in docs if d.doc_id not in needed)
-    keep = needed | set(random.Random(SEED).sample(others, DISTRACTORS))
+    keep = needed | set(random.Random(SEED).sample(others, MH_DISTRACTORS))
     return [d for d in docs if d.doc_id in keep], questions
+
+
+_WORD = re.compile(r"\w{3,}")
+
+
+def _words(text: str) -> set[str]:
+    return {w.casefold() for w in _WORD.findall(text)}
+
+
+def nearest(question: str, docs: list[CorpusDoc], n: int, df: Counter) -> list[str]:
+    """The n documents sharing the most rare words (sum of idf) with the question, ties by doc id."""
+    asked = _words(question)
+    scored = [(-sum(math.log(len(docs) / df[w]) for w in asked & _words(f"{d.title} {d.text}")), d.doc_id) for d in docs]
+    return [doc_id for _, doc_id in sorted(scored)[:n]]
+
+
+def hotpot_subset() -> tuple[list[CorpusDoc], list[Question]]:
+    docs = load_corpus(HOTPOT.corpus)
+    everything = load_questions(HOTPOT.questions, docs)
+    questions = [q for t, count in HP_PER_TYPE.items()
+                 for q in sample_questions([q for q in everything if q.question_type == t], limit=count, seed=SEED)]
+    df = Counter(w for d in docs for w in _words(f"{d.title} {d.text}"))
+    keep = evidence_doc_ids(questions) | {doc_id for q in questions for doc_id in nearest(q.question, docs, HP_NEIGHBOURS, df)}
+    return [d for d in docs if d.doc_id in keep], questions
+
+
+def _run(eval_set, subset, corpus_name: str) -> dict:
+    started = time.perf_counter()
+    docs, questions = subset()
+    ev = ensure_corpus(docs, tenant_slug=f"quality-gate-{eval_set.name}", corpus_name=corpus_name, profile=eval_set.profile)
+    ingested = time.perf_counter()
+    sources = facet_sources(ev)
+    results = [run_one(ev, q, s, provider="offline", generates_text=False, sources=sources) for q in questions for s in STRATEGIES]
+    print(f"{eval_set.name}: {len(docs)} documents ingested in {ingested - started:.0f} s, "
+          f"{len(results)} runs in {time.perf_counter() - ingested:.0f} s")
+    assert not [r.error for r in results if r.error]
+    summary = summarise(results)
+    for strategy in STRATEGIES:  # shown on failure (and with -s): the figures to re-set thresholds from
+        print(eval_set.name, strategy, {k: round(v, 3) for k, v in summary[strategy]["all"].items()
+                                        if k in METRICS_SHOWN and v is not None})
+    return summary
+
+
+def _check(name: str, summary: dict) -> list[str]:
+    failures = []
+    for strategy, floors in THRESHOLDS[name].items():
+        figures = summary[strategy]["all"]
+        failures += [f"{name} {strategy} {metric} = {figures[metric]:.3f} fell below {floor}"
+                     for metric, floor in floors.items() if figures[metric] < floor]
+    for strategy in STRATEGIES:
+        share = summary[strategy]["all"]["citations_verified_share"]
+        if share is not None and share < MIN_VERIFIED_CITATIONS:
+            failures.append(f"{name} {strategy}: only {share:.2f} of citations verified")
+    if name in MIN_MULTI_STEP_MARGIN:
+        classic = summary["classic"]["all"]["evidence_recall"]
+        for strategy in ("auto", "pipeline"):
+            recall = summary[strategy]["all"]["evidence_recall"]
+            if recall <= classic + MIN_MULTI_STEP_MARGIN[name]:
+                failures.append(f"{name} {strategy} recall {recall:.3f} is not {MIN_MULTI_STEP_MARGIN[name]} over classic {classic:.3f}")
+    return failures
 
 
 def test_quality_gate(settings):
     settings.DEFAULT_EMBEDDER = "local"  # the real MiniLM, as in production (conftest defaults to the hash embedder)
-    docs, questions = subset()
-    ev = ensure_corpus(docs, tenant_slug="quality-gate", corpus_name="multihop-subset")
-    sources = facet_sources(ev)
-    results = [run_one(ev, q, s, provider="offline", generates_text=False, sources=sources) for q in questions for s in STRATEGIES]
-    assert not [r.error for r in results if r.error]
-    summary = summarise(results)
-    for strategy in STRATEGIES:  # shown on failure (and with -s): the figures to re-set thresholds from
-        print(strategy, {k: v for k, v in summary[strategy]["all"].items() if k in METRICS_SHOWN})
-    for strategy, floors in THRESHOLDS.items():
-        figures = summary[strategy]["all"]
-        for metric, floor in floors.items():
-            assert figures[metric] >= floor, f"{strategy} {metric} = {figures[metric]:.3f} fell below {floor}"
-    for strategy in STRATEGIES:
-        share = summary[strategy]["all"]["citations_verified_share"]
-        assert share is None or share >= MIN_VERIFIED_CITATIONS, f"{strategy}: only {share:.2f} of citations verified"
-    # Multi-step retrieval must keep beating one-shot retrieval at the same context size.
-    classic = summary["classic"]["all"]["evidence_recall"]
-    for strategy in ("auto", "pipeline"):
-        recall = summary[strategy]["all"]["evidence_recall"]
-        assert recall > classic + MIN_MULTI_STEP_MARGIN, \
-            f"{strategy} recall {recall:.3f} is not {MIN_MULTI_STEP_MARGIN} over classic {classic:.3f}"
+    runs = [(s, subset, corpus) for s, subset, corpus in ((MULTIHOP, multihop_subset, "multihop-subset"),
+                                                          (HOTPOT, hotpot_subset, "hotpotqa-subset")) if not s.missing()]
+    if not runs:
+        pytest.skip("../shared/eval is absent")
+    failures = []
+    for eval_set, subset, corpus_name in runs:  # both sets run before any assertion, so one failure shows every figure
+        failures += _check(eval_set.name, _run(eval_set, subset, corpus_name))
+    assert not failures, "\n".join(failures)
