@@ -103,27 +103,33 @@ def subject_name(part: str) -> str:
     m = _SUBJECT.match(part)
     if not m:
         return ""
-    words = []
-    for word in m.group("subject").split():
-        if not word.strip("\"“”")[:1].isupper() and not word[:1].isdigit():
+    words: list[str] = []
+    tokens = part[m.start("subject"):].split()
+    for i, word in enumerate(tokens):
+        word = word.strip("\"“”,?")
+        joins = word.lower() in _NAME_JOINERS and i + 1 < len(tokens) and tokens[i + 1][:1].isupper()
+        if not (word[:1].isupper() or word[:1].isdigit() or (words and joins)):
             break
-        words.append(word.strip("\"“”"))
+        words.append(word)
+    while words and words[0].lower() in STOPWORDS:  # "Both Truth in Science" names "Truth in Science"
+        words = words[1:]
     name = " ".join(words)
     return "" if not words or name.lower() in STOPWORDS or _INTERROGATIVE_WORD.match(name) else name
 
 
+_NAME_JOINERS = frozenset("of in the and de du von van la le for on".split())
 _INTERROGATIVE_WORD = re.compile(r"^(?:what|which|who|whom|whose|when|where|why|how|are|is|was|were|do|does|did)\b", re.I)
 
 
 def _about_subject(subject: str, sentence: str, title: str) -> bool:
     """A sentence is about the part's subject when its document's title (or metadata) names it, or
     the sentence opens with it; a sentence that mentions it in passing is about something else."""
-    words = {stem(w.lower()) for w in re.findall(r"\w+", subject)} - {"the"}
+    words = {stem(w.lower()) for w in re.findall(r"\w+", subject) if w.lower() not in STOPWORDS}
     if not words:
         return True
     in_title = {stem(w.lower()) for w in re.findall(r"\w+", title)}
     opening = {stem(w.lower()) for w in re.findall(r"\w+", sentence)[: len(words) + 3]}
-    return 2 * len(words & in_title) >= len(words) or words <= opening
+    return words <= in_title or words <= opening
 
 
 def _weights(part: str, values: Iterable[str]) -> dict[str, float]:

@@ -249,8 +249,9 @@ def _chained_sentences(asked: str, described: str, chunks: list[SeenChunk], valu
     names = [n.casefold() for n in bridge_names(described, chunks, values, top=1)]
     about = {c.chunk_id for c in chunks if c.chunk_id != first_cid and any(n == _plain(c.title) for n in names)}
     linked = about | {c.chunk_id for c in chunks if c.chunk_id != first_cid and any(n in c.text.casefold() for n in names)}
-    answers = [(score + (LINKED_BONUS if cid in linked or cid == first_cid else 0.0), s, cid)
-               for score, s, cid in _ranked_sentences(asked, chunks, values) if s != first]
+    # What is asked is answered in the text that identifies the subject or in one about a name it gives.
+    answers = [(score + (LINKED_BONUS if cid in linked else 0.0), s, cid)
+               for score, s, cid in _ranked_sentences(asked, chunks, values) if s != first and (cid in linked or cid == first_cid)]
     answers.sort(key=lambda x: -x[0])
     # The text about the name the identifying sentence gives answers what is asked about it, even in
     # other words ("ambassador" for "diplomatic post"); any other text must answer on its own.
