@@ -37,31 +37,30 @@ MH_DISTRACTORS = 30
 HP_PER_TYPE = {"bridge": 12, "comparison": 8, "null_query": 10}
 HP_NEIGHBOURS = 5
 
-# Measured on these subsets (offline provider, MiniLM, sentence vectors, each set's profile) at commit 271b9ef
-# (2026-12-03 14:16 UTC), recall / all facts / Hits@10 / null declined / answer containment:
-#   multihop-rag-dev  classic 0.578 / 0.311 / 0.844 / 0.533 / 0.333
-#                     auto 0.739 / 0.467 / 0.956 / 0.467 / 0.311, pipeline the same as auto
-#   hotpotqa          classic 0.975 / 0.950 / 1.000 / 0.300 / 0.450
-#                     auto 0.950 / 0.900 / 1.000 / 0.300 / 0.450, pipeline the same as auto
-# The floors are about 0.05 under those, except MultiHop-RAG's null floors: they stay where they were set on
-# the earlier engine (classic 0.867, auto 0.867, pipeline 0.933 declined), which 271b9ef falls far below; the
-# gate reports that regression rather than lowering them to it. Issue 28's targets are higher still
-# (MultiHop-RAG nulls declined >= 0.95; HotpotQA recall >= 0.97, all facts >= 0.94, nulls >= 0.85,
-# containment >= 0.75; no strategy under classic).
+# Measured on these subsets (offline provider, MiniLM, sentence vectors, each set's profile), recall / all facts /
+# Hits@10 / null declined / answer containment; auto and the pipeline gave the same figures each time:
+#   at a340369 (2026-12-03 14:52 UTC), the floors below are about 0.05 under these:
+#     multihop-rag-dev  classic 0.578 / 0.311 / 0.844 / 1.000 / 0.133, auto 0.739 / 0.467 / 0.956 / 1.000 / 0.200
+#     hotpotqa          classic, auto 0.975 / 0.950 / 1.000 / 0.500 / 0.700
+#   at 271b9ef (14:16 UTC; MultiHop-RAG nulls had regressed from 0.867-0.933 on the earlier engine):
+#     multihop-rag-dev  classic 0.578 / 0.311 / 0.844 / 0.533 / 0.333, auto 0.739 / 0.467 / 0.956 / 0.467 / 0.311
+#     hotpotqa          classic 0.975 / 0.950 / 1.000 / 0.300 / 0.450, auto 0.950 / 0.900 / 1.000 / 0.300 / 0.450
+# Issue 28's targets are higher still (MultiHop-RAG nulls declined >= 0.95; HotpotQA recall >= 0.97, all facts
+# >= 0.94, nulls >= 0.85, containment >= 0.75; no strategy under classic).
 THRESHOLDS = {
     "multihop-rag-dev": {
-        "classic": {"evidence_recall": 0.52, "all_facts": 0.26, "hits_at_10": 0.79, "null_abstained": 0.80},
-        "auto": {"evidence_recall": 0.68, "all_facts": 0.41, "hits_at_10": 0.90, "null_abstained": 0.80},
-        "pipeline": {"evidence_recall": 0.69, "all_facts": 0.41, "hits_at_10": 0.90, "null_abstained": 0.88},
+        "classic": {"evidence_recall": 0.52, "all_facts": 0.26, "hits_at_10": 0.79, "null_abstained": 0.93},
+        "auto": {"evidence_recall": 0.69, "all_facts": 0.41, "hits_at_10": 0.90, "null_abstained": 0.93},
+        "pipeline": {"evidence_recall": 0.69, "all_facts": 0.41, "hits_at_10": 0.90, "null_abstained": 0.93},
     },
     "hotpotqa": {
-        "classic": {"evidence_recall": 0.92, "all_facts": 0.90, "hits_at_10": 0.95, "null_abstained": 0.25, "answer_containment": 0.40},
-        "auto": {"evidence_recall": 0.90, "all_facts": 0.85, "hits_at_10": 0.95, "null_abstained": 0.25, "answer_containment": 0.40},
-        "pipeline": {"evidence_recall": 0.90, "all_facts": 0.85, "hits_at_10": 0.95, "null_abstained": 0.25, "answer_containment": 0.40},
+        "classic": {"evidence_recall": 0.92, "all_facts": 0.90, "hits_at_10": 0.95, "null_abstained": 0.45, "answer_containment": 0.65},
+        "auto": {"evidence_recall": 0.92, "all_facts": 0.90, "hits_at_10": 0.95, "null_abstained": 0.45, "answer_containment": 0.65},
+        "pipeline": {"evidence_recall": 0.92, "all_facts": 0.90, "hits_at_10": 0.95, "null_abstained": 0.45, "answer_containment": 0.65},
     },
 }
 # On MultiHop-RAG multi-step retrieval must keep beating one-shot retrieval at the same context size
-# (measured margin: 0.16 for auto and the pipeline).
+# (measured margin: 0.16 for auto and the pipeline, at both commits above).
 MIN_MULTI_STEP_MARGIN = {"multihop-rag-dev": 0.12}
 MIN_VERIFIED_CITATIONS = 0.9
 METRICS_SHOWN = ("evidence_recall", "all_facts", "hits_at_10", "hits_at_4", "null_abstained", "answer_containment",
