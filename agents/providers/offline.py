@@ -173,14 +173,18 @@ def _shown(sentence: str) -> str:
     return sentence.replace('"', "'").replace("“", "'").replace("”", "'")
 
 
-def _ranked_sentences(part: str, chunks: list[SeenChunk], values: list[str]) -> list[tuple[float, str, int]]:
-    """Every quotable sentence scored as an answer to `part` (agents.sufficiency.support), best first."""
+def _ranked_sentences(part: str, chunks: list[SeenChunk], values: list[str], *, own_words: bool = True) -> list[tuple[float, str, int]]:
+    """Every quotable sentence scored as an answer to `part` (agents.sufficiency.support), best first;
+    with `own_words`, only sentences holding a word of the part themselves (not only under a fitting
+    title): a text about a name the evidence gave may answer in other words, and is asked without it."""
     out = []
+    own = terms(without_facets(part, values))
     for chunk in chunks:
         if chunk.flagged:
             continue
         for s in sentences(chunk.text):
-            if _quotable(s):
+            # A sentence quoted must say something the part asks about itself, not only sit under a fitting title.
+            if _quotable(s) and (terms(s) & own or not own_words):
                 one = support(part, [SeenChunk(chunk.chunk_id, s, chunk.score, False, chunk.about, chunk.title)], values)
                 out.append((one.score, s, chunk.chunk_id))
     return sorted(out, key=lambda x: -x[0])
@@ -251,7 +255,8 @@ def _chained_sentences(asked: str, described: str, chunks: list[SeenChunk], valu
     linked = about | {c.chunk_id for c in chunks if c.chunk_id != first_cid and any(n in c.text.casefold() for n in names)}
     # What is asked is answered in the text that identifies the subject or in one about a name it gives.
     answers = [(score + (LINKED_BONUS if cid in linked else 0.0), s, cid)
-               for score, s, cid in _ranked_sentences(asked, chunks, values) if s != first and (cid in linked or cid == first_cid)]
+               for score, s, cid in _ranked_sentences(asked, chunks, values, own_words=False)
+               if s != first and (cid in linked or cid == first_cid)]
     answers.sort(key=lambda x: -x[0])
     # The text about the name the identifying sentence gives answers what is asked about it, even in
     # other words ("ambassador" for "diplomatic post"); any other text must answer on its own.
@@ -276,7 +281,7 @@ def _hop_sentence(part: str, best: str, chunks: list[SeenChunk], values: list[st
         # A chunk whose title is the name is about it; otherwise one that mentions it.
         about = [c for c in chunks if not c.flagged and folded in c.about.casefold() and best not in c.text] or \
             [c for c in chunks if not c.flagged and folded in c.text.casefold() and best not in c.text]
-        ranked = sorted(_ranked_sentences(lacking, about, values), key=lambda x: -x[0]) if lacking else []
+        ranked = sorted(_ranked_sentences(lacking, about, values, own_words=False), key=lambda x: -x[0]) if lacking else []
         for _score, s, cid in ranked:
             if s not in used and s != best:
                 return [(s, cid)]
