@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
-from agents.text import split_question, stem, terms
+from agents.text import UPPER, split_question, stem, terms
 
 _MONTHS = "January|February|March|April|May|June|July|August|September|October|November|December"
 _DATE = re.compile(rf"\b(?:(on|after|before|since|prior to|by|from|until)\s+)?"
@@ -324,7 +324,7 @@ def clause_facts(question: str, mentions: list[Mention], facets: Facets) -> list
     return out
 
 
-_NAME = re.compile(r"(?<![\w'’])([A-ZÀ-ÖØ-ÞΑ-ΩА-Я]\w*(?:['’][^\W\d_]+)?)")
+_NAME = re.compile(rf"(?<![\w'’])([{UPPER}]\w*(?:['’][^\W\d_]+)?)")
 _SENTENCE_START = re.compile(r"(?:^|[.?!:;\"“(]\s*)$")
 _NOT_NAMES = frozenset(_MONTHS.lower().split("|")) | frozenset(
     "i i'm i've monday tuesday wednesday thursday friday saturday sunday".split())

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from agents.planning import named_terms, without_facets
-from agents.text import STOPWORDS, SYNONYMS, key_words, sentences, split_question, stem, terms
+from agents.text import STOPWORDS, SYNONYMS, UPPER, key_words, sentences, split_question, stem, terms
 
 SUPPORTED = 0.85  # weighted share of a part's terms one sentence (with its title) must hold to answer it
 ANSWERABLE = 0.5  # below this nothing retrieved answers the part: it is declined
@@ -70,8 +70,7 @@ _ASKS = (
 )
 _YEAR = re.compile(r"\b(?:1[0-9]{3}|20[0-9]{2})\b")
 _NUMBER = re.compile(r"\d|\b(?:one|two|three|four|five|six|seven|eight|nine|ten|twelve|hundred|thousand|million)\b", re.I)
-_UPPER = "A-ZÀ-ÖØ-ÞΑ-ΩА-Я"  # capitals of the Latin, Greek and Cyrillic scripts
-_CAPITALISED = re.compile(rf"(?<![\w'’])[{_UPPER}][\w'’.-]*(?:\s+(?:(?:of|the|de|von|van|and|du|la|le)\s+)?[{_UPPER}][\w'’.-]*)*")
+_CAPITALISED = re.compile(rf"(?<![\w'’])[{UPPER}][\w'’.-]*(?:\s+(?:(?:of|the|de|von|van|and|du|la|le)\s+)?[{UPPER}][\w'’.-]*)*")
 
 
 def answer_kind(part: str) -> str:
@@ -86,7 +85,7 @@ def _names(part: str, values: Iterable[str]) -> set[str]:
     """The stems of the names a part uses: capitalised words inside it, and its first word when that
     is capitalised content (a part split from a question's middle starts with a name)."""
     names = {stem(n) for n in named_terms(part, values)}
-    first = re.match(r"\s*([A-ZÀ-ÖØ-ÞΑ-ΩА-Я][\w'’-]*)", part)
+    first = re.match(rf"\s*([{UPPER}][\w'’-]*)", part)
     if first and (word := first.group(1).lower()) not in STOPWORDS:
         names |= terms(word)
     return names
@@ -188,7 +187,7 @@ def linked_chunks(found: Support, part: str, chunks: list[SeenChunk], values: li
         return []
     names = [n.casefold() for n in bridge_names(part, chunks, values, top=1)]
     return [c for c in chunks if c.chunk_id == found.chunk_id or any(
-        n == _title(c.title).casefold() or n in c.text.casefold() for n in names)]
+        n == plain_title(c.title).casefold() or n in c.text.casefold() for n in names)]
 
 
 def _support(part: str, chunks: list[SeenChunk], values: list[str]) -> Support:
@@ -247,14 +246,14 @@ def bridge_names(part: str, chunks: list[SeenChunk], values: Iterable[str] = (),
     out: dict[str, None] = {}
     for _score, sentence, title in scored[:top]:
         # The names the sentence gives, then what it is about: a paragraph's "He" is its title.
-        for name in [*_names_in(sentence), _title(title)]:
+        for name in [*_names_in(sentence), plain_title(title)]:
             words = {w.lower() for w in re.findall(r"\w+", name)}
             if words and not words <= asked and not words <= STOPWORDS:
                 out.setdefault(name, None)
     return list(out)
 
 
-def _title(title: str) -> str:
+def plain_title(title: str) -> str:
     """A document title without a trailing qualifier: "USS Essex (CV-9)" -> "USS Essex"."""
     return re.sub(r"\s*\([^)]*\)\s*$", "", title).strip()
 
@@ -273,12 +272,13 @@ def _names_in(sentence: str) -> list[str]:
     return list(dict.fromkeys([*quoted, *multi, *single]))
 
 
-def hop_queries(question: str, chunks: list[SeenChunk], values: Iterable[str] = ()) -> list[str]:
+def hop_queries(question: str, chunks: list[SeenChunk], values: Iterable[str] = (),
+                supports: list[Support] | None = None) -> list[str]:
     """Follow-up searches for the parts the evidence does not yet answer: each name the best
     sentences give for what the part only describes, with the part's words those sentences lack."""
     values = list(values)
     out: dict[str, None] = {}
-    for s in parts_support(question, chunks, values):
+    for s in parts_support(question, chunks, values) if supports is None else supports:
         if s.supported:
             continue
         halves = split_relative(s.part)

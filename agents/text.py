@@ -216,7 +216,8 @@ def _clauses(sentence: str) -> list[str]:
     return merged
 
 
-_CAPITAL_WORD = re.compile(r"(?<![\w'’])[A-ZÀ-ÖØ-ÞΑ-ΩА-Я][\w'’-]*")
+UPPER = "A-ZÀ-ÖØ-ÞΑ-ΩА-Я"  # capitals of the Latin, Greek and Cyrillic scripts, for regex classes
+_CAPITAL_WORD = re.compile(rf"(?<![\w'’])[{UPPER}][\w'’-]*")
 
 
 def _names(clause: str) -> set[str]:

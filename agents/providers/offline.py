@@ -24,9 +24,11 @@ from agents.planning import Facets, GeneralPlanner, without_facets
 from agents.sufficiency import (
     ANSWERABLE,
     SeenChunk,
+    Support,
     bridge_names,
     hop_queries,
     parts_support,
+    plain_title,
     split_relative,
     support,
     yes_no_verdict,
@@ -102,7 +104,7 @@ class OfflineProvider:
         why = "every part of the question is answered by a retrieved sentence" if not open_ else \
             f"no retrieved sentence answers: {'; '.join(s.part for s in open_)}"
         return json.dumps({"sufficient": not open_, "why": why,
-                           "missing": follow_ups(request.question, chunks, facets) if open_ else []}), []
+                           "missing": follow_ups(request.question, chunks, facets, supports) if open_ else []}), []
 
     def _answer(self, request: ModelRequest) -> tuple[str, list[ToolCall]]:
         facets = _facets_seen(request) if not request.facets else Facets.from_tool({"enumerations": request.facets.get("narrow_by")})
@@ -113,13 +115,15 @@ def _key(query: str, filters: dict | None) -> str:
     return json.dumps([" ".join(query.casefold().split()), filters or {}], sort_keys=True)
 
 
-def follow_ups(question: str, chunks: list[SeenChunk], facets: Facets) -> list[str]:
+def follow_ups(question: str, chunks: list[SeenChunk], facets: Facets, supports: list[Support] | None = None) -> list[str]:
     """What to search next: the names the evidence gives for what an open part only describes (the
-    hop), then each open part's own words with the question's context."""
+    hop), then each open part's own words with the question's context. `supports`: the parts'
+    support when the caller has it already."""
     values = facets.values()
-    hops = hop_queries(question, chunks, values)
+    supports = parts_support(question, chunks, values) if supports is None else supports
+    hops = hop_queries(question, chunks, values, supports)
     plain = [with_context(" ".join(key_words(without_facets(s.part, values))), question)
-             for s in parts_support(question, chunks, values) if not s.supported]
+             for s in supports if not s.supported]
     return list(dict.fromkeys(q for q in [*hops, *plain] if q.strip()))
 
 
@@ -251,7 +255,7 @@ def _chained_sentences(asked: str, described: str, chunks: list[SeenChunk], valu
         return None
     _score, first, first_cid = identified[0]
     names = [n.casefold() for n in bridge_names(described, chunks, values, top=1)]
-    about = {c.chunk_id for c in chunks if c.chunk_id != first_cid and any(n == _plain(c.title) for n in names)}
+    about = {c.chunk_id for c in chunks if c.chunk_id != first_cid and any(n == plain_title(c.title).casefold() for n in names)}
     linked = about | {c.chunk_id for c in chunks if c.chunk_id != first_cid and any(n in c.text.casefold() for n in names)}
     # What is asked is answered in the text that identifies the subject or in one about a name it gives.
     answers = [(score + (LINKED_BONUS if cid in linked else 0.0), s, cid)
@@ -263,10 +267,6 @@ def _chained_sentences(asked: str, described: str, chunks: list[SeenChunk], valu
     if not answers or (answers[0][0] < ANSWERABLE and answers[0][2] not in about):
         return None
     return [(s, cid) for s, cid in ((first, first_cid), answers[0][1:]) if s not in used]
-
-
-def _plain(title: str) -> str:
-    return re.sub(r"\s*\([^)]*\)\s*$", "", title).strip().casefold()
 
 
 def _hop_sentence(part: str, best: str, chunks: list[SeenChunk], values: list[str], used: set[str]) -> list[tuple[str, int]]:
