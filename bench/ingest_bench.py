@@ -28,6 +28,7 @@ DB_NAME = "grounded_bench_ingest"
 def setup_django() -> None:
     for var in ("REDIS_URL", "CELERY_BROKER_URL", "DATABASE_URL"):
         os.environ.pop(var, None)  # eager mode on the embedded server
+    os.environ["CELERY_TASK_ALWAYS_EAGER"] = "1"
     os.environ["GROUNDED_DB_NAME"] = DB_NAME
     os.environ["GROUNDED_EMBEDDER"] = "local"
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kb.settings")

@@ -47,14 +47,15 @@ def server_env(embedder: str) -> dict[str, str]:
     env.update(GROUNDED_DB_NAME=DB_NAME, GROUNDED_EMBEDDER=embedder, GROUNDED_PROVIDER="offline", DEBUG="0",
                SECRET_KEY="bench-" + "k" * 60, ALLOWED_HOSTS="127.0.0.1", SECURE_COOKIES="0", RATE_LIMIT_PER_MINUTE="1000000",
                RATE_LIMIT_REDIS_URL=RATE_REDIS if _redis_up() else "", OMP_NUM_THREADS="1", LOG_LEVEL="ERROR",
-               GUNICORN_ACCESS_LOG="/dev/null", DJANGO_SETTINGS_MODULE="kb.settings")
+               GUNICORN_ACCESS_LOG="/dev/null", DJANGO_SETTINGS_MODULE="kb.settings", CELERY_TASK_ALWAYS_EAGER="1")
     return env
 
 
 def prepare(docs: int, embedder: str, reuse: bool) -> tuple[str, list[str]]:
     """Create and fill the scratch database; returns a reader API key and the questions to ask."""
     os.environ.update({k: v for k, v in server_env(embedder).items() if k in {"GROUNDED_DB_NAME", "GROUNDED_EMBEDDER",
-                                                                              "DJANGO_SETTINGS_MODULE", "OMP_NUM_THREADS"}})
+                                                                              "DJANGO_SETTINGS_MODULE", "OMP_NUM_THREADS",
+                                                                              "CELERY_TASK_ALWAYS_EAGER"}})
     for var in ("REDIS_URL", "CELERY_BROKER_URL", "DATABASE_URL"):
         os.environ.pop(var, None)
     import django

@@ -33,7 +33,9 @@ def healthz(request: HttpRequest) -> JsonResponse:
         try:
             import redis
 
-            redis.Redis.from_url(settings.CELERY_BROKER_URL, socket_timeout=2).ping()
+            from kb.embedded_redis import client_url
+
+            redis.Redis.from_url(client_url(settings.CELERY_BROKER_URL), socket_timeout=2, socket_connect_timeout=2).ping()
             report["broker"] = "ok"
         except Exception as exc:
             report["broker_error"] = exc.__class__.__name__

@@ -195,8 +195,15 @@ CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "").strip() or REDIS_URL
 for _name, _url in (("REDIS_URL", REDIS_URL), ("CELERY_BROKER_URL", CELERY_BROKER_URL)):
     if _url and urlsplit(_url).scheme not in {"redis", "rediss", "amqp", "pyamqp", "memory"}:
         raise ImproperlyConfigured(f"{_name} is malformed: expected redis://host:port/db")
-# No broker configured: tasks run eagerly in-process (the embedded single-machine default).
-CELERY_TASK_ALWAYS_EAGER = not CELERY_BROKER_URL
+# No broker configured: the embedded Redis (kb/embedded_redis.py, a unix socket beside the embedded
+# database), which scripts/run starts with a worker beside the web server.
+EMBEDDED_BROKER = not CELERY_BROKER_URL
+if EMBEDDED_BROKER:
+    from kb.embedded_redis import broker_url as _embedded_broker_url
+
+    CELERY_BROKER_URL = _embedded_broker_url()
+# Tasks run in the calling process (after commit) only when asked: the test suite and the benches.
+CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True

@@ -7,6 +7,8 @@ import os
 import pytest
 
 os.environ.setdefault("GROUNDED_EMBEDDER", "hash")
+# Tasks run in the test process after commit unless a test sends them to a real worker (tests/kb/test_ingest_worker.py).
+os.environ.setdefault("CELERY_TASK_ALWAYS_EAGER", "1")
 
 pytest_plugins = ["tests.factories"]
 
@@ -31,6 +33,19 @@ def _hash_embedder_by_default():
     from django.conf import settings
 
     settings.DEFAULT_EMBEDDER = os.environ["GROUNDED_EMBEDDER"]
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _eager_celery_by_default():
+    """Like the embedder above: settings were read before CELERY_TASK_ALWAYS_EAGER was set here, so
+    apply it to the settings and the Celery app (a test that wants a real worker switches it off)."""
+    from django.conf import settings
+
+    from kb.celery import app
+
+    eager = os.environ["CELERY_TASK_ALWAYS_EAGER"].lower() in {"1", "true", "yes", "on"}
+    settings.CELERY_TASK_ALWAYS_EAGER = eager
+    app.conf.task_always_eager = eager
 
 
 @pytest.fixture(autouse=True)

@@ -1,9 +1,10 @@
-"""Sending jobs: the task by name after commit (a broker), or the job's service in this process (no broker);
+"""Sending jobs: the task by name after commit (a broker), or the job's service in this process (eager mode);
 and the reaper that resends jobs whose worker died or whose message was lost."""
 
 from __future__ import annotations
 
 import logging
+import os
 import random
 import time
 from collections.abc import Callable
@@ -33,7 +34,7 @@ def register_runner(kind: str, run: Callable[..., str]) -> None:
 
 def enqueue_job(job_id: int, tenant_id: int, kind: str) -> None:
     """Send the job's task (by name: kb.tasks) after the surrounding transaction commits (at once
-    outside one); with no broker, run it in this process instead.
+    outside one); in eager mode (CELERY_TASK_ALWAYS_EAGER), run it in this process instead.
 
     robust: a broker outage must not fail the upload; the job stays queued and the reaper resends it.
     """
@@ -41,17 +42,33 @@ def enqueue_job(job_id: int, tenant_id: int, kind: str) -> None:
     def send() -> None:
         if celery_app.conf.task_always_eager:
             _run_in_process(kind, job_id, tenant_id)
+        elif _embedded_broker_down():
+            if not _warned:
+                _warned.append(job_id)
+                logger.warning("job %s (and any queued after it) stays queued: the embedded broker is not running "
+                               "(scripts/run starts it with a worker; CELERY_TASK_ALWAYS_EAGER=1 runs jobs in the "
+                               "process that queues them)", job_id)
         else:
             celery_app.send_task(TASK_NAMES[kind], args=[job_id, tenant_id])
 
     transaction.on_commit(send, robust=True)
 
 
+_warned: list[int] = []  # once per process
+
+
+def _embedded_broker_down() -> bool:
+    """The broker is a unix socket (the embedded Redis) that does not exist: sending would only wait
+    out kombu's retries. The job stays queued; a worker started later gets it from the reaper."""
+    url = celery_app.conf.broker_url or ""
+    return url.startswith("redis+socket://") and not os.path.exists(url.removeprefix("redis+socket://"))
+
+
 EAGER_RETRIES = 4
 
 
 def _run_in_process(kind: str, job_id: int, tenant_id: int) -> None:
-    """No broker (embedded mode): run the job's service here, retrying transient errors like the task
+    """Eager mode (tests, benches): run the job's service here, retrying transient errors like the task
     would (Celery's eager retry re-raises instead of retrying). A final failure stays on the job row
     for the reaper; it never fails the request that queued it."""
     run = RUNNERS[kind]
