@@ -20,7 +20,7 @@ from kb.ingest import UploadRejected, delete_document, reingest_document, start_
 from kb.ingest.corpora import DeclarationRejected, check_declarations, save_corpus
 from kb.ingest.dates import document_date
 from kb.metadata import MetadataRejected, parse_metadata, text_problem
-from kb.models import DEFAULT_EMBEDDING_DIM, DEFAULT_EMBEDDING_MODEL, DEFAULT_LANGUAGE, Chunk, Corpus, Document, IngestJob
+from kb.models import DEFAULT_EMBEDDING_DIM, DEFAULT_EMBEDDING_MODEL, DEFAULT_LANGUAGE, Chunk, Corpus, Document, DocumentStatus, IngestJob
 from kb.retrieval import SearchFilters, search
 from tenants.admin_base import TenantScopedAdmin, admin_scope, scoped_filter, scoped_queryset, scoped_view
 from tenants.models import Department
@@ -216,6 +216,16 @@ class DocumentAdmin(TenantScopedAdmin):
     def add_view(self, request, form_url="", extra_context=None):
         return redirect("admin:kb_document_upload")
 
+    def changelist_view(self, request, extra_context=None):
+        """While a listed document is pending or processing, the page reloads itself (every 2 s) so
+        its progress bar moves as the worker commits each embedding batch."""
+        response = super().changelist_view(request, extra_context)
+        cl = getattr(response, "context_data", None) and response.context_data.get("cl")
+        if cl is not None:
+            response.context_data["ingesting"] = any(
+                d.status in (DocumentStatus.PENDING, DocumentStatus.PROCESSING) for d in cl.result_list)
+        return response
+
     def get_urls(self):
         return [path("upload/", self.admin_site.admin_view(scoped_view(self.upload_view)), name="kb_document_upload"),
                 *super().get_urls()]
@@ -234,16 +244,19 @@ class DocumentAdmin(TenantScopedAdmin):
             elif form.cleaned_data["title"] and len(files) > 1:
                 form.add_error("title", "only with a single file")
             else:
-                done = []
+                done, jobs = [], []
                 for f in files:
                     try:
-                        doc, _ = upload_document(scope=scope, corpus=corpus, filename=f.name, data=f.read(),
-                                                 metadata=form.cleaned_data["metadata"], title=form.cleaned_data["title"] or None)
+                        doc, job = upload_document(scope=scope, corpus=corpus, filename=f.name, data=f.read(),
+                                                   metadata=form.cleaned_data["metadata"], title=form.cleaned_data["title"] or None)
                         done.append(doc.title)
+                        jobs += [str(job.pk)] if job else []
                     except UploadRejected as exc:
                         messages.error(request, f"{f.name}: {exc.message}")
                 if done:
-                    messages.success(request, f"Uploaded {len(done)} document(s): {', '.join(done)}. Ingestion is queued.")
+                    messages.success(request, f"Uploaded {len(done)} document(s): {', '.join(done)}. " + (
+                        f"Ingestion jobs {', '.join(jobs)} are queued; this list follows their progress." if jobs
+                        else "Unchanged: nothing to ingest."))
                     return redirect("admin:kb_document_changelist")
         context = {**self.admin_site.each_context(request), "opts": self.model._meta, "form": form, "title": "Upload documents"}
         return TemplateResponse(request, "admin/kb/document/upload.html", context)

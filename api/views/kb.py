@@ -126,7 +126,7 @@ def _rejected_field(field: str, index: int) -> str:
 
 
 class DocumentList(ScopedAPIView):
-    """List documents with status and ingestion progress; editors upload one or more files."""
+    """List documents with status and ingestion progress; editors upload one or more files (202: ingestion is queued)."""
 
     read_roles = READ_KB
     write_roles = EDIT_DOCUMENTS
@@ -145,8 +145,10 @@ class DocumentList(ScopedAPIView):
             page = paginator.paginate_queryset(qs, request, view=self)
             return paginator.get_paginated_response(_documents_out(page))
 
-    @extend_schema(request={"multipart/form-data": s.UploadSerializer}, responses={201: s.UploadResultSerializer})
+    @extend_schema(request={"multipart/form-data": s.UploadSerializer}, responses={202: s.UploadResultSerializer})
     def post(self, request):
+        """202 at once with the documents (pending) and their job ids (None: same bytes, nothing to do);
+        the worker parses, chunks and embeds, and `GET /jobs/{id}/` shows its progress per batch."""
         from kb.ingest import UploadRejected, upload_document
 
         ser = s.UploadSerializer(data={"corpus": request.data.get("corpus"), "files": request.FILES.getlist("files"),
@@ -171,7 +173,7 @@ class DocumentList(ScopedAPIView):
         with activate(self.scope):
             fresh = list(_with_latest_job(visible_documents(self.scope), self.scope).filter(id__in=[d.id for d in documents]))
             fresh.sort(key=lambda d: [x.id for x in documents].index(d.id))
-            return Response({"documents": _documents_out(fresh), "jobs": jobs}, status=status.HTTP_201_CREATED)
+            return Response({"documents": _documents_out(fresh), "jobs": jobs}, status=status.HTTP_202_ACCEPTED)
 
 
 class DocumentDetail(ScopedAPIView):

@@ -4,6 +4,7 @@ embedding texts in batches through it."""
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -22,6 +23,17 @@ def embed_batch_size() -> int:
     return int(os.environ.get("GROUNDED_EMBED_BATCH", "64"))
 
 
+PROGRESS_STEPS = 8  # a job's progress moves about this many times while it embeds...
+MIN_PROGRESS_BATCH = 8  # ...in batches of at least this many texts
+
+
+def progress_batch_size(missing: int) -> int:
+    """Texts per embedding call when jobs report progress: GROUNDED_EMBED_BATCH at most, and small
+    enough that a single document's progress moves while it embeds (61 chunks: 8 batches of 8,
+    not one of 61 that jumps from 0 to done); large groups keep full batches."""
+    return min(embed_batch_size(), max(MIN_PROGRESS_BATCH, math.ceil(missing / PROGRESS_STEPS)))
+
+
 def _ensure_index_outside_transactions(model_key: str, dim: int) -> None:
     # Never while this thread holds an open transaction: the build could wait on our own locks.
     if dim <= HALFVEC_MAX_DIM and not connections["default"].in_atomic_block and not connections["owner"].in_atomic_block:
@@ -32,7 +44,8 @@ def _vectors_for(scope: Scope, embedder: Embedder, texts: dict[str, str],
                  progress: dict[int, list[str]] | None = None) -> dict[str, np.ndarray]:
     """sha256 -> vector for every text ({sha256: text}): cache first, then the embedder in batches,
     each batch written to the cache and committed together with the progress of the jobs
-    (`progress`: job id -> its chunks' hashes) whose chunks it completed."""
+    (`progress`: job id -> its chunks' hashes) whose chunks it completed (batches of
+    `progress_batch_size`, so that progress moves)."""
     with activate(scope):
         vectors = _cache_lookup(scope, embedder.model_key, list(texts))
     missing = [h for h in texts if h not in vectors]
@@ -47,7 +60,7 @@ def _vectors_for(scope: Scope, embedder: Embedder, texts: dict[str, str],
                     users.setdefault(h, []).append(job_id)
                 IngestJob.objects.for_scope(scope).filter(pk=job_id).update(
                     stage="embed", chunks_total=len(hashes), chunks_done=done[job_id], heartbeat_at=now)
-    size = embed_batch_size()
+    size = progress_batch_size(len(missing)) if progress else embed_batch_size()
     for start in range(0, len(missing), size):
         batch = missing[start:start + size]
         array = embed_windowed(embedder, [texts[h] for h in batch], "document")

@@ -11,7 +11,7 @@ from django.contrib.auth import get_user_model
 from django.core.files.uploadedfile import SimpleUploadedFile
 
 from agents.models import Run
-from kb.models import Chunk, Document
+from kb.models import Chunk, Document, IngestJob
 from tenants.models import ApiKey
 from tenants.principals import authenticate_key
 from tenants.scope import activate
@@ -61,6 +61,31 @@ def test_other_tenants_objects_are_not_reachable(admin_client, world):
         r = admin_client.get(url, follow=True)
         assert CANARY not in r.content.decode(), url
         assert "doesn’t exist" in r.content.decode() or r.status_code == 404, url
+
+
+def test_admin_upload_names_its_jobs_and_the_list_follows_them_while_they_run(admin_client, world, tmp_path):
+    """Issue 31: with a worker the documents are still pending after the redirect; the message names the
+    jobs and the list reloads itself until nothing is pending. (Not eager; the broker is a socket that
+    is not there, so the job stays queued, as it would until a worker takes it.)"""
+    from kb.celery import app as celery_app
+
+    saved = {k: celery_app.conf[k] for k in ("task_always_eager", "broker_url")}
+    celery_app.conf.update(task_always_eager=False, broker_url=f"redis+socket://{tmp_path}/absent.sock")
+    try:
+        r = admin_client.post("/admin/kb/document/upload/", {
+            "corpus": world.shared.id, "files": [SimpleUploadedFile("queued.md", b"# Queued\n\nStill to ingest.\n")]},
+            follow=True)
+    finally:
+        celery_app.conf.update(saved)
+    with activate(whole_tenant(world.a)):
+        doc = Document.objects.for_scope(whole_tenant(world.a)).get(source_name="queued.md")
+        job = IngestJob.objects.for_scope(whole_tenant(world.a)).get(document=doc)
+    assert doc.status == "pending"
+    assert f"Ingestion jobs {job.pk} are queued" in " ".join(str(m) for m in r.context["messages"])
+    assert '<meta http-equiv="refresh"' in r.content.decode()
+    with activate(whole_tenant(world.a)):
+        Document.objects.for_scope(whole_tenant(world.a)).filter(pk=doc.pk).update(status="ready")
+    assert '<meta http-equiv="refresh"' not in admin_client.get("/admin/kb/document/").content.decode()
 
 
 def test_upload_reingest_delete_from_the_admin(admin_client, world, django_capture_on_commit_callbacks):

@@ -28,7 +28,7 @@ def test_upload_many_files_ingests_and_reports_progress(world, django_capture_on
     with django_capture_on_commit_callbacks(execute=True):
         r = upload(c, world.shared.id, ("travel.md", POLICY), ("meals.md", b"# Meals\n\nLunch is free on Fridays.\n"),
                    metadata=json.dumps({"category": "travel", "published_at": "2025-01-01"}))
-    assert r.status_code == 201, r.content
+    assert r.status_code == 202, r.content
     body = r.json()
     assert [d["source_name"] for d in body["documents"]] == ["travel.md", "meals.md"] and all(body["jobs"])
     assert body["documents"][0]["metadata"]["category"] == "travel"
@@ -187,6 +187,6 @@ def test_department_key_cannot_write_tenant_wide_documents(world, django_capture
         assert not Document.objects.for_scope(whole_tenant(world.a)).filter(source_name="ignore-previous.md").exists()
     with django_capture_on_commit_callbacks(execute=True):
         r = upload(c, world.sales_corpus.id, ("deal-desk.md", b"# Deals\n\nThe deal desk approves discounts.\n"))
-    assert r.status_code == 201, r.content
+    assert r.status_code == 202, r.content
     own = r.json()["documents"][0]["id"]
     assert c.delete(f"/api/v1/documents/{own}/").status_code == 204

@@ -17,6 +17,7 @@ from kb.ingest import documents as ingest_documents
 from kb.ingest import jobs as ingest_jobs
 from kb.ingest import pipeline as ingest_pipeline
 from kb.ingest import reembed as ingest_reembed
+from kb.ingest import vectors as ingest_vectors
 from kb.models import Chunk, Corpus, Document, EmbeddingCache, IngestJob
 from kb.vector_index import ensure_vector_index, index_name
 from tenants.scope import activate
@@ -204,6 +205,27 @@ def test_progress_fields_advance_per_batch(scope, corpus_factory, upload, monkey
     assert {s[0] for s in seen} == {"embed"} and {s[2] for s in seen} == {job.chunks_total}
     assert job.chunks_done == job.chunks_total == 7
     assert job.started_at <= job.heartbeat_at and job.finished_at and job.attempts == 1
+
+
+def test_one_document_moves_its_progress_several_times_at_the_default_batch_size(scope, corpus_factory, upload, monkeypatch):
+    """Issue 31: a 61-chunk upload used to be one batch of 64, its progress 0/61 until done."""
+    corpus = corpus_factory(model="hash", dim=16)
+    seen: list[int] = []
+    base = HashEmbedder(16)
+
+    class Spy(HashEmbedder):
+        def embed(self, texts, task="document"):
+            with activate(scope):
+                seen.append(IngestJob.objects.for_scope(scope).get(document__corpus=corpus).chunks_done)
+            return base.embed(texts, task)
+
+    patch_embedder(monkeypatch, lambda key: Spy(16))
+    monkeypatch.delenv("GROUNDED_EMBED_BATCH", raising=False)
+    doc, job = upload(corpus, "long.md", sections(*[f"Rule {i} of the handbook says thing {i * 3}." for i in range(61)]))
+    job = refresh(scope, job)
+    assert job.chunks_total >= 40 and job.chunks_done == job.chunks_total
+    assert len(seen) >= 5 and seen == sorted(seen) and seen[0] == 0 and len(set(seen)) == len(seen)
+    assert ingest_vectors.progress_batch_size(61) == 8 and ingest_vectors.progress_batch_size(5000) == 64
 
 
 def test_same_message_twice_changes_nothing(scope, counting, upload):

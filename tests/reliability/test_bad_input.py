@@ -186,7 +186,7 @@ def api(db, settings):
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
     response = client.post("/api/v1/documents/", {"corpus": corpus.id, "files": [SimpleUploadedFile("travel.md", b"# Travel\n\nHotels "
                                                                                                    b"are capped at 150 EUR per night.")]})
-    assert response.status_code == 201
+    assert response.status_code == 202
     run_ingest_job(job_id=response.json()["jobs"][0], tenant_id=tenant.id)
     return client, tenant, scope, corpus
 
