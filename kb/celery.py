@@ -3,6 +3,7 @@
 import os
 
 from celery import Celery
+from celery.signals import worker_process_init
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kb.settings")
 
@@ -14,3 +15,13 @@ app.autodiscover_tasks()
 app.conf.beat_schedule = {
     "reap-stuck-ingest-jobs": {"task": "kb.reap_stuck_jobs", "schedule": 300.0, "kwargs": {"older_than": 600}},
 }
+
+
+@worker_process_init.connect
+def _warm_up_pool_process(**kwargs) -> None:
+    """Each pool process loads the embedding model and opens its database connection before its
+    first job (kb/warmup.py), not inside it. (The solo pool, used by tests, has no pool processes.)"""
+    from kb import warmup
+
+    if warmup.enabled():
+        warmup.warm_up(web=False)

@@ -41,11 +41,18 @@ control_socket = os.environ.get("GUNICORN_CONTROL_SOCKET", "") or None
 
 
 def post_worker_init(worker) -> None:
-    """Join the embedded PostgreSQL once per worker before its threads serve requests (its start-up
-    is not thread-safe; with DATABASE_URL this does nothing)."""
+    """Before the worker accepts a connection: join the embedded PostgreSQL (its start-up is not
+    thread-safe; with DATABASE_URL this does nothing), then warm up (kb/warmup.py: the embedding
+    model, the database and side connections, the search path), so that no request meets a cold
+    worker. Here rather than in post_fork, which runs before the worker has loaded Django."""
     from django.conf import settings
 
     if getattr(settings, "EMBEDDED_DATABASE", False):
         from kb.embedded_db import ensure_server
 
         ensure_server()
+    from kb import warmup
+
+    if warmup.enabled():
+        done = warmup.warm_up()
+        worker.log.info("warm-up %s in %ss: %s", done["status"], done.get("seconds"), done.get("timings") or done.get("error"))

@@ -1,4 +1,5 @@
-"""GET /healthz: database, pgvector version, broker. 200 when all are up, 503 otherwise.
+"""GET /healthz: database, pgvector version, broker, this process's warm-up (kb/warmup.py). 200 when all
+are up and the warm-up (if one was started) is done; 503 otherwise, with status "warming" while it runs.
 
 Apps above kb add informational sections through HEALTH_REPORTS (agents adds "providers": each
 configured answer provider's probed capabilities). A report never blocks on a network call and
@@ -40,10 +41,16 @@ def healthz(request: HttpRequest) -> JsonResponse:
         except Exception as exc:
             report["broker_error"] = exc.__class__.__name__
             ok = False
+    from kb import warmup
+
+    warm = warmup.state()
+    if warm["status"] != "off":
+        report["warm_up"] = warm
+        ok = ok and warm["status"] == "ready"
     for name, make in HEALTH_REPORTS.items():
         try:
             report[name] = make()
         except Exception as exc:
             report[name] = {"error": exc.__class__.__name__}
-    report["status"] = "ok" if ok else "degraded"
+    report["status"] = "ok" if ok else ("warming" if warm["status"] == "warming" else "degraded")
     return JsonResponse(report, status=200 if ok else 503)
