@@ -51,8 +51,17 @@ def post_worker_init(worker) -> None:
         from kb.embedded_db import ensure_server
 
         ensure_server()
+    import threading
+
     from kb import warmup
 
     if warmup.enabled():
-        done = warmup.warm_up()
+        # In a thread, this one telling the arbiter the worker is alive meanwhile: a model load on a
+        # loaded machine must not reach `timeout` and get the worker killed and forked again.
+        thread = threading.Thread(target=warmup.warm_up, name="warm-up", daemon=True)
+        thread.start()
+        while thread.is_alive():
+            worker.notify()
+            thread.join(timeout=1.0)
+        done = warmup.state()
         worker.log.info("warm-up %s in %ss: %s", done["status"], done.get("seconds"), done.get("timings") or done.get("error"))
