@@ -7,8 +7,6 @@ import os
 import pytest
 
 os.environ.setdefault("GROUNDED_EMBEDDER", "hash")
-# Tasks run in the test process after commit unless a test sends them to a real worker (tests/kb/test_ingest_worker.py).
-os.environ.setdefault("CELERY_TASK_ALWAYS_EAGER", "1")
 
 pytest_plugins = ["tests.factories"]
 
@@ -37,13 +35,14 @@ def _hash_embedder_by_default():
 
 @pytest.fixture(autouse=True, scope="session")
 def _eager_celery_by_default():
-    """Like the embedder above: settings were read before CELERY_TASK_ALWAYS_EAGER was set here, so
-    apply it to the settings and the Celery app (a test that wants a real worker switches it off)."""
+    """Jobs run in the test process after commit (CELERY_TASK_ALWAYS_EAGER, on here unless the
+    environment says 0) unless a test sends them to a real worker (tests/kb/test_ingest_worker.py).
+    In this process only: worker, gunicorn and soak subprocesses keep their own settings."""
     from django.conf import settings
 
     from kb.celery import app
 
-    eager = os.environ["CELERY_TASK_ALWAYS_EAGER"].lower() in {"1", "true", "yes", "on"}
+    eager = os.environ.get("CELERY_TASK_ALWAYS_EAGER", "1").lower() in {"1", "true", "yes", "on"}
     settings.CELERY_TASK_ALWAYS_EAGER = eager
     app.conf.task_always_eager = eager
 

@@ -33,6 +33,14 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(databases=["default", "owner"], transaction=True)]
 
 
+def _forget_connections() -> None:
+    """Close this process's broker connections (the app caches its pools with the URL they were made for)."""
+    if celery_app._pool is not None:
+        celery_app._pool.force_close_all()
+    celery_app._pool = None
+    celery_app.amqp._producer_pool = None
+
+
 @pytest.fixture
 def embedded_broker(monkeypatch, tmp_path_factory):
     """A private embedded Redis; this process's Celery app sends to it on a queue of its own."""
@@ -42,8 +50,10 @@ def embedded_broker(monkeypatch, tmp_path_factory):
     queue = f"grounded-test-{uuid.uuid4().hex[:10]}"
     keys = ("task_always_eager", "broker_url", "task_default_queue")
     saved = {k: celery_app.conf[k] for k in keys}
+    _forget_connections()
     celery_app.conf.update(task_always_eager=False, broker_url=embedded_redis.broker_url(), task_default_queue=queue)
     yield queue
+    _forget_connections()
     celery_app.conf.update(saved)
     assert embedded_redis.stop() == pid
     assert embedded_redis.server_pid() is None and not embedded_redis.socket_path().exists()
@@ -53,8 +63,8 @@ def embedded_broker(monkeypatch, tmp_path_factory):
 def worker(embedded_broker, tmp_path):
     """One worker as scripts/run starts it (prefork, one child), on the embedded broker through the settings."""
     log = tmp_path / "worker.log"
-    env = {k: v for k, v in os.environ.items() if k not in {"REDIS_URL", "CELERY_BROKER_URL"}}
-    env.update(CELERY_TASK_ALWAYS_EAGER="0", CELERY_QUEUE=embedded_broker, GROUNDED_EMBEDDER="hash",
+    env = {k: v for k, v in os.environ.items() if k not in {"REDIS_URL", "CELERY_BROKER_URL", "CELERY_TASK_ALWAYS_EAGER"}}
+    env.update(CELERY_QUEUE=embedded_broker, GROUNDED_EMBEDDER="hash",
                GROUNDED_EMBEDDER_PLUGINS="tests.fakes.embedders", PYTHONPATH=str(ROOT), GROUNDED_SLOW_EMBED_S="0.5",
                GROUNDED_TEST_REDIS_URL=embedded_redis.client_url(embedded_redis.broker_url()))
     with open(log, "wb") as out:
