@@ -231,6 +231,23 @@ MAX_FILES_PER_UPLOAD = env_int("MAX_FILES_PER_UPLOAD", 20)
 DATA_UPLOAD_MAX_MEMORY_SIZE = MAX_UPLOAD_BYTES + 1024 * 1024
 FILE_UPLOAD_MAX_MEMORY_SIZE = MAX_UPLOAD_BYTES + 1024 * 1024
 
+# --- Sources (kb.sources, docs/sources.md) ------------------------------------------------------
+# Fernet key for source credentials (`python -c "from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())"`).
+# Empty: derived from SECRET_KEY (rotating SECRET_KEY then makes stored credentials unreadable: re-enter them).
+SOURCES_ENCRYPTION_KEY = os.environ.get("SOURCES_ENCRYPTION_KEY", "").strip()
+# Folders a folder source may read (comma-separated absolute paths); empty: folder sources are refused.
+SOURCES_FOLDER_ROOTS = [p.strip() for p in os.environ.get("SOURCES_FOLDER_ROOTS", "").split(",") if p.strip()]
+# Website and S3 endpoints on loopback, private or link-local addresses are refused unless this is on.
+SOURCES_ALLOW_PRIVATE_HOSTS = env_bool("SOURCES_ALLOW_PRIVATE_HOSTS", False)
+# Website crawl limits (a source's config may lower them, never raise them).
+SOURCES_WEB_MAX_PAGES = env_int("SOURCES_WEB_MAX_PAGES", 500)
+SOURCES_WEB_MAX_DEPTH = env_int("SOURCES_WEB_MAX_DEPTH", 5)
+SOURCES_WEB_MAX_PAGE_BYTES = env_int("SOURCES_WEB_MAX_PAGE_BYTES", 5 * 1024 * 1024)
+SOURCES_WEB_TIMEOUT_SECONDS = env_int("SOURCES_WEB_TIMEOUT_SECONDS", 10)
+SOURCES_WEB_TIME_LIMIT_SECONDS = env_int("SOURCES_WEB_TIME_LIMIT_SECONDS", 600)
+# Embedded mode (no broker): how often the in-process scheduler (manage.py run_source_scheduler) looks for due sources.
+SOURCES_SCHEDULER_INTERVAL_SECONDS = env_int("SOURCES_SCHEDULER_INTERVAL_SECONDS", 60)
+
 # --- REST framework ----------------------------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
