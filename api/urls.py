@@ -1,7 +1,7 @@
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from api.views import agents, kb, tenants
+from api.views import agents, kb, sources, tenants
 
 urlpatterns = [
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
@@ -14,6 +14,11 @@ urlpatterns = [
     path("documents/<int:document_id>/reingest/", kb.DocumentReingest.as_view(), name="document-reingest"),
     path("jobs/", kb.JobList.as_view(), name="job-list"),
     path("jobs/<int:job_id>/", kb.JobDetail.as_view(), name="job-detail"),
+    path("sources/", sources.SourceList.as_view(), name="source-list"),
+    path("sources/<int:source_id>/", sources.SourceDetail.as_view(), name="source-detail"),
+    path("sources/<int:source_id>/sync/", sources.SourceSyncNow.as_view(), name="source-sync"),
+    path("sources/<int:source_id>/syncs/", sources.SourceSyncList.as_view(), name="source-sync-list"),
+    path("sources/<int:source_id>/items/", sources.SourceItemList.as_view(), name="source-item-list"),
     path("search/", kb.Search.as_view(), name="search"),
     path("ask/", agents.Ask.as_view(), name="ask"),
     path("ask/stream/", agents.AskStream.as_view(), name="ask-stream"),

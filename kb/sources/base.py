@@ -47,9 +47,12 @@ class Listing(Protocol):
 def check_public_host(url: str, what: str) -> None:
     """Refuse a URL whose host resolves to a loopback, private, link-local or reserved address, unless
     SOURCES_ALLOW_PRIVATE_HOSTS is on (a tenant must not reach the server's own network)."""
-    host = urlsplit(url).hostname
+    parts = urlsplit(url)
+    host = parts.hostname
     if not host:
-        raise SourceError(f"{what}: no host in {url!r}")
+        raise SourceError(f"{what}: no host in the URL")
+    if parts.username or parts.password:
+        raise SourceError(f"{what}: no user or password in the URL (give them as credentials)")
     if settings.SOURCES_ALLOW_PRIVATE_HOSTS:
         return
     try:
