@@ -25,7 +25,8 @@ from django.utils.html import format_html
 from agents.chain import GENESIS, run_hash
 from agents.models import Citation, Outcome, Run, RunStep, Verdict
 from agents.review import principal_names, search_runs
-from kb.models import Chunk
+from kb.models import Chunk, SourceChange
+from kb.sources.selectors import document_origins
 from tenants.access import ROLE_GRANTS, visible_api_keys, visible_memberships
 from tenants.admin_base import TenantScopedAdmin, admin_role, admin_scope, scoped, scoped_filter, scoped_queryset, scoped_view
 from tenants.models import ApiKey, Department, Membership, Tenant
@@ -112,6 +113,9 @@ def trace_context(request, run: Run) -> dict:
              "link_ok": expected_prev is not None and expected_prev == run.prev_hash}
     chain["ok"] = chain["hash_ok"] and chain["link_ok"]
     name_principals(request, [run])
+    origins = document_origins(scoped_queryset(request, SourceChange), [c.document for c in chunks.values()])
+    for chunk in chunks.values():
+        chunk.origin = origins.get(chunk.document_id)
     return {
         "run": run,
         "steps": [{"step": s, "chunks": [(i, chunks.get(i)) for i in (s.chunk_ids or [])]} for s in steps],

@@ -108,7 +108,9 @@ def check_may_manage_source(scope: Scope, corpus: Corpus, department_ids: set[in
     """Add, change, pause, sync or delete a source of `corpus` (visible to `scope`): the role that
     manages corpora, a corpus the caller may change, and mapping rules only into departments it may
     change (a rule never places documents where the caller itself could not)."""
-    check_may_change(scope, corpus, "corpus")
+    check_may_manage_corpora(scope)
+    if not scope.may_change_department(corpus.department_id):
+        raise NotAllowed("a department-limited admin manages only the sources of its departments' corpora", field="corpus")
     for department_id in department_ids:
         if corpus.department_id is not None and department_id != corpus.department_id:
             raise NotAllowed("this corpus belongs to a department: its documents stay there", field="department_rules")

@@ -90,8 +90,8 @@ class SourceAdmin(TenantScopedAdmin):
         return [*self.readonly_fields, "kind", "corpus"] if obj is not None else self.readonly_fields
 
     def formfield_for_foreignkey(self, db_field, request, **kwargs):
-        if db_field.name == "corpus":
-            kwargs["queryset"] = scoped_queryset(request, db_field.related_model)
+        if db_field.name == "corpus":  # built here: ForeignKey.formfield would touch the raising default manager first
+            return forms.ModelChoiceField(queryset=scoped_queryset(request, db_field.related_model), label="corpus")
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
     def may_change_object(self, scope: Scope, obj) -> None:

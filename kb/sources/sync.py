@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import sys
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -34,6 +35,7 @@ from kb import access
 from kb.celery import app as celery_app
 from kb.ingest import TRANSIENT_ERRORS, UploadRejected, delete_document, enqueue_job, upload_document
 from kb.ingest.documents import move_document
+from kb.ingest.pipeline import group_max_jobs
 from kb.models import Corpus, Document, DocumentStatus, IngestJob, JobStatus
 from kb.parsing import ParseError, declared_type, parse
 from kb.sources.base import Entry, ItemError, SourceError
@@ -43,6 +45,11 @@ from kb.sources.rules import department_for
 from tenants.scope import NotAllowed, Scope, activate
 
 logger = logging.getLogger(__name__)
+
+def batch_items() -> int:
+    """New or changed items committed together: the ingest group size (GROUNDED_INGEST_GROUP, 32)."""
+    return group_max_jobs()
+
 
 _LOCK_CLASS = 0x7372  # advisory-lock namespace for source syncs ("sr")
 _BULK = 1000
@@ -75,7 +82,7 @@ def request_sync(*, scope: Scope, source: Source, trigger: str = SourceSync.Trig
         if scope.role != "system":
             access.check_may_manage_source(scope, locked.corpus, set())
         if locked.paused:
-            raise NotAllowed("the source is paused: resume it first")
+            raise NotAllowed("the source is paused: resume it first", field="paused")
         active = SourceSync.objects.for_scope(scope).filter(source=locked, status__in=ACTIVE_SYNC).order_by("-id").first()
         if active is not None and not (active.status == SyncStatus.RUNNING and not _lock_held_elsewhere(locked.pk)):
             return active, False
@@ -254,6 +261,17 @@ class _Sync:
     counts: _Counts = field(default_factory=_Counts)
 
     def run(self) -> None:
+        self._batch: contextlib.ExitStack | None = None
+        self._batched = 0
+        try:
+            self._run()
+        except BaseException:
+            if self._batch is not None:  # roll the open batch back: its items are redone by the next sync
+                batch, self._batch = self._batch, None
+                batch.__exit__(*sys.exc_info())
+            raise
+
+    def _run(self) -> None:
         self.corpus: Corpus = self.source.corpus
         self.started = timezone.now()
         self.last_beat = time.monotonic()
@@ -273,6 +291,7 @@ class _Sync:
             if (moved := self._item(entry)) is not None:
                 deferred.append(moved)
             self._beat()
+        self._commit_batch()
         self._flush_touched()
         complete = bool(listing.complete)
         self._stage("apply")
@@ -282,6 +301,7 @@ class _Sync:
                 self._move(d, old)
             else:
                 self._ingest(d.entry, d.data, d.sha, d.department_id, self.items.get(d.entry.key))
+        self._commit_batch()
         if complete:
             self._remove_gone()
         self._resume_unfinished()
@@ -359,6 +379,7 @@ class _Sync:
         except ParseError as exc:
             self._failed(entry.key, item, f"parse error: {exc}", dept)
             return
+        self._open_batch()
         try:
             with activate(self.scope):
                 existing = Document.objects.for_scope(self.scope).filter(corpus=self.corpus, source_name=name).first()
@@ -380,6 +401,22 @@ class _Sync:
             self.counts.added += 1
         else:
             self.counts.changed += 1
+        self._batched += 1
+        if self._batched >= batch_items():
+            self._commit_batch()
+
+    def _open_batch(self) -> None:
+        """New and changed items are committed in batches (one transaction, a savepoint per item), so
+        their ingest jobs start together and embed in full batches (kb.ingest.pipeline groups queued
+        jobs of a corpus); a sync killed mid-batch loses only that batch, which the next sync redoes."""
+        if self._batch is None:
+            self._batch = contextlib.ExitStack()
+            self._batch.enter_context(transaction.atomic())
+
+    def _commit_batch(self) -> None:
+        if self._batch is not None:
+            batch, self._batch, self._batched = self._batch, None, 0
+            batch.close()  # commits: the batch's ingest jobs run (no broker) or are sent
 
     def _failed(self, key: str, item: SourceItem | None, reason: str, dept: int | None) -> None:
         """Record the failure; an item seen before keeps its document (and is not taken as removed)."""
