@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.db import IntegrityError, transaction
 
 from kb import access
+from kb.metadata import json_problem, text_problem
 from kb.models import Corpus
 from kb.sources import folder, s3, website
 from kb.sources.base import SourceError
@@ -23,10 +24,14 @@ def check_source_config(kind: str, config: object) -> dict:
         raise NotAllowed(f"kind must be one of {', '.join(SourceKind.values)}", field="kind")
     if not isinstance(config, dict):
         raise NotAllowed("config must be an object", field="config")
+    if problem := json_problem(config, max_depth=3, max_string=2000, check_text=True):
+        raise NotAllowed(f"config: {problem}", field="config")
     try:
         return _CHECKS[kind](config)
     except SourceError as exc:
         raise NotAllowed(str(exc), field="config") from None
+    except (ValueError, UnicodeError):  # a malformed URL or path
+        raise NotAllowed("config: a malformed URL or path", field="config") from None
 
 
 def check_source_secret(kind: str, secret: object) -> dict:
@@ -34,6 +39,8 @@ def check_source_secret(kind: str, secret: object) -> dict:
         return {}
     if not isinstance(secret, dict) or not all(isinstance(v, str) for v in secret.values()):
         raise NotAllowed("credentials must be an object of strings", field="credentials")
+    if json_problem(secret, max_depth=2, max_string=4000, check_text=True):
+        raise NotAllowed("credentials: strings of at most 4000 characters, no NUL", field="credentials")
     try:
         if kind == SourceKind.S3:
             return s3.check_secret(secret)
@@ -45,6 +52,10 @@ def check_source_secret(kind: str, secret: object) -> dict:
 
 
 def _rules(scope: Scope, corpus: Corpus, rules: object) -> list[dict]:
+    if problem := json_problem(rules, max_depth=3, max_string=1000, check_text=True):
+        raise NotAllowed(f"department rules: {problem}", field="department_rules")
+    if isinstance(rules, list) and len(rules) > 200:
+        raise NotAllowed("at most 200 department rules", field="department_rules")
     try:
         normalised = normalise_rules(rules)
     except ValueError as exc:
@@ -64,7 +75,7 @@ def source_create(*, scope: Scope, corpus: Corpus, name: str, kind: str, config:
     with activate(scope):
         access.check_may_manage_source(scope, corpus, set())
         name = (name or "").strip()
-        if not name or len(name) > 200:
+        if not name or len(name) > 200 or text_problem(name):
             raise NotAllowed("a name of 1 to 200 characters is required", field="name")
         _check_schedule(schedule_minutes)
         clean = check_source_config(kind, config)
@@ -93,7 +104,7 @@ def source_update(*, scope: Scope, source: Source, name: object = _UNCHANGED, co
         access.check_may_manage_source(scope, locked.corpus, {r["department"] for r in locked.department_rules or []})
         if name is not _UNCHANGED:
             name = str(name or "").strip()
-            if not name or len(name) > 200:
+            if not name or len(name) > 200 or text_problem(name):
                 raise NotAllowed("a name of 1 to 200 characters is required", field="name")
             locked.name = name
         if config is not _UNCHANGED:

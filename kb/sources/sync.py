@@ -36,6 +36,7 @@ from kb.celery import app as celery_app
 from kb.ingest import TRANSIENT_ERRORS, UploadRejected, delete_document, enqueue_job, upload_document
 from kb.ingest.documents import move_document
 from kb.ingest.pipeline import group_max_jobs
+from kb.metadata import text_problem
 from kb.models import Corpus, Document, DocumentStatus, IngestJob, JobStatus
 from kb.parsing import ParseError, declared_type, parse
 from kb.sources.base import Entry, ItemError, SourceError
@@ -285,6 +286,9 @@ class _Sync:
         listing = listing_for(self.source)
         for entry in listing:
             if entry.key in self.seen:
+                continue
+            if len(entry.key) > 1000 or text_problem(entry.key):  # cannot be stored, so cannot be tracked: skipped
+                self.counts.failed += 1
                 continue
             self.seen.add(entry.key)
             self.counts.seen += 1
