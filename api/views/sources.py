@@ -65,14 +65,15 @@ class SourceDetail(ScopedAPIView):
 
     @extend_schema(request=s.SourcePatchSerializer, responses=s.SourceSerializer)
     def patch(self, request, source_id: int):
-        ser = s.SourcePatchSerializer(data=request.data, partial=True)
-        ser.is_valid(raise_exception=True)
-        changes = {k: v for k, v in ser.validated_data.items() if k in
-                   {"name", "config", "credentials", "department_rules", "schedule_minutes", "paused"}}
-        if "department_rules" in changes:
-            changes["department_rules"] = [dict(r) for r in changes["department_rules"]]
         with activate(self.scope):
-            source = source_update(scope=self.scope, source=access_source(self.scope, source_id), **changes)
+            source = access_source(self.scope, source_id)  # first: a foreign id is "not found" whatever the body
+            ser = s.SourcePatchSerializer(data=request.data, partial=True)
+            ser.is_valid(raise_exception=True)
+            changes = {k: v for k, v in ser.validated_data.items() if k in
+                       {"name", "config", "credentials", "department_rules", "schedule_minutes", "paused"}}
+            if "department_rules" in changes:
+                changes["department_rules"] = [dict(r) for r in changes["department_rules"]]
+            source = source_update(scope=self.scope, source=source, **changes)
             return Response(_out(access_source(self.scope, source.pk)))
 
     @extend_schema(responses={204: None})

@@ -149,3 +149,15 @@ def test_a_crawl_stopped_by_a_limit_removes_nothing(world, site, web_source, syn
     sync = sync_now(scope, web_source)
     assert sync.complete_listing is False and sync.removed == 0
     assert set(corpus_state(scope, world["corpus"])) == before
+
+
+def test_two_sync_requests_at_once_join_one_sync(world, web_source):
+    from kb.models import SourceSync
+    from kb.sources.sync import request_sync
+
+    scope = world["scope"]
+    with activate(scope):  # no broker: the first request's sync would run after commit, so the second finds it queued
+        a, created_a = request_sync(scope=scope, source=web_source)
+        b, created_b = request_sync(scope=scope, source=web_source)
+        assert SourceSync.objects.for_scope(scope).filter(source=web_source).count() == 1
+    assert created_a and not created_b and a.pk == b.pk
