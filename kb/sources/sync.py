@@ -278,6 +278,11 @@ class _Sync:
         self.last_beat = time.monotonic()
         with activate(self.scope):
             self.items = {i.key: i for i in SourceItem.objects.for_scope(self.scope).filter(source=self.source)}
+            linked = {i.document_id for i in self.items.values() if i.document_id and i.state != SourceItem.State.REMOVED}
+            alive = set(Document.objects.for_scope(self.scope).filter(pk__in=linked).values_list("pk", flat=True))
+        for item in self.items.values():  # a document deleted by hand since: the item is ingested again (mirror)
+            if item.state != SourceItem.State.REMOVED and item.document_id and item.document_id not in alive:
+                item.document_id = None
         self.present_by_sha = {i.sha256: i for i in self.items.values()
                                if i.state == SourceItem.State.PRESENT and i.document_id and i.sha256}
         self.seen: set[str] = set()
@@ -338,7 +343,7 @@ class _Sync:
 
     def _keep(self, item: SourceItem, dept: int | None, signature: str | None = None) -> None:
         if dept != item.department_id:
-            self._move_department(item, dept)
+            self._move_department(item, dept, signature=signature)
         elif signature is not None:
             with activate(self.scope):
                 SourceItem.objects.for_scope(self.scope).filter(pk=item.pk).update(

@@ -250,3 +250,16 @@ def test_folder_sources_only_under_allowed_roots(world, settings):
     with pytest.raises(NotAllowed, match="SOURCES_FOLDER_ROOTS"):
         source_create(scope=world["scope"], corpus=world["corpus"], name="Up", kind="folder",
                       config={"path": str(world["root"] / "share" / "..")})
+
+
+def test_a_document_deleted_by_hand_comes_back_on_the_next_sync(world, folder, sync_now):
+    from kb.ingest import delete_document
+
+    scope = world["scope"]
+    sync_now(scope, folder)
+    with activate(scope):
+        doc = Document.objects.for_scope(scope).get(source_name__endswith=":hr/leave.md")
+        delete_document(scope=scope, document=doc)
+    sync = sync_now(scope, folder)
+    assert (sync.added, sync.unchanged) == (1, 3)
+    assert corpus_state(scope, world["corpus"])["hr/leave.md"][1] == "ready"

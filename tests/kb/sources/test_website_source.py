@@ -45,7 +45,7 @@ def site():
         def do_GET(self):  # noqa: N802
             s.hits.append(self.path)
             if self.path in s.slow:
-                time.sleep(2.5)
+                time.sleep(5)
             status, ctype, body, headers = s.pages.get(self.path, (404, "text/plain", b"not found", {}))
             try:
                 self.send_response(status)
@@ -91,7 +91,7 @@ def site():
 def web_source(world, site):
     return source_create(scope=world["scope"], corpus=world["corpus"], name="Intranet", kind="website",
                          config={"start_url": site.base + "/", "sitemap_url": site.base + "/sitemap.xml",
-                                 "max_page_bytes": 20000, "timeout_seconds": 1, "max_depth": 3},
+                                 "max_page_bytes": 20000, "timeout_seconds": 2, "max_depth": 3},
                          department_rules=[{"prefix": "/hr/", "department": world["hr"].pk},
                                            {"prefix": "/finance/", "department": world["finance"].pk}])
 
