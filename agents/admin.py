@@ -11,6 +11,7 @@ import csv
 import dataclasses
 import io
 import json
+from datetime import UTC, datetime
 
 from django import forms
 from django.contrib import admin, messages
@@ -283,7 +284,8 @@ class RunAdmin(TenantScopedAdmin):
             form = PlaygroundForm(request.POST or None, choices=playground_choices(request), strategies=STRATEGIES)
             valid = request.method == "POST" and form.is_valid()
             scope = resolve_actor(request, form.cleaned_data["act_as"]) if valid else None
-        context = {**self.admin_site.each_context(request), "opts": self.opts, "title": "Ask playground", "form": form}
+        context = {**self.admin_site.each_context(request), "opts": self.opts, "title": "Ask playground", "form": form,
+                   "providers": provider_rows()}
         if valid:
             if scope is None:
                 form.add_error("act_as", "not found")
@@ -299,6 +301,21 @@ class RunAdmin(TenantScopedAdmin):
                         context.update(trace_context(request, run), acted_scope=scope.as_dict())
                         return TemplateResponse(request, "admin/agents/run/playground.html", context).render()
         return TemplateResponse(request, "admin/agents/run/playground.html", context)
+
+
+def provider_rows() -> list[dict]:
+    """Each configured answer provider's capabilities as /healthz reports them (cached probe results; a
+    provider not yet probed is being probed in the background), for the playground's table."""
+    from agents.providers.capabilities import provider_report
+
+    report = provider_report()
+    rows = []
+    for name, found in report.items():
+        if name == "default":
+            continue
+        rows.append({"name": name, "default": name == report["default"], **found,
+                     "checked": datetime.fromtimestamp(found["checked_at"], tz=UTC) if found.get("checked_at") else None})
+    return rows
 
 
 class PlaygroundForm(forms.Form):

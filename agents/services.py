@@ -53,7 +53,8 @@ def ask(*, scope: Scope, question: str, strategy: str = "auto", provider: Provid
     budgets = budgets or budgets_for_tenant(scope.tenant_id)
     found = known_capabilities(model)  # cached probe results only: a run never probes
     state = RunState(question=question, budgets=budgets, provider=model, deps=ToolDeps(scope=scope, budgets=budgets), on_step=on_step,
-                     tools_ok=found is None or found.tools is not False)
+                     tools_ok=found is None or found.tools is not False,
+                     prompt_tokens_per_s=found.prompt_tokens_per_s if found is not None else None)
     created_at, started = timezone.now(), time.perf_counter()
     result: LoopResult | None = None
     error = ""
