@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Literal
 
-from agents.citations import CitationCheck, check_citations, is_not_enough_evidence
+from agents.citations import CitationCheck, check_citations, is_not_enough_evidence, neutralise_markers
 from agents.messages import (
     AssistantMessage,
     ContextChunk,
@@ -169,7 +169,8 @@ def _context(state: RunState, chunk_ids: list[int]) -> tuple[str, tuple[ContextC
     room = state.context_chars(overhead_chars=len(system_prompt(with_tools=False)) + len(answer_prompt(state.question, "")))
     shown = fitting_chunks(chunks, max_chars_per_chunk=state.budgets.chunk_chars, max_total_chars=room)
     rendered = render_context(shown, max_chars_per_chunk=state.budgets.chunk_chars, max_total_chars=room)
-    return rendered, tuple(ContextChunk(c.chunk_id, c.text, c.title, c.locator, c.score, c.flags, c.metadata) for c in shown)
+    return rendered, tuple(ContextChunk(c.chunk_id, neutralise_markers(c.text), c.title, c.locator, c.score, c.flags, c.metadata)
+                           for c in shown)
 
 
 def synthesise(state: RunState, chunk_ids: list[int], note: str = "") -> str:

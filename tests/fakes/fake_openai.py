@@ -25,6 +25,8 @@ last became idle).
 from __future__ import annotations
 
 import json
+import select
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -87,6 +89,7 @@ class FakeOpenAI:
         self.requests: list[dict] = []
         self.active = 0
         self.abandoned = 0
+        self.read_for_nobody = 0  # prompts read to the end after their client had gone (read_chars_per_s)
         self.last_idle = time.monotonic()
         self.slot = threading.Lock()
         self._lock = threading.Lock()
@@ -160,6 +163,9 @@ class FakeOpenAI:
                 try:
                     if fake.read_chars_per_s:
                         time.sleep(prompt_chars(body) / fake.read_chars_per_s)
+                        if self._client_left():
+                            with fake._lock:
+                                fake.read_for_nobody += 1
                     self._reply(body)
                 except OSError:  # the client went before the reply was written (e.g. its deadline passed)
                     self.close_connection = True
@@ -167,6 +173,10 @@ class FakeOpenAI:
                     with fake._lock:
                         fake.active -= 1
                         fake.last_idle = time.monotonic()
+
+            def _client_left(self) -> bool:
+                readable, _, _ = select.select([self.connection], [], [], 0)
+                return bool(readable) and not self.connection.recv(1, socket.MSG_PEEK)
 
             def _reply(self, body: dict) -> None:
                 item = fake.next_reply(body)
