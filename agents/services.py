@@ -35,6 +35,10 @@ WITHHELD = ("The answer is withheld: it is not grounded (no citation, or one tha
             "audit trail.")
 
 
+class RunNotRecorded(Exception):
+    """The run could not be written (database failure): no answer may be given out without its record."""
+
+
 class InvalidQuestion(ValueError):
     """The question or strategy cannot be run (empty, too long, unknown strategy)."""
 
@@ -46,7 +50,8 @@ def ask(*, scope: Scope, question: str, strategy: str = "auto", provider: Provid
     `on_step(step)` is called after every model and tool call, as it happens (for SSE); its
     exceptions are logged and ignored. Provider failures do not raise: the run is stored with
     outcome "failed", its error and its partial trace. Read steps and citations inside
-    `activate(scope)`: run.steps.all(), run.citations.all().
+    `activate(scope)`: run.steps.all(), run.citations.all(). If the run cannot be stored, RunNotRecorded:
+    an answer is never handed out without its record.
     """
     question = check_question(question, strategy)
     model = provider if provider is not None and not isinstance(provider, str) else get_provider(provider)
@@ -63,8 +68,12 @@ def ask(*, scope: Scope, question: str, strategy: str = "auto", provider: Provid
     except Exception as exc:
         log.exception("run failed for tenant %s", scope.tenant_id)
         error = f"{type(exc).__name__}: {exc}"[:2000]
-    return record_run(scope=scope, state=state, result=result, error=error, strategy_requested=strategy,
-                      created_at=created_at, latency_ms=(time.perf_counter() - started) * 1000)
+    try:
+        return record_run(scope=scope, state=state, result=result, error=error, strategy_requested=strategy,
+                          created_at=created_at, latency_ms=(time.perf_counter() - started) * 1000)
+    except Exception as exc:  # the database failed: nothing of this run is stored, and the caller must say so
+        log.exception("run could not be recorded for tenant %s", scope.tenant_id)
+        raise RunNotRecorded(f"the run was not recorded ({type(exc).__name__}); its answer is not given out") from exc
 
 
 def check_question(question: str, strategy: str) -> str:

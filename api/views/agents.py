@@ -24,6 +24,7 @@ from agents.access import access_run, visible_runs
 from agents.models import Outcome, Run, RunStep, Verdict
 from agents.review import principal_names, search_runs
 from agents.selectors import run_citations, run_steps
+from agents.services import RunNotRecorded
 from api import serializers as s
 from api.permissions import ASK, AUDIT
 from api.ratelimit import consume_daily_run, daily_run_limit
@@ -166,7 +167,8 @@ def start_background(target) -> None:
 def ask_events(scope: Scope, question: str, strategy: str) -> Iterator[bytes]:
     """The one encoding of a streamed question, as Server-Sent Events: `step` per agent step as it
     happens, then `answer` (answer, outcome, grounded, missing, citations) and `done` (run_id,
-    latency_ms), or `error` (code, message) instead of those two; a `: keepalive` comment after every
+    latency_ms), sent only once the run is stored, or `error` (code, message) instead of those two
+    (`run_not_recorded` when storing the run failed: the steps seen belong to no record); a `: keepalive` comment after every
     KEEPALIVE_SECONDS of silence. The run goes on (and is stored) if the client stops reading."""
     events: queue.Queue = queue.Queue()
 
@@ -178,6 +180,8 @@ def ask_events(scope: Scope, question: str, strategy: str) -> Iterator[bytes]:
                 detail = run_detail(scope, run)
             events.put(("answer", {k: detail[k] for k in ("answer", "outcome", "grounded", "missing", "citations")}))
             events.put(("done", {"run_id": run.id, "latency_ms": detail["latency_ms"]}))
+        except RunNotRecorded as exc:  # the steps streamed so far belong to no stored run: say so
+            events.put(("error", {"code": "run_not_recorded", "message": str(exc)[:500]}))
         except Exception as exc:  # reported to the client as an event; the run (if any) is in the trace
             events.put(("error", {"code": exc.__class__.__name__, "message": str(exc)[:500]}))
         finally:
