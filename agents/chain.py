@@ -58,8 +58,14 @@ def _plain(value):
     return value
 
 
+# Columns added after runs were first chained: hashed only when they hold something, so the runs
+# written before them keep their hashes.
+LATER_COLUMNS = frozenset({"model_input"})
+
+
 def canonical_row(instance: models.Model) -> dict:
-    return {f.attname: _plain(getattr(instance, f.attname)) for f in instance._meta.concrete_fields if f.attname != "hash"}
+    return {f.attname: _plain(getattr(instance, f.attname)) for f in instance._meta.concrete_fields
+            if f.attname != "hash" and not (f.attname in LATER_COLUMNS and not getattr(instance, f.attname))}
 
 
 def run_hash(run: Run, steps: Iterable[RunStep], citations: Iterable[Citation]) -> str:

@@ -92,6 +92,8 @@ class RunStep(models.Model):
     latency_ms = models.FloatField(default=0.0)
     input_tokens = models.PositiveIntegerField(default=0)
     output_tokens = models.PositiveIntegerField(default=0)
+    model_input = models.JSONField(default=dict, blank=True, help_text=(
+        "What a model call was sent, compacted against the run's earlier calls (agents.model_inputs.rebuild expands it)."))
 
     objects = TenantScopedManager()
 

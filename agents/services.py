@@ -128,7 +128,8 @@ def _step_row(pk: int, tenant_id: int, run_id: int, s: StepRecord) -> RunStep:
     return RunStep(id=pk, tenant_id=tenant_id, run_id=run_id, ordinal=s.ordinal, kind=s.kind, name=s.name[:64],
                    arguments=clean_json(s.arguments), effective_filter=clean_json(s.effective_filter), chunk_ids=clean_json(s.chunk_ids),
                    content_hashes=clean_json(s.content_hashes), output=clean_json(s.output), cached=s.cached, error=clean_json(s.error),
-                   latency_ms=round(s.latency_ms, 3), input_tokens=s.input_tokens, output_tokens=s.output_tokens)
+                   latency_ms=round(s.latency_ms, 3), input_tokens=s.input_tokens, output_tokens=s.output_tokens,
+                   model_input=clean_json(s.model_input))
 
 
 def _citation_row(pk: int, tenant_id: int, run_id: int, c: CitationCheck) -> Citation:

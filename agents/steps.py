@@ -31,6 +31,7 @@ from agents.messages import (
     ToolResultMessage,
     UserMessage,
 )
+from agents.model_inputs import as_recorded, compact
 from agents.planning import Facets, GeneralPlanner, Planner
 from agents.prompts import system_prompt, truncated_note
 from agents.providers import Provider
@@ -57,9 +58,11 @@ class StepRecord:
     latency_ms: float = 0.0
     input_tokens: int = 0
     output_tokens: int = 0
+    model_input: dict = field(default_factory=dict)  # a model call's request, compacted (agents.model_inputs)
 
     def as_dict(self) -> dict:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+        """The step as streamed: everything but the (large) recorded model input, which stays in the record."""
+        return {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "model_input"}
 
 
 ANSWER_RESERVE = 0.25  # share of the wall budget kept for the final answer once research stops
@@ -90,6 +93,7 @@ class RunState:
     tools_ok: bool = True  # False when the provider's capability probe found it ignores tool declarations
     fallback: str = ""  # why the strategy fell back to answering from code-retrieved evidence
     model_cache: dict[str, ModelTurn] = field(default_factory=dict)  # call_key -> reply: an identical call is not made twice
+    sent: dict[int, dict] = field(default_factory=dict)  # step ordinal -> the full input of that model call
     planner: Planner = field(default_factory=GeneralPlanner)  # the question planner of the pipeline (agents.planning)
     prompt_tokens_per_s: float | None = None  # the provider's measured prompt reading speed (None: not measured)
 
@@ -188,6 +192,9 @@ def _call_once(state: RunState, task: Task, messages: list[Message], *, tools_en
                                  "max_output_tokens": request.max_output_tokens})
     if retry_of_truncated:
         step.arguments["retry_of_truncated"] = True
+    full = as_recorded(request)
+    step.model_input = compact(full, state.sent)
+    state.sent[step.ordinal] = full
     key = call_key(request)
     turn = state.model_cache.get(key)
     if turn is not None:  # the same call earlier in this run: its reply, no tokens spent
