@@ -23,6 +23,7 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 
+from agents import evidence
 from agents.chain import GENESIS, run_hash
 from agents.models import Citation, Outcome, Run, RunStep, Verdict
 from agents.review import principal_names, search_runs
@@ -30,6 +31,7 @@ from kb.models import Chunk
 from tenants.access import ROLE_GRANTS, visible_api_keys, visible_memberships
 from tenants.admin_base import TenantScopedAdmin, admin_role, admin_scope, scoped, scoped_filter, scoped_queryset, scoped_view
 from tenants.models import ApiKey, Department, Membership, Tenant
+from tenants.scope import Scope, activate
 
 AUDITORS = frozenset({"auditor", "admin"})
 UNVERIFIED = [v for v in Verdict.values if v != Verdict.VERIFIED]
@@ -113,10 +115,14 @@ def trace_context(request, run: Run) -> dict:
              "link_ok": expected_prev is not None and expected_prev == run.prev_hash}
     chain["ok"] = chain["hash_ok"] and chain["link_ok"]
     name_principals(request, [run])
+    # A superuser reads every tenant: the run's whole tenant, as the audit reader of that run.
+    reader = admin_scope(request) or Scope(tenant_id=run.tenant_id, all_departments=True, role="auditor", principal="superuser")
+    with activate(reader):
+        kept = evidence.for_citations(reader, [(c.chunk_id, c.content_hash) for c in citations])
     return {
         "run": run,
         "steps": [{"step": s, "chunks": [(i, chunks.get(i)) for i in (s.chunk_ids or [])]} for s in steps],
-        "citations": [{"citation": c, "chunk": chunks.get(c.chunk_id),
+        "citations": [{"citation": c, "chunk": chunks.get(c.chunk_id), "evidence": kept.get((c.chunk_id, c.content_hash)),
                        "changed": c.chunk_id in chunks and chunks[c.chunk_id].content_hash != c.content_hash} for c in citations],
         "chain": chain,
         "unverified": sum(1 for c in citations if c.verdict != Verdict.VERIFIED),

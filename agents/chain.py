@@ -153,8 +153,8 @@ def verify_tenant_chain(tenant_id: int, *, using: str = "owner", batch: int = 50
 
 
 def revoke_changes_on_trace_tables(using: str) -> None:
-    """APPEND_ONLY_HOOKS entry: the app role may INSERT and SELECT trace rows, nothing more."""
+    """APPEND_ONLY_HOOKS entry: the app role may INSERT and SELECT trace and evidence rows, nothing more."""
     role = settings.DATABASE_APP_USER
     with connections[using].cursor() as cur:
-        for table in TRACE_TABLES:
+        for table in (*TRACE_TABLES, "agents_evidence"):
             cur.execute(f'REVOKE UPDATE, DELETE, TRUNCATE ON "{table}" FROM "{role}"')

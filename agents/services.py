@@ -15,6 +15,7 @@ from typing import Any
 
 from django.utils import timezone
 
+from agents import evidence
 from agents.budgets import Budgets, budgets_for_tenant
 from agents.chain import GENESIS, allocate_ids, clean_json, lock_chain, run_hash
 from agents.citations import CitationCheck
@@ -120,6 +121,7 @@ def record_run(*, scope: Scope, state: RunState, result: LoopResult | None, erro
         Run.objects.bulk_create([run])
         RunStep.objects.bulk_create(steps)
         Citation.objects.bulk_create(citations)
+        evidence.keep(scope, state.retrieved.values(), created_at)
     run._state.adding = False
     return run
 

@@ -267,6 +267,8 @@ CHAIN_SIGNING_KEY = os.environ.get("CHAIN_SIGNING_KEY", "").strip()  # base64 of
 CHAIN_SIGNING_KEY_FILE = os.environ.get("CHAIN_SIGNING_KEY_FILE") or f"{_STATE_DIR}.chain_key"
 CHAIN_DIGEST_DIR = os.environ.get("CHAIN_DIGEST_DIR") or f"{_STATE_DIR}.digests"
 CHAIN_DIGEST_INTERVAL_S = env_int("CHAIN_DIGEST_INTERVAL_S", 3600)
+# Days the text a run retrieved is kept for audit (agents/evidence.py); Tenant.settings["evidence_retention_days"] overrides.
+EVIDENCE_RETENTION_DAYS = env_int("EVIDENCE_RETENTION_DAYS", 365)
 
 # --- Security (production) ---------------------------------------------------------------------
 SECURE_CONTENT_TYPE_NOSNIFF = True

@@ -20,6 +20,7 @@ from rest_framework import status
 from rest_framework.exceptions import Throttled, ValidationError
 from rest_framework.response import Response
 
+from agents import evidence
 from agents.access import access_run, visible_runs
 from agents.models import Outcome, Run, RunStep, Verdict
 from agents.review import principal_names, search_runs
@@ -101,7 +102,9 @@ def run_detail(scope: Scope, run: Run) -> dict:
     chunks = {c.id: c for c in Chunk.objects.for_scope(scope).filter(id__in=[c.chunk_id for c in citations]).select_related("document")}
     run.unverified_citations = sum(1 for c in citations if c.verdict != Verdict.VERIFIED)
     names = principal_names(scope.tenant_id, [run.principal])
-    return s.RunDetailSerializer(run, context={"steps": steps, "citations": citations, "chunks": chunks, "principal_names": names}).data
+    kept = evidence.for_citations(scope, [(c.chunk_id, c.content_hash) for c in citations])
+    return s.RunDetailSerializer(run, context={"steps": steps, "citations": citations, "chunks": chunks, "principal_names": names,
+                                               "evidence": kept}).data
 
 
 # --- Ask -------------------------------------------------------------------------------------------

@@ -314,3 +314,16 @@ def test_the_playground_shows_each_providers_probed_capabilities(admin_client, w
     assert rows["offline"][2:6] == ["declared", "yes", "yes", "yes"], rows
     assert rows["openai"][1:6] == ["tiny", "probed", "no", "no", "yes"], rows  # the system message and tools dropped
     assert float(rows["openai"][6]) > 0, rows  # its measured prompt speed
+
+
+def test_audit_review_shows_the_cited_text_and_version_after_the_document_changed(client, world):
+    from tests.api.conftest import ingest
+
+    run = world.client("a-reader").post("/api/v1/ask/", {"question": "What is the hotel limit per night?", "strategy": "classic"},
+                                        format="json").json()
+    assert run["citations"], run
+    ingest(world.shared, "Travel policy", "Employees may book hotels up to 210 EUR per night.")
+    client.force_login(staff(world, "auditor"))
+    detail = client.get(f"/admin/agents/run/{run['id']}/change/").content.decode()
+    cell = detail[detail.index('class="evidence"'):]
+    assert "version 1" in cell and "changed (now version 2) since" in cell and "150 EUR" in cell, cell[:800]
