@@ -1,4 +1,4 @@
-"""Reads about sources for other screens: which sync produced a document's current version."""
+"""Reads about sources for other screens: which sync produced a document version."""
 
 from __future__ import annotations
 
@@ -6,24 +6,21 @@ from collections.abc import Iterable
 
 from django.db.models import QuerySet
 
-from kb.models import Document
-
 PRODUCED = ("added", "changed")  # a move keeps the version it moves
 
 
-def document_origins(changes: QuerySet, documents: Iterable[Document]) -> dict[int, dict]:
-    """document id -> {source, sync, version, action, at} for documents whose current version a sync
-    produced. `changes` is the caller's visible SourceChange rows (kb.access / the admin's scope)."""
-    docs = {d.pk: d for d in documents if d is not None}
-    if not docs:
+def version_origins(changes: QuerySet, versions: Iterable[tuple[int, int]]) -> dict[tuple[int, int], dict]:
+    """(document id, version) -> {source, sync, action, at, key} for the versions a sync produced.
+    `changes` is the caller's visible SourceChange rows (kb.access, or the admin's scoped queryset)."""
+    wanted = {(int(d), int(v)) for d, v in versions if d is not None and v is not None}
+    if not wanted:
         return {}
-    out: dict[int, dict] = {}
-    rows = (changes.filter(document_id__in=list(docs), action__in=PRODUCED).select_related("sync__source")
-            .order_by("document_id", "-id"))
+    rows = (changes.filter(document_id__in={d for d, _ in wanted}, action__in=PRODUCED).select_related("sync__source")
+            .order_by("-id"))
+    out: dict[tuple[int, int], dict] = {}
     for change in rows:
-        doc = docs[change.document_id]
-        if change.document_id in out or change.document_version != doc.version:
-            continue
-        out[change.document_id] = {"source": change.sync.source.name, "sync": change.sync_id, "version": doc.version,
-                                   "action": change.action, "at": change.created_at, "key": change.key}
+        pair = (change.document_id, change.document_version)
+        if pair in wanted and pair not in out:
+            out[pair] = {"source": change.sync.source.name, "sync": change.sync_id, "action": change.action,
+                         "at": change.created_at, "key": change.key}
     return out
