@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from django.db import models
 
-from kb.models import Corpus
 from tenants.models import Department, Tenant
 from tenants.scope import TenantScopedManager
 
@@ -37,7 +36,7 @@ class Source(models.Model):
     Fernet-encrypted (kb.sources.crypto), written once and never shown again."""
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
-    corpus = models.ForeignKey(Corpus, on_delete=models.CASCADE, related_name="sources")
+    corpus = models.ForeignKey("kb.Corpus", on_delete=models.CASCADE, related_name="sources")  # by name: kb.models imports this module
     name = models.CharField(max_length=200)
     kind = models.CharField(max_length=16, choices=SourceKind.choices)
     config = models.JSONField(default=dict, blank=True, help_text="Where and how to read (no secrets): see docs/sources.md.")
