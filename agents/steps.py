@@ -68,6 +68,9 @@ class StepRecord:
 ANSWER_RESERVE = 0.25  # share of the wall budget kept for the final answer once research stops
 PROMPT_SHARE = 0.5  # of the time left, what reading a context may take (the rest is for the reply)
 MIN_OUTPUT_TOKENS = 64  # a reply's cap never goes below this, even when the token budget is spent
+# Replies whose shape is small whatever the question: a few search queries, a JSON verdict. A model
+# that rambles (a small self-hosted one will) is cut there, not at the answer's cap.
+TASK_OUTPUT_CAPS: dict[str, int] = {"rewrite": 256, "judge": 512}
 
 
 @dataclass
@@ -106,10 +109,11 @@ class RunState:
         """time.monotonic() by which every model call of the run is over (abandoned if still running)."""
         return self.started + self.budgets.max_wall_seconds
 
-    def output_cap(self) -> int:
-        """One reply's output-token cap: max_output_tokens, less when less of the run's token budget is left."""
+    def output_cap(self, task: Task | None = None) -> int:
+        """One reply's output-token cap: max_output_tokens, less when less of the run's token budget is left,
+        and no more than the task's own cap (TASK_OUTPUT_CAPS: a JSON verdict or a few queries)."""
         left = self.budgets.max_tokens - self.input_tokens - self.output_tokens
-        return max(MIN_OUTPUT_TOKENS, min(self.budgets.max_output_tokens, left))
+        return max(MIN_OUTPUT_TOKENS, min(self.budgets.max_output_tokens, left, TASK_OUTPUT_CAPS.get(task or "", left)))
 
     def context_chars(self, overhead_chars: int = 0) -> int:
         """What a context may hold: budgets.context_chars, less when the provider could not read that
@@ -170,7 +174,7 @@ def call_model(state: RunState, task: Task, messages: list[Message], *, tools_en
     turn = _call_once(state, task, messages, tools_enabled=tools_enabled, context=context, facets=facets)
     if not turn.truncated:
         return turn
-    retry = [*messages, UserMessage(truncated_note(state.output_cap()))]
+    retry = [*messages, UserMessage(truncated_note(state.output_cap(task)))]
     turn = _call_once(state, task, retry, tools_enabled=tools_enabled, context=context, facets=facets, retry_of_truncated=True)
     if turn.truncated:
         state.truncated.add(turn.text)
@@ -184,7 +188,7 @@ def _call_once(state: RunState, task: Task, messages: list[Message], *, tools_en
                            messages=tuple(messages), tools=TOOL_SPECS if conversational else (), tools_enabled=tools_enabled,
                            question=state.question, context=context, deadline=state.deadline,
                            facets=facets.summary() if facets is not None else None,
-                           max_output_tokens=state.output_cap())
+                           max_output_tokens=state.output_cap(task))
     started = time.perf_counter()
     step = StepRecord(ordinal=len(state.steps), kind="model_call", name=task,
                       arguments={"provider": state.provider.name, "model": state.provider.model, "tools_enabled": tools_enabled,

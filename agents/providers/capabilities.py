@@ -36,7 +36,7 @@ from agents.messages import ModelRequest, ToolSpec, UserMessage
 log = logging.getLogger(__name__)
 
 CAPABILITIES_TTL_S = 600.0
-PROBE_TIMEOUT_S = 20.0
+PROBE_TIMEOUT_S = 60.0  # a small self-hosted model on a busy machine needs a while even for 64 tokens
 CODE_WORD = "PINEAPPLE-7"
 _TIME_TOOL = ToolSpec("get_time", "Returns the current local time in a city.",
                       {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})

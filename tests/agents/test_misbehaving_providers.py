@@ -93,7 +93,24 @@ def test_the_output_cap_follows_what_is_left_of_the_token_budget(acme):
     with FakeOpenAI([], when_exhausted=lambda body: reply(grounded_text(body), prompt_tokens=700, completion_tokens=100)) as fake:
         timed_ask(whole_tenant(tenant), openai(fake), budgets, strategy="pipeline")
     caps = [r["max_tokens"] for r in fake.requests]
-    assert caps[0] == 1_000 and all(c <= 1_000 for c in caps) and caps[-1] < caps[0], caps
+    tasks = [task_of(r) for r in fake.requests]
+    assert all(c <= 1_000 for c in caps) and caps[-1] < 1_000, caps
+    # a few queries and a JSON verdict have caps of their own, well under the answer's
+    limits = {"rewrite": 256, "judge": 512, "answer": 1_000}
+    assert all(c <= limits[t] for c, t in zip(caps, tasks, strict=True)), list(zip(tasks, caps, strict=True))
+
+
+def task_of(body: dict) -> str:
+    text = prompt_text(body)
+    return "rewrite" if "Rewrite the question" in text else "judge" if "Does every part of the question" in text else "answer"
+
+
+def test_a_rambling_model_is_cut_at_the_small_caps_of_rewrites_and_verdicts(acme):
+    tenant, _, _ = acme
+    with FakeOpenAI([], when_exhausted=lambda body: reply(grounded_text(body))) as fake:
+        timed_ask(whole_tenant(tenant), openai(fake), Budgets(), strategy="pipeline", question=MULTI)
+    caps = {task_of(r): r["max_tokens"] for r in fake.requests}
+    assert caps["rewrite"] == 256 and caps["judge"] == 512 and caps["answer"] == Budgets().max_output_tokens, caps
 
 
 def test_a_slow_provider_fails_the_call_within_the_budget_not_the_next_run(acme):
