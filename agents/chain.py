@@ -58,8 +58,18 @@ def _plain(value):
     return value
 
 
+# Columns added after runs were first chained: left out of a row's hash while they hold their empty
+# value, so a run stored before they existed hashes as it did then.
+LATER_COLUMNS: dict[str, object] = {"conversation_id": None, "turn": None, "message": ""}
+
+
 def canonical_row(instance: models.Model) -> dict:
-    return {f.attname: _plain(getattr(instance, f.attname)) for f in instance._meta.concrete_fields if f.attname != "hash"}
+    row = {f.attname: _plain(getattr(instance, f.attname)) for f in instance._meta.concrete_fields if f.attname != "hash"}
+    if isinstance(instance, Run):
+        for name, empty in LATER_COLUMNS.items():
+            if row.get(name) == empty:
+                del row[name]
+    return row
 
 
 def run_hash(run: Run, steps: Iterable[RunStep], citations: Iterable[Citation]) -> str:

@@ -1,7 +1,7 @@
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from api.views import agents, kb, tenants
+from api.views import agents, conversations, kb, tenants
 
 urlpatterns = [
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
@@ -17,6 +17,11 @@ urlpatterns = [
     path("search/", kb.Search.as_view(), name="search"),
     path("ask/", agents.Ask.as_view(), name="ask"),
     path("ask/stream/", agents.AskStream.as_view(), name="ask-stream"),
+    path("conversations/", conversations.ConversationList.as_view(), name="conversation-list"),
+    path("conversations/<int:conversation_id>/", conversations.ConversationDetail.as_view(), name="conversation-detail"),
+    path("conversations/<int:conversation_id>/messages/", conversations.ConversationMessages.as_view(), name="conversation-messages"),
+    path("conversations/<int:conversation_id>/messages/stream/", conversations.ConversationMessagesStream.as_view(),
+         name="conversation-messages-stream"),
     path("runs/", agents.RunList.as_view(), name="run-list"),
     path("runs/verify/", agents.ChainVerify.as_view(), name="run-chain-verify"),
     path("runs/<int:run_id>/", agents.RunDetail.as_view(), name="run-detail"),
