@@ -29,14 +29,14 @@ please pls can could would you make it that this the a an in into one two three 
 did by your answer reply me to so ok okay thanks thank and just give write put version of as with
 """.split())
 _ELLIPSIS = re.compile(r"^\s*(?:(?:and|but|also|or|ok|okay|then)[,\s]+)?(?:(?:what|how)\s+about|(?:and\s+)?(?P<prep>for|in|at|on|"
-                       r"with|about|of|by|during|from|to|regarding|concerning))\s+(?P<what>[^?.!]+?)\s*[?.!]*\s*$", re.I)
+                       r"with|about|of|by|during|from|to|per|regarding|concerning))\s+(?P<what>[^?.!]+?)\s*[?.!]*\s*$", re.I)
 _LEADING_AND = re.compile(r"^\s*(?:and|but|also|or)\s+", re.I)
 _CAPITALISED = re.compile(rf"(?<![\w'’])[{UPPER}][\w'’.-]*(?:\s+(?:(?:of|the|de|von|van|and|du|la|le)\s+)?[{UPPER}][\w'’.-]*)*")
 _NUMBER = re.compile(r"\b\d[\d.,]*\b")
 _PERSONAL = {"he": "", "she": "", "him": "", "they": "", "them": "", "his": "'s", "their": "'s", "theirs": "'s", "hers": "'s"}
 _NEUTER = {"it": "", "its": "'s"}
 _PRONOUN = re.compile(r"\b(he|she|him|his|her|hers|they|them|their|theirs|it|its)\b", re.I)
-_PREPOSITIONS = frozenset("in on at for to from with by of about into over under after before during than as".split())
+_PREPOSITIONS = frozenset("in on at for to from with by of about into over under after before during than as per".split())
 _WHO = re.compile(r"^\s*(?:who|whom|whose)\b", re.I)
 _WHAT = re.compile(r"^\s*(?:what|which)\b", re.I)
 _CITATION = re.compile(r"\[c:\d+\]\s*(?:\([^)]*\))?")
@@ -103,6 +103,14 @@ def replace_counterpart(previous: str, what: str, prep: str | None) -> str:
     """The previous question asked about `what` instead: its last name (or number, for a number)
     replaced; without one, `what` added with its preposition."""
     body = _LEADING_AND.sub("", previous).rstrip()
+    phrase = f"{prep} {what}" if prep else what
+    head, _, rest = phrase.partition(" ")
+    if rest and head.casefold() in _PREPOSITIONS and not _CAPITALISED.match(rest):
+        # "and per week?" after "... per night?": the same preposition's phrase, as long, replaced
+        same = list(re.finditer(rf"\b{re.escape(head)}\s+[\w'’-]+(?:\s+[\w'’-]+){{{len(rest.split()) - 1}}}", body, re.I))
+        if same:
+            last = same[-1]
+            return body[:last.start()] + phrase + body[last.end():]
     if _NUMBER.fullmatch(what.strip()):
         found = list(_NUMBER.finditer(body))
     else:

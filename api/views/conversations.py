@@ -87,10 +87,10 @@ class ConversationMessages(ScopedAPIView):
 
     @extend_schema(request=s.MessageRequestSerializer, responses=s.RunDetailSerializer)
     def post(self, request, conversation_id: int):
+        with activate(self.scope):
+            access_conversation(self.scope, conversation_id)  # 404 before the body is read or the daily budget spent
         ser = s.MessageRequestSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
-        with activate(self.scope):
-            access_conversation(self.scope, conversation_id)  # 404 before the daily budget is spent
         _check_daily_budget(self.scope)
         run = _send(scope=self.scope, conversation_id=conversation_id, question=ser.validated_data["message"],
                     strategy=ser.validated_data["strategy"])
@@ -107,10 +107,10 @@ class ConversationMessagesStream(ScopedAPIView):
     @extend_schema(request=s.MessageRequestSerializer,
                    responses={(200, "text/event-stream"): OpenApiResponse(OpenApiTypes.STR, description="SSE stream")})
     def post(self, request, conversation_id: int):
-        ser = s.MessageRequestSerializer(data=request.data)
-        ser.is_valid(raise_exception=True)
         with activate(self.scope):
             access_conversation(self.scope, conversation_id)
+        ser = s.MessageRequestSerializer(data=request.data)
+        ser.is_valid(raise_exception=True)
         _check_daily_budget(self.scope)
 
         def asker(**kwargs) -> Run:
