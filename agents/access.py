@@ -6,6 +6,9 @@ themselves confined to departments it can see: a whole-tenant run may have read 
 its question, steps and answer are not for a department's eyes. Steps and citations follow their run.
 Runs are append-only: nobody changes them (the database refuses it as well; agents.chain).
 
+Feedback is given by the principal that asked, on its own runs (`access_own_run`); it is read, like
+the runs it is about, by auditors and admins.
+
 Conversations belong to the principal that started them: only that principal (the same user, or the
 same key) sees and continues one, and not once its owner deleted (hid) it. Auditors read a
 conversation's turns as runs.
@@ -15,7 +18,7 @@ from __future__ import annotations
 
 from django.db.models import QuerySet
 
-from agents.models import Citation, Conversation, Run, RunStep
+from agents.models import Citation, Conversation, Feedback, Run, RunStep
 from tenants.access import one, visibility_rule
 from tenants.scope import NotAllowed, Scope
 
@@ -63,3 +66,13 @@ def visible_conversations(scope: Scope) -> QuerySet:
 
 def access_conversation(scope: Scope, conversation_id: object) -> Conversation:
     return one(visible_conversations(scope), conversation_id, "conversation")
+
+
+def access_own_run(scope: Scope, run_id: object) -> Run:
+    """One of the runs the caller itself asked (for feedback on its answer); NotVisible otherwise."""
+    return one(Run.objects.for_scope(scope).filter(principal=scope.principal), run_id, "run")
+
+
+@visibility_rule(Feedback)
+def visible_feedback(scope: Scope) -> QuerySet:
+    return Feedback.objects.for_scope(scope).filter(run__in=visible_runs(scope))

@@ -25,7 +25,7 @@ from agents.models import Citation, Run, RunStep
 
 GENESIS = "0" * 64
 CHAIN_LOCK_CLASS = 0x6167  # first key of pg_advisory_xact_lock(int4, int4); the second is the tenant id
-TRACE_TABLES = ("agents_run", "agents_runstep", "agents_citation")
+TRACE_TABLES = ("agents_run", "agents_runstep", "agents_citation", "agents_feedback")  # append-only for the app role
 
 
 def clean_json(value):

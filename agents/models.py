@@ -148,3 +148,31 @@ class Citation(models.Model):
     class Meta:
         ordering = ["run", "ordinal"]
         constraints = [models.UniqueConstraint(fields=["run", "ordinal"], name="uniq_citation_ordinal")]
+
+
+class Rating(models.TextChoices):
+    UP = "up"
+    DOWN = "down"
+
+
+class Feedback(models.Model):
+    """A thumbs up or down, with an optional comment, on one answer, by the principal that asked.
+
+    Append-only like the trace (triggers and grants, agents.chain.TRACE_TABLES): a change of mind is
+    a new row, never an edit. Not part of the run's hash: the chain covers what the system did."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="feedback")
+    principal = models.CharField(max_length=200, help_text="Who gave it: 'user:<id>' or 'key:<public id>'.")
+    rating = models.CharField(max_length=8, choices=Rating.choices)
+    comment = models.TextField(blank=True)
+    created_at = models.DateTimeField()
+
+    objects = TenantScopedManager()
+
+    class Meta:
+        verbose_name_plural = "feedback"
+        indexes = [models.Index(fields=["tenant", "-created_at"], name="feedback_tenant_recent_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.rating} on run {self.run_id}"

@@ -11,7 +11,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from agents.loop import STRATEGIES
-from agents.models import Citation, Conversation, Run, RunStep
+from agents.models import Citation, Conversation, Feedback, Run, RunStep
 from kb.access import check_may_create_corpus
 from kb.metadata import NOT_A_JSON_OBJECT, MetadataRejected, json_problem, parse_metadata, text_problem
 from kb.models import DEFAULT_CHUNK_TARGET_TOKENS, Corpus, Document, IngestJob
@@ -417,6 +417,15 @@ class MessageRequestSerializer(serializers.Serializer):
     message = serializers.CharField(max_length=4000, trim_whitespace=True,
                                     help_text="The next question, as the user typed it (a follow-up may refer to earlier turns).")
     strategy = serializers.ChoiceField(choices=list(STRATEGIES), default="auto")
+
+
+class FeedbackSerializer(serializers.ModelSerializer):
+    comment = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+
+    class Meta:
+        model = Feedback
+        fields = ["id", "run", "principal", "rating", "comment", "created_at"]
+        read_only_fields = ["id", "run", "principal", "created_at"]
 
 
 class ChainStatusSerializer(serializers.Serializer):

@@ -1,7 +1,7 @@
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from api.views import agents, conversations, kb, tenants
+from api.views import agents, conversations, feedback, kb, tenants
 
 urlpatterns = [
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
@@ -25,6 +25,8 @@ urlpatterns = [
     path("runs/", agents.RunList.as_view(), name="run-list"),
     path("runs/verify/", agents.ChainVerify.as_view(), name="run-chain-verify"),
     path("runs/<int:run_id>/", agents.RunDetail.as_view(), name="run-detail"),
+    path("runs/<int:run_id>/feedback/", feedback.RunFeedback.as_view(), name="run-feedback"),
+    path("feedback/", feedback.FeedbackList.as_view(), name="feedback-list"),
     path("departments/", tenants.DepartmentList.as_view(), name="department-list"),
     path("keys/", tenants.ApiKeyList.as_view(), name="key-list"),
     path("keys/<int:key_id>/", tenants.ApiKeyDetail.as_view(), name="key-detail"),
