@@ -355,8 +355,9 @@ class CitationSerializer(serializers.ModelSerializer):
         chunk = self.context.get("chunks", {}).get(obj.chunk_id)
         if chunk is None:
             return None
-        return {"id": chunk.id, "document_id": chunk.document_id, "document_title": chunk.document.title, "locator": chunk.locator,
-                "page": chunk.page, "text": chunk.text, "unchanged": chunk.content_hash == obj.content_hash}
+        return {"id": chunk.id, "document_id": chunk.document_id, "document_title": chunk.document.title,
+                "version": chunk.document.version, "locator": chunk.locator, "page": chunk.page, "text": chunk.text,
+                "unchanged": chunk.content_hash == obj.content_hash}
 
 
 class RunDetailSerializer(RunSerializer):
