@@ -190,7 +190,7 @@ class RunAdmin(TenantScopedAdmin):
 
     @admin.display(description="feedback")
     def feedback_col(self, obj) -> str:
-        parts = [f"👍 {obj.feedback_up}" if obj.feedback_up else "", f"👎 {obj.feedback_down}" if obj.feedback_down else ""]
+        parts = [f"▲ {obj.feedback_up}" if obj.feedback_up else "", f"▼ {obj.feedback_down}" if obj.feedback_down else ""]
         return " ".join(p for p in parts if p) or "—"
 
     @admin.display(description="tokens in/out")

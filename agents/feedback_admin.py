@@ -18,8 +18,9 @@ from django.utils.html import format_html
 
 from agents.feedback import feedback_per_corpus, run_corpora
 from agents.models import Citation, Feedback, Rating
+from agents.review import principal_names
 from kb.models import Corpus, Document
-from tenants.admin_base import TenantScopedAdmin, scoped_queryset, scoped_view
+from tenants.admin_base import TenantScopedAdmin, admin_scope, scoped_queryset, scoped_view
 
 AUDITORS = frozenset({"auditor", "admin"})
 
@@ -68,7 +69,7 @@ class CorpusFilter(admin.SimpleListFilter):
 class FeedbackAdmin(TenantScopedAdmin):
     """Thumbs up/down with comments, per answer; read-only (feedback is append-only)."""
 
-    list_display = ["id", "created_at", "rating_col", "comment", "run_link", "short_question", "principal", "corpora"]
+    list_display = ["id", "created_at", "rating_col", "comment", "run_link", "short_question", "given_by", "corpora"]
     list_filter = ["rating", ("created_at", admin.DateFieldListFilter), CorpusFilter]
     search_fields = ["comment", "run__question"]
     actions = None
@@ -100,13 +101,21 @@ class FeedbackAdmin(TenantScopedAdmin):
         changelist = super().get_changelist_instance(request)
         rows = list(changelist.result_list)
         names = run_corpora(scoped_queryset(request, Citation), scoped_queryset(request, Document), [f.run_id for f in rows])
+        scope = admin_scope(request)
+        people: dict[tuple[int, str], str] = {}
+        for tenant_id in {f.tenant_id for f in rows}:
+            if scope is None or tenant_id == scope.tenant_id:
+                found = principal_names(tenant_id, {f.principal for f in rows if f.tenant_id == tenant_id},
+                                        using="default" if scope else "owner")
+                people.update({(tenant_id, p): n for p, n in found.items()})
         for f in rows:
             f.corpus_names = names.get(f.run_id, [])
+            f.principal_name = people.get((f.tenant_id, f.principal), f.principal)
         return changelist
 
     @admin.display(description="rating", ordering="rating")
     def rating_col(self, obj) -> str:
-        return "👍 up" if obj.rating == Rating.UP else "👎 down"
+        return "▲ up" if obj.rating == Rating.UP else "▼ down"
 
     @admin.display(description="run")
     def run_link(self, obj) -> str:
@@ -115,6 +124,10 @@ class FeedbackAdmin(TenantScopedAdmin):
     @admin.display(description="question")
     def short_question(self, obj) -> str:
         return obj.run.question[:90] + ("…" if len(obj.run.question) > 90 else "")
+
+    @admin.display(description="given by", ordering="principal")
+    def given_by(self, obj) -> str:
+        return getattr(obj, "principal_name", obj.principal)
 
     @admin.display(description="corpora cited")
     def corpora(self, obj) -> str:
