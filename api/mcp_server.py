@@ -30,6 +30,7 @@ from agents.access import check_may_ask
 from agents.loop import STRATEGIES
 from agents.models import Citation
 from agents.selectors import chunks_around, corpus_overview
+from api import ratelimit
 from api.ratelimit import consume_daily_run, daily_run_limit
 from kb import retrieval
 from tenants.models import Tenant
@@ -183,7 +184,9 @@ def _json(value: Any) -> str:
 
 def http_app(allowed_hosts: list[str] | None = None):
     """The ASGI app serving the server at /mcp (streamable HTTP, stateless: every request stands alone
-    and carries its key). A request without a valid key is answered 401 before the protocol sees it."""
+    and carries its key). A request without a valid key is answered 401 before the protocol sees it,
+    and counts towards the address's sign-in lockout like the API's (429 once locked out; the address
+    is the connection's: run it behind a proxy that connects from the client's address, or none)."""
     from mcp.server.transport_security import TransportSecuritySettings
     from starlette.responses import JSONResponse
 
@@ -192,14 +195,26 @@ def http_app(allowed_hosts: list[str] | None = None):
     inner = build_server().streamable_http_app(streamable_http_path="/mcp", stateless_http=True, json_response=True,
                                                transport_security=security)
 
+    def check(raw: str, address: str) -> int:
+        """200, 401 (no valid key; a failed attempt is counted) or 429 (the address is locked out, api.ratelimit)."""
+        if ratelimit.auth_failures_exceeded(address) is not None:
+            return 429
+        if raw and authenticate_key(raw) is not None:
+            return 200
+        if raw:
+            ratelimit.record_auth_failure(address)
+        return 401
+
     async def app(scope: dict, receive, send) -> None:
         if scope["type"] == "http":
             headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope.get("headers", [])}
-            raw = bearer_key(headers)
-            found = await _in_thread(lambda: authenticate_key(raw) if raw else None)
-            if found is None:
-                response = JSONResponse({"error": {"code": "not_authenticated", "message": "invalid or revoked API key",
-                                                   "fields": {}}}, status_code=401, headers={"WWW-Authenticate": "Bearer"})
+            raw, address = bearer_key(headers), (scope.get("client") or ("unknown",))[0]
+            status = await _in_thread(lambda: check(raw, address))
+            if status != 200:
+                message = "invalid or revoked API key" if status == 401 else "too many failed API-key attempts from this address"
+                code = "not_authenticated" if status == 401 else "throttled"
+                response = JSONResponse({"error": {"code": code, "message": message, "fields": {}}}, status_code=status,
+                                        headers={"WWW-Authenticate": "Bearer"} if status == 401 else {})
                 await response(scope, receive, send)
                 return
         await inner(scope, receive, send)

@@ -126,7 +126,7 @@ def http_server(world):
     thread.join(10)
 
 
-def test_http_with_a_bearer_key(world, http_server):
+def test_http_with_a_bearer_key(world, http_server, settings, fixed_lockout_window):
     async def session(raw: str) -> dict:
         out: dict = {}
         async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {raw}"}, timeout=120) as http:
@@ -152,3 +152,7 @@ def test_http_with_a_bearer_key(world, http_server):
 
     assert anyio.run(unauthenticated, {}) == 401
     assert anyio.run(unauthenticated, {"Authorization": "Bearer gk_forged_key"}) == 401
+    # Failed keys count towards the address's lockout, as on the API: then even a valid key is refused.
+    settings.AUTH_FAILURES_PER_IP = 2
+    assert anyio.run(unauthenticated, {"Authorization": "Bearer gk_forged_again"}) == 401
+    assert anyio.run(unauthenticated, {"Authorization": f"Bearer {world.keys['a-reader']}"}) == 429
