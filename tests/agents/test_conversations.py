@@ -13,7 +13,9 @@ from agents.budgets import Budgets
 from agents.chain import verify_tenant_chain
 from agents.conversation_text import resolve_followup
 from agents.conversations import hide_conversation, load_thread, send_message, start_conversation
+from agents.messages import ModelRequest, ModelTurn, Usage
 from agents.models import Conversation, Run
+from agents.providers.offline import OfflineProvider
 from agents.selectors import run_steps
 from tenants.scope import NotVisible, Scope, activate
 from tests.factories import dept_scope, whole_tenant
@@ -131,3 +133,36 @@ def test_history_is_budgeted_by_turns_and_tokens(acme):
         assert [q for q, _ in two] == ["When is a doctor's note needed for sick leave?", "How much is a hotel night in capital cities?"]
         assert load_thread(scope, conversation, Budgets(history_tokens=1)).history == ()
         assert load_thread(scope, conversation, Budgets()).evidence  # the last turn's chunks, for a reformulation
+
+
+class ScriptedFollowups(OfflineProvider):
+    """A model whose follow-up rewrites are scripted (the prompt's JSON, or not); every other task is the offline one's."""
+
+    def __init__(self, replies: list[str]) -> None:
+        self.replies = replies
+        self.prompts: list[str] = []
+
+    def generate(self, request: ModelRequest) -> ModelTurn:
+        if request.task != "followup":
+            return super().generate(request)
+        self.prompts.append(request.messages[0].text)
+        return ModelTurn(text=self.replies.pop(0), usage=Usage(10, 10))
+
+
+def test_a_models_rewrite_and_retrieval_decision_are_followed_and_a_bad_reply_is_not(acme):
+    tenant, _corpus, chunks = acme
+    scope = whole_tenant(tenant)
+    model = ScriptedFollowups([
+        '{"question": "How many days of annual leave do employees receive?", "retrieve": false}',
+        "Sure! The user wants to know about sick leave.",
+    ])
+    conversation = start_conversation(scope=scope)
+    send_message(scope=scope, conversation_id=conversation.id, provider=model,
+                 message="How many days of annual leave do employees receive?")
+    reused = send_message(scope=scope, conversation_id=conversation.id, provider=model, message="in one sentence please")
+    assert reused.strategy == "thread" and f"[c:{chunks['leave1'].id}]" in reused.answer
+    assert "Follow-up message: in one sentence please" in model.prompts[0] and "Turn 1. Question: How many days" in model.prompts[0]
+    unreadable = send_message(scope=scope, conversation_id=conversation.id, provider=model,
+                              message="When is a doctor's note needed for sick leave?")
+    assert unreadable.question == "When is a doctor's note needed for sick leave?" and unreadable.strategy != "thread"
+    assert f"[c:{chunks['leave2'].id}]" in unreadable.answer
