@@ -1,7 +1,7 @@
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from api.views import agents, conversations, feedback, kb, tenants
+from api.views import agents, conversations, document_files, feedback, kb, tenants
 
 urlpatterns = [
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
@@ -12,6 +12,7 @@ urlpatterns = [
     path("documents/", kb.DocumentList.as_view(), name="document-list"),
     path("documents/<int:document_id>/", kb.DocumentDetail.as_view(), name="document-detail"),
     path("documents/<int:document_id>/reingest/", kb.DocumentReingest.as_view(), name="document-reingest"),
+    path("documents/<int:document_id>/file/", document_files.DocumentFile.as_view(), name="document-file"),
     path("jobs/", kb.JobList.as_view(), name="job-list"),
     path("jobs/<int:job_id>/", kb.JobDetail.as_view(), name="job-detail"),
     path("search/", kb.Search.as_view(), name="search"),

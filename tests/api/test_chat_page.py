@@ -58,3 +58,18 @@ def test_a_member_of_two_tenants_chooses_and_a_stranger_is_refused(world):
     stranger = Client()
     stranger.login(username="stranger", password="pw-chat-12345")
     assert stranger.get("/").status_code == 403
+
+
+def test_the_original_file_is_downloaded_only_within_the_scope(world):
+    from kb.models import Document
+    from tenants.scope import Scope, activate
+
+    with activate(Scope.system(world.a.id)):
+        travel = Document.objects.for_scope(Scope.system(world.a.id)).get(title="Travel policy")
+        runbook = Document.objects.for_scope(Scope.system(world.a.id)).get(title="Runbook")
+    r = world.client("a-reader").get(f"/api/v1/documents/{travel.id}/file/")
+    assert r.status_code == 200 and b"Employees may book hotels up to 150 EUR per night." in r.content
+    assert r["Content-Disposition"] == 'attachment; filename="Travel policy.md"' and r["X-Content-Type-Options"] == "nosniff"
+    assert world.client("b-reader").get(f"/api/v1/documents/{travel.id}/file/").status_code == 404
+    assert world.client("a-sales-reader").get(f"/api/v1/documents/{runbook.id}/file/").status_code == 404
+    assert world.client("a-auditor").get(f"/api/v1/documents/{travel.id}/file/").status_code == 403

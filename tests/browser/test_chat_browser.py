@@ -42,6 +42,9 @@ def test_employee_asks_follows_up_opens_a_source_and_gives_feedback(live_server,
     assert page.inner_text("#source-title") == "Expense Policy" and "version 1" in page.inner_text("#source-meta")
     assert "60 EUR" in page.inner_text("#source mark")
     shot(page, "chat-1400")
+    with page.expect_download() as download:
+        page.click("#download")
+    assert download.value.suggested_filename == "Expense Policy.md"
     page.keyboard.press("Escape")
 
     second.locator(".feedback input").fill("Does not say who approves late taxis")

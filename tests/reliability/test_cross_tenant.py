@@ -169,6 +169,7 @@ API_PROBES: dict[str, dict[str, Callable[[CanaryWorld, Side, str], list[Req]]]] 
     "document-detail": {"get": _path_probe("/api/v1/documents/{id}/", "document_ids"),
                         "delete": _path_probe("/api/v1/documents/{id}/", "document_ids")},
     "document-reingest": {"post": _path_probe("/api/v1/documents/{id}/reingest/", "document_ids")},
+    "document-file": {"get": _path_probe("/api/v1/documents/{id}/file/", "document_ids")},
     "job-list": {"get": probe_list("/api/v1/jobs/", "job_ids", lambda s: [{}, *({"document": d} for d in s.document_ids)])},
     "job-detail": {"get": _path_probe("/api/v1/jobs/{id}/", "job_ids")},
     "search": {"post": probe_search},
