@@ -11,6 +11,7 @@ import csv
 import dataclasses
 import io
 import json
+from datetime import UTC, datetime
 
 from django import forms
 from django.contrib import admin, messages
@@ -22,6 +23,7 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 
+from agents import evidence
 from agents.chain import GENESIS, run_hash
 from agents.feedback_admin import RunFeedbackFilter
 from agents.models import Citation, Feedback, Outcome, Run, RunStep, Verdict
@@ -30,6 +32,7 @@ from kb.models import Chunk
 from tenants.access import ROLE_GRANTS, visible_api_keys, visible_memberships
 from tenants.admin_base import TenantScopedAdmin, admin_role, admin_scope, scoped, scoped_filter, scoped_queryset, scoped_view
 from tenants.models import ApiKey, Department, Membership, Tenant
+from tenants.scope import Scope, activate
 
 AUDITORS = frozenset({"auditor", "admin"})
 UNVERIFIED = [v for v in Verdict.values if v != Verdict.VERIFIED]
@@ -113,10 +116,14 @@ def trace_context(request, run: Run) -> dict:
              "link_ok": expected_prev is not None and expected_prev == run.prev_hash}
     chain["ok"] = chain["hash_ok"] and chain["link_ok"]
     name_principals(request, [run])
+    # A superuser reads every tenant: the run's whole tenant, as the audit reader of that run.
+    reader = admin_scope(request) or Scope(tenant_id=run.tenant_id, all_departments=True, role="auditor", principal="superuser")
+    with activate(reader):
+        kept = evidence.for_citations(reader, [(c.chunk_id, c.content_hash) for c in citations])
     return {
         "run": run,
         "steps": [{"step": s, "chunks": [(i, chunks.get(i)) for i in (s.chunk_ids or [])]} for s in steps],
-        "citations": [{"citation": c, "chunk": chunks.get(c.chunk_id),
+        "citations": [{"citation": c, "chunk": chunks.get(c.chunk_id), "evidence": kept.get((c.chunk_id, c.content_hash)),
                        "changed": c.chunk_id in chunks and chunks[c.chunk_id].content_hash != c.content_hash} for c in citations],
         "chain": chain,
         "unverified": sum(1 for c in citations if c.verdict != Verdict.VERIFIED),
@@ -303,7 +310,8 @@ class RunAdmin(TenantScopedAdmin):
             form = PlaygroundForm(request.POST or None, choices=playground_choices(request), strategies=STRATEGIES)
             valid = request.method == "POST" and form.is_valid()
             scope = resolve_actor(request, form.cleaned_data["act_as"]) if valid else None
-        context = {**self.admin_site.each_context(request), "opts": self.opts, "title": "Ask playground", "form": form}
+        context = {**self.admin_site.each_context(request), "opts": self.opts, "title": "Ask playground", "form": form,
+                   "providers": provider_rows()}
         if valid:
             if scope is None:
                 form.add_error("act_as", "not found")
@@ -319,6 +327,21 @@ class RunAdmin(TenantScopedAdmin):
                         context.update(trace_context(request, run), acted_scope=scope.as_dict())
                         return TemplateResponse(request, "admin/agents/run/playground.html", context).render()
         return TemplateResponse(request, "admin/agents/run/playground.html", context)
+
+
+def provider_rows() -> list[dict]:
+    """Each configured answer provider's capabilities as /healthz reports them (cached probe results; a
+    provider not yet probed is being probed in the background), for the playground's table."""
+    from agents.providers.capabilities import provider_report
+
+    report = provider_report()
+    rows = []
+    for name, found in report.items():
+        if name == "default":
+            continue
+        rows.append({"name": name, "default": name == report["default"], **found,
+                     "checked": datetime.fromtimestamp(found["checked_at"], tz=UTC) if found.get("checked_at") else None})
+    return rows
 
 
 class PlaygroundForm(forms.Form):

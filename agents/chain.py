@@ -58,18 +58,14 @@ def _plain(value):
     return value
 
 
-# Columns added after runs were first chained: left out of a row's hash while they hold their empty
-# value, so a run stored before they existed hashes as it did then.
-LATER_COLUMNS: dict[str, object] = {"conversation_id": None, "turn": None, "message": ""}
+# Columns added after runs were first chained: hashed only when they hold something, so the runs
+# written before them keep their hashes.
+LATER_COLUMNS = frozenset({"model_input", "conversation_id", "turn", "message"})  # the last three: a run's conversation turn
 
 
 def canonical_row(instance: models.Model) -> dict:
-    row = {f.attname: _plain(getattr(instance, f.attname)) for f in instance._meta.concrete_fields if f.attname != "hash"}
-    if isinstance(instance, Run):
-        for name, empty in LATER_COLUMNS.items():
-            if row.get(name) == empty:
-                del row[name]
-    return row
+    return {f.attname: _plain(getattr(instance, f.attname)) for f in instance._meta.concrete_fields
+            if f.attname != "hash" and not (f.attname in LATER_COLUMNS and not getattr(instance, f.attname))}
 
 
 def run_hash(run: Run, steps: Iterable[RunStep], citations: Iterable[Citation]) -> str:
@@ -157,8 +153,8 @@ def verify_tenant_chain(tenant_id: int, *, using: str = "owner", batch: int = 50
 
 
 def revoke_changes_on_trace_tables(using: str) -> None:
-    """APPEND_ONLY_HOOKS entry: the app role may INSERT and SELECT trace rows, nothing more."""
+    """APPEND_ONLY_HOOKS entry: the app role may INSERT and SELECT trace and evidence rows, nothing more."""
     role = settings.DATABASE_APP_USER
     with connections[using].cursor() as cur:
-        for table in TRACE_TABLES:
+        for table in (*TRACE_TABLES, "agents_evidence"):
             cur.execute(f'REVOKE UPDATE, DELETE, TRUNCATE ON "{table}" FROM "{role}"')

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from django.db import models
 
-from tenants.models import Tenant
+from tenants.models import Department, Tenant
 from tenants.scope import TenantScopedManager
 
 
@@ -123,6 +123,8 @@ class RunStep(models.Model):
     latency_ms = models.FloatField(default=0.0)
     input_tokens = models.PositiveIntegerField(default=0)
     output_tokens = models.PositiveIntegerField(default=0)
+    model_input = models.JSONField(default=dict, blank=True, help_text=(
+        "What a model call was sent, compacted against the run's earlier calls (agents.model_inputs.rebuild expands it)."))
 
     objects = TenantScopedManager()
 
@@ -148,6 +150,32 @@ class Citation(models.Model):
     class Meta:
         ordering = ["run", "ordinal"]
         constraints = [models.UniqueConstraint(fields=["run", "ordinal"], name="uniq_citation_ordinal")]
+
+
+class Evidence(models.Model):
+    """The text of a chunk as a run retrieved it, kept for audit after its document changes or goes.
+
+    Written with the run (agents.services.record_run) for every chunk the run retrieved, once per
+    (chunk, content): re-uploading or deleting a document replaces or removes its chunks, never this.
+    Append-only for the application role; `manage.py purge_evidence` (as the owner) removes only what
+    no run within the tenant's retention period references."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    # The chunk's department when the run saw it: evidence is visible to the scopes its chunk was.
+    department = models.ForeignKey(Department, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    chunk_id = models.BigIntegerField()
+    content_hash = models.CharField(max_length=64)
+    document_id = models.BigIntegerField()
+    document_version = models.PositiveIntegerField()
+    document_title = models.CharField(max_length=500, blank=True)
+    locator = models.CharField(max_length=1000, blank=True)
+    text = models.TextField()
+    first_seen_at = models.DateTimeField()
+
+    objects = TenantScopedManager()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "chunk_id", "content_hash"], name="uniq_evidence_chunk_content")]
 
 
 class Rating(models.TextChoices):

@@ -15,6 +15,7 @@ from typing import Any
 
 from django.utils import timezone
 
+from agents import evidence
 from agents.budgets import Budgets, budgets_for_tenant
 from agents.chain import GENESIS, allocate_ids, clean_json, lock_chain, run_hash
 from agents.citations import CitationCheck
@@ -35,6 +36,10 @@ WITHHELD = ("The answer is withheld: it is not grounded (no citation, or one tha
             "audit trail.")
 
 
+class RunNotRecorded(Exception):
+    """The run could not be written (database failure): no answer may be given out without its record."""
+
+
 class InvalidQuestion(ValueError):
     """The question or strategy cannot be run (empty, too long, unknown strategy)."""
 
@@ -51,14 +56,16 @@ def ask(*, scope: Scope, question: str, strategy: str = "auto", provider: Provid
     `on_step(step)` is called after every model and tool call, as it happens (for SSE); its
     exceptions are logged and ignored. Provider failures do not raise: the run is stored with
     outcome "failed", its error and its partial trace. Read steps and citations inside
-    `activate(scope)`: run.steps.all(), run.citations.all().
+    `activate(scope)`: run.steps.all(), run.citations.all(). If the run cannot be stored, RunNotRecorded:
+    an answer is never handed out without its record.
     """
     question = check_question(question, strategy)
     model = provider if provider is not None and not isinstance(provider, str) else get_provider(provider)
     budgets = budgets or budgets_for_tenant(scope.tenant_id)
     found = known_capabilities(model)  # cached probe results only: a run never probes
     state = RunState(question=question, budgets=budgets, provider=model, deps=ToolDeps(scope=scope, budgets=budgets), on_step=on_step,
-                     tools_ok=found is None or found.tools is not False)
+                     tools_ok=found is None or found.tools is not False,
+                     prompt_tokens_per_s=found.prompt_tokens_per_s if found is not None else None)
     created_at, started = timezone.now(), time.perf_counter()
     result: LoopResult | None = None
     error = ""
@@ -67,9 +74,13 @@ def ask(*, scope: Scope, question: str, strategy: str = "auto", provider: Provid
     except Exception as exc:
         log.exception("run failed for tenant %s", scope.tenant_id)
         error = f"{type(exc).__name__}: {exc}"[:2000]
-    return record_run(scope=scope, state=state, result=result, error=error, strategy_requested=strategy,
-                      created_at=created_at, latency_ms=(time.perf_counter() - started) * 1000,
-                      conversation_id=conversation_id, message=question)
+    try:
+        return record_run(scope=scope, state=state, result=result, error=error, strategy_requested=strategy,
+                          created_at=created_at, latency_ms=(time.perf_counter() - started) * 1000,
+                          conversation_id=conversation_id, message=question)
+    except Exception as exc:  # the database failed: nothing of this run is stored, and the caller must say so
+        log.exception("run could not be recorded for tenant %s", scope.tenant_id)
+        raise RunNotRecorded(f"the run was not recorded ({type(exc).__name__}); its answer is not given out") from exc
 
 
 def check_question(question: str, strategy: str) -> str:
@@ -121,6 +132,7 @@ def record_run(*, scope: Scope, state: RunState, result: LoopResult | None, erro
         Run.objects.bulk_create([run])
         RunStep.objects.bulk_create(steps)
         Citation.objects.bulk_create(citations)
+        evidence.keep(scope, state.retrieved.values(), created_at)
     run._state.adding = False
     return run
 
@@ -139,7 +151,8 @@ def _step_row(pk: int, tenant_id: int, run_id: int, s: StepRecord) -> RunStep:
     return RunStep(id=pk, tenant_id=tenant_id, run_id=run_id, ordinal=s.ordinal, kind=s.kind, name=s.name[:64],
                    arguments=clean_json(s.arguments), effective_filter=clean_json(s.effective_filter), chunk_ids=clean_json(s.chunk_ids),
                    content_hashes=clean_json(s.content_hashes), output=clean_json(s.output), cached=s.cached, error=clean_json(s.error),
-                   latency_ms=round(s.latency_ms, 3), input_tokens=s.input_tokens, output_tokens=s.output_tokens)
+                   latency_ms=round(s.latency_ms, 3), input_tokens=s.input_tokens, output_tokens=s.output_tokens,
+                   model_input=clean_json(s.model_input))
 
 
 def _citation_row(pk: int, tenant_id: int, run_id: int, c: CitationCheck) -> Citation:

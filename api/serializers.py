@@ -345,11 +345,19 @@ class RunStepSerializer(serializers.ModelSerializer):
 
 class CitationSerializer(serializers.ModelSerializer):
     chunk = serializers.SerializerMethodField(help_text="The cited chunk as it is now, if it still exists and is visible.")
+    evidence = serializers.SerializerMethodField(help_text=(
+        "The cited text exactly as the run retrieved it, with the document version it came from and whether the document "
+        "changed since (kept for the tenant's retention period even after re-upload or deletion)."))
 
     class Meta:
         model = Citation
-        fields = ["ordinal", "chunk_id", "document_id", "content_hash", "quoted_text", "claim", "verdict", "reason", "chunk"]
+        fields = ["ordinal", "chunk_id", "document_id", "content_hash", "quoted_text", "claim", "verdict", "reason", "chunk",
+                  "evidence"]
         read_only_fields = fields
+
+    def get_evidence(self, obj) -> dict | None:
+        found = self.context.get("evidence", {}).get((obj.chunk_id, obj.content_hash))
+        return found.as_dict() if found is not None else None
 
     def get_chunk(self, obj) -> dict | None:
         chunk = self.context.get("chunks", {}).get(obj.chunk_id)

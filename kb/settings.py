@@ -260,6 +260,16 @@ AUTH_FAILURE_WINDOW_SECONDS = env_int("AUTH_FAILURE_WINDOW_SECONDS", 600)
 # Agent runs per tenant per UTC day when Tenant.settings has no "daily_runs"; 0 = unlimited.
 DEFAULT_DAILY_RUNS = env_int("DEFAULT_DAILY_RUNS", 0)
 
+# Chain digests (agents/digests.py): each tenant's chain tip signed with an Ed25519 key kept out of the
+# database, written to CHAIN_DIGEST_DIR on demand and every CHAIN_DIGEST_INTERVAL_S by Celery beat.
+_STATE_DIR = Path(os.environ.get("GROUNDED_DATA_DIR") or BASE_DIR / ".data" / "pg")
+CHAIN_SIGNING_KEY = os.environ.get("CHAIN_SIGNING_KEY", "").strip()  # base64 of a 32-byte Ed25519 private key
+CHAIN_SIGNING_KEY_FILE = os.environ.get("CHAIN_SIGNING_KEY_FILE") or f"{_STATE_DIR}.chain_key"
+CHAIN_DIGEST_DIR = os.environ.get("CHAIN_DIGEST_DIR") or f"{_STATE_DIR}.digests"
+CHAIN_DIGEST_INTERVAL_S = env_int("CHAIN_DIGEST_INTERVAL_S", 3600)
+# Days the text a run retrieved is kept for audit (agents/evidence.py); Tenant.settings["evidence_retention_days"] overrides.
+EVIDENCE_RETENTION_DAYS = env_int("EVIDENCE_RETENTION_DAYS", 365)
+
 # --- Security (production) ---------------------------------------------------------------------
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"

@@ -37,7 +37,8 @@ def upload_document(*, scope: Scope, corpus: Corpus, filename: str, data: bytes,
                     title: str | None = None) -> tuple[Document, IngestJob | None]:
     """Store an upload and queue its ingestion; returns at once (the job runs after commit).
 
-    Same source name and same bytes: no-op, returns (document, None) (a failed document is retried).
+    Same source name and same bytes: no-op, returns (document, None) (a failed document is retried; one
+    still pending or processing, e.g. after its worker died, is resumed and its job returned).
     Changed bytes: version + 1, status pending, a new job. Raises UploadRejected(field, message).
     """
     access.check_may_edit_documents(scope)
@@ -94,6 +95,8 @@ def upload_document(*, scope: Scope, corpus: Corpus, filename: str, data: bytes,
                 document.title, changed = title, [*changed, "title"]
             if changed:
                 document.save(update_fields=[*changed, "updated_at"])
+            if document.status in (DocumentStatus.PENDING, DocumentStatus.PROCESSING):
+                return document, _resume_ingest(scope, document)
             return document, None
         if document.sha256 != sha:
             document.version += 1
@@ -132,6 +135,18 @@ def delete_document(*, scope: Scope, document: Document) -> None:
         locked.delete()
         with connections["default"].cursor() as cur:
             cur.execute("UPDATE kb_corpus SET chunk_count = GREATEST(0, chunk_count - %s) WHERE id = %s", [removed, locked.corpus_id])
+
+
+def _resume_ingest(scope: Scope, document: Document) -> IngestJob:
+    """The same bytes uploaded again while the document is not ready: send its unfinished job again (safe:
+    a job still alive holds its lease and the duplicate returns "busy"; one whose worker died is taken
+    up), or queue a new one if it has none (the database stopped between the upload and its job)."""
+    job = (IngestJob.objects.for_scope(scope).filter(document=document, kind=IngestJob.Kind.INGEST,
+                                                     status__in=[JobStatus.QUEUED, JobStatus.RUNNING]).order_by("-id").first())
+    if job is None:
+        return _queue_ingest(scope, document)
+    enqueue_job(job.id, scope.tenant_id, job.kind)
+    return job
 
 
 def _queue_ingest(scope: Scope, document: Document) -> IngestJob:

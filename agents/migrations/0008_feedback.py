@@ -10,7 +10,7 @@ from tenants.rls import enable_rls
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('agents', '0005_conversations'),
+        ('agents', '0007_conversations'),
         ('tenants', '0004_backfill_tenant_users'),
     ]
 

@@ -10,7 +10,7 @@ from tenants.rls import enable_rls
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('agents', '0004_outcome_unverified_withheld'),
+        ('agents', '0006_evidence'),
         ('tenants', '0004_backfill_tenant_users'),
     ]
 
