@@ -59,13 +59,18 @@ def _plain(value):
 
 
 # Columns added after runs were first chained: hashed only when they hold something, so the runs
-# written before them keep their hashes.
+# written before them keep their hashes. "Nothing" is NULL or an empty text or JSON value, never 0:
+# a link changed from NULL to 0 must break the hash like any other change.
 LATER_COLUMNS = frozenset({"model_input", "conversation_id", "turn", "message"})  # the last three: a run's conversation turn
+
+
+def _empty(value) -> bool:
+    return value is None or (isinstance(value, str | dict | list) and not value)
 
 
 def canonical_row(instance: models.Model) -> dict:
     return {f.attname: _plain(getattr(instance, f.attname)) for f in instance._meta.concrete_fields
-            if f.attname != "hash" and not (f.attname in LATER_COLUMNS and not getattr(instance, f.attname))}
+            if f.attname != "hash" and not (f.attname in LATER_COLUMNS and _empty(getattr(instance, f.attname)))}
 
 
 def run_hash(run: Run, steps: Iterable[RunStep], citations: Iterable[Citation]) -> str:
