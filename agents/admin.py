@@ -25,7 +25,8 @@ from django.utils.html import format_html
 
 from agents import evidence
 from agents.chain import GENESIS, run_hash
-from agents.models import Citation, Outcome, Run, RunStep, Verdict
+from agents.feedback_admin import RunFeedbackFilter
+from agents.models import Citation, Feedback, Outcome, Run, RunStep, Verdict
 from agents.review import principal_names, search_runs
 from kb.models import Chunk, SourceChange
 from kb.sources.selectors import version_origins
@@ -146,9 +147,9 @@ class RunAdmin(TenantScopedAdmin):
     """Read-only audit review with filters, a per-run timeline and CSV/JSONL export."""
 
     list_display = ["id", "created_at", "tenant", "asked_by", "short_question", "strategy", "outcome", "citations_col",
-                    "tokens", "latency"]
+                    "feedback_col", "tokens", "latency"]
     list_filter = [scoped_filter("tenant", Tenant, "tenant"), DepartmentFilter, PrincipalFilter, ("created_at", admin.DateFieldListFilter),
-                   "outcome", "strategy", UnverifiedFilter]
+                   "outcome", "strategy", UnverifiedFilter, RunFeedbackFilter]
     search_fields = ["question", "answer"]
     date_hierarchy = None
     actions = None
@@ -170,8 +171,12 @@ class RunAdmin(TenantScopedAdmin):
         return filters if request.user.is_superuser else filters[1:]
 
     def get_queryset(self, request):
+        # A run's feedback is visible exactly when the run is (agents.access.visible_feedback).
         return scoped_queryset(request, Run).select_related("tenant").annotate(
-            n_citations=Count("citations"), n_unverified=Count("citations", filter=Q(citations__verdict__in=UNVERIFIED)))
+            n_citations=Count("citations", distinct=True),
+            n_unverified=Count("citations", filter=Q(citations__verdict__in=UNVERIFIED), distinct=True),
+            feedback_up=Count("feedback", filter=Q(feedback__rating="up"), distinct=True),
+            feedback_down=Count("feedback", filter=Q(feedback__rating="down"), distinct=True))
 
     def get_search_results(self, request, queryset, search_term):
         """The changelist search: full-text over question and answer, or a substring (agents.review)."""
@@ -201,6 +206,11 @@ class RunAdmin(TenantScopedAdmin):
         if obj.n_unverified:
             return format_html('{} (<strong style="color:#ba2121">{}</strong>)', obj.n_citations, obj.n_unverified)
         return str(obj.n_citations)
+
+    @admin.display(description="feedback")
+    def feedback_col(self, obj) -> str:
+        parts = [f"▲ {obj.feedback_up}" if obj.feedback_up else "", f"▼ {obj.feedback_down}" if obj.feedback_down else ""]
+        return " ".join(p for p in parts if p) or "—"
 
     @admin.display(description="tokens in/out")
     def tokens(self, obj) -> str:
@@ -248,10 +258,16 @@ class RunAdmin(TenantScopedAdmin):
         out = io.StringIO()
         writer = csv.writer(out)
         cols = ["id", "tenant_id", "seq", "created_at", "principal", "question", "strategy", "outcome", "grounded", "answer",
-                "n_citations", "n_unverified", "input_tokens", "output_tokens", "tool_calls", "latency_ms", "hash"]
-        writer.writerow(cols)
-        for run in self._filtered(request).iterator(chunk_size=500):
-            writer.writerow([_cell(getattr(run, c)) for c in cols])
+                "n_citations", "n_unverified", "input_tokens", "output_tokens", "tool_calls", "latency_ms", "hash",
+                "conversation_id", "turn", "message", "feedback_up", "feedback_down"]
+        writer.writerow([*cols, "feedback_comments"])
+        runs = list(self._filtered(request)[:50_000])
+        comments: dict[int, list[str]] = {}
+        for run_id, rating, comment in scoped_queryset(request, Feedback).filter(run_id__in=[r.id for r in runs]).exclude(
+                comment="").order_by("created_at").values_list("run_id", "rating", "comment"):
+            comments.setdefault(run_id, []).append(f"{rating}: {comment}")
+        for run in runs:
+            writer.writerow([*(_cell(getattr(run, c)) for c in cols), _cell(" | ".join(comments.get(run.id, [])))])
         response = HttpResponse(out.getvalue(), content_type="text/csv; charset=utf-8")
         response["Content-Disposition"] = 'attachment; filename="runs.csv"'
         return response
@@ -266,9 +282,13 @@ class RunAdmin(TenantScopedAdmin):
             steps.setdefault(s["run_id"], []).append(s)
         for c in scoped_queryset(request, Citation).filter(run_id__in=ids).order_by("run_id", "ordinal").values():
             cites.setdefault(c["run_id"], []).append(c)
+        feedback: dict[int, list] = {}
+        for f in scoped_queryset(request, Feedback).filter(run_id__in=ids).order_by("run_id", "created_at").values(
+                "run_id", "rating", "comment", "principal", "created_at"):
+            feedback.setdefault(f["run_id"], []).append(f)
         for run in runs:
             row = {f.attname: getattr(run, f.attname) for f in Run._meta.concrete_fields}
-            row.update(steps=steps.get(run.id, []), citations=cites.get(run.id, []))
+            row.update(steps=steps.get(run.id, []), citations=cites.get(run.id, []), feedback=feedback.get(run.id, []))
             lines.append(json.dumps(row, default=str, ensure_ascii=False))
         response = HttpResponse("\n".join(lines) + ("\n" if lines else ""), content_type="application/x-ndjson; charset=utf-8")
         response["Content-Disposition"] = 'attachment; filename="runs.jsonl"'

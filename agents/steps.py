@@ -167,28 +167,31 @@ class RunState:
 
 
 def call_model(state: RunState, task: Task, messages: list[Message], *, tools_enabled: bool,
-               context: tuple[ContextChunk, ...] = (), facets: Facets | None = None) -> ModelTurn:
+               context: tuple[ContextChunk, ...] = (), facets: Facets | None = None,
+               history: tuple[tuple[str, str], ...] = ()) -> ModelTurn:
     """One model call, traced. A reply the output cap cut off (finish_reason "length") is retried once
     with a note asking for a shorter reply; if that is cut off too, the turn is returned marked
     (`turn.truncated`, its text in state.truncated, its step's error says so) and never counts as complete."""
-    turn = _call_once(state, task, messages, tools_enabled=tools_enabled, context=context, facets=facets)
+    turn = _call_once(state, task, messages, tools_enabled=tools_enabled, context=context, facets=facets, history=history)
     if not turn.truncated:
         return turn
     retry = [*messages, UserMessage(truncated_note(state.output_cap(task)))]
-    turn = _call_once(state, task, retry, tools_enabled=tools_enabled, context=context, facets=facets, retry_of_truncated=True)
+    turn = _call_once(state, task, retry, tools_enabled=tools_enabled, context=context, facets=facets, history=history,
+                      retry_of_truncated=True)
     if turn.truncated:
         state.truncated.add(turn.text)
     return turn
 
 
 def _call_once(state: RunState, task: Task, messages: list[Message], *, tools_enabled: bool,
-               context: tuple[ContextChunk, ...] = (), facets: Facets | None = None, retry_of_truncated: bool = False) -> ModelTurn:
+               context: tuple[ContextChunk, ...] = (), facets: Facets | None = None, history: tuple[tuple[str, str], ...] = (),
+               retry_of_truncated: bool = False) -> ModelTurn:
     conversational = task in ("agent", "repair")  # continues the tool conversation, so tools stay declared
     request = ModelRequest(task=task, system=system_prompt(with_tools=tools_enabled and task == "agent"),
                            messages=tuple(messages), tools=TOOL_SPECS if conversational else (), tools_enabled=tools_enabled,
                            question=state.question, context=context, deadline=state.deadline,
                            facets=facets.summary() if facets is not None else None,
-                           max_output_tokens=state.output_cap(task))
+                           max_output_tokens=state.output_cap(task), history=history)
     started = time.perf_counter()
     step = StepRecord(ordinal=len(state.steps), kind="model_call", name=task,
                       arguments={"provider": state.provider.name, "model": state.provider.model, "tools_enabled": tools_enabled,

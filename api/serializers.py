@@ -11,7 +11,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from agents.loop import STRATEGIES
-from agents.models import Citation, Run, RunStep
+from agents.models import Citation, Conversation, Feedback, Run, RunStep
 from kb.access import check_may_create_corpus
 from kb.metadata import NOT_A_JSON_OBJECT, MetadataRejected, json_problem, parse_metadata, text_problem
 from kb.models import DEFAULT_CHUNK_TARGET_TOKENS, Corpus, Document, IngestJob
@@ -327,7 +327,8 @@ class RunSerializer(serializers.ModelSerializer):
         model = Run
         fields = ["id", "seq", "principal", "principal_name", "scope", "question", "strategy_requested", "strategy", "provider", "model",
                   "prompt_version", "budgets", "answer", "outcome", "grounded", "strict", "missing", "error", "input_tokens",
-                  "output_tokens", "tool_calls", "latency_ms", "created_at", "prev_hash", "hash", "unverified_citations"]
+                  "output_tokens", "tool_calls", "latency_ms", "created_at", "prev_hash", "hash", "unverified_citations",
+                  "conversation", "turn", "message"]
         read_only_fields = fields
 
     def get_principal_name(self, obj) -> str:
@@ -362,8 +363,9 @@ class CitationSerializer(serializers.ModelSerializer):
         chunk = self.context.get("chunks", {}).get(obj.chunk_id)
         if chunk is None:
             return None
-        return {"id": chunk.id, "document_id": chunk.document_id, "document_title": chunk.document.title, "locator": chunk.locator,
-                "page": chunk.page, "text": chunk.text, "unchanged": chunk.content_hash == obj.content_hash}
+        return {"id": chunk.id, "document_id": chunk.document_id, "document_title": chunk.document.title,
+                "version": chunk.document.version, "locator": chunk.locator, "page": chunk.page, "text": chunk.text,
+                "unchanged": chunk.content_hash == obj.content_hash}
 
 
 class RunDetailSerializer(RunSerializer):
@@ -380,6 +382,59 @@ class RunDetailSerializer(RunSerializer):
 
     def get_citations(self, obj) -> CitationSerializer(many=True):  # type: ignore[valid-type]
         return CitationSerializer(self.context["citations"], many=True, context=self.context).data
+
+
+class ConversationSerializer(serializers.ModelSerializer):
+    turn_count = serializers.IntegerField(source="turns", read_only=True)
+
+    class Meta:
+        model = Conversation
+        fields = ["id", "title", "turn_count", "created_at", "updated_at"]
+        read_only_fields = ["id", "turn_count", "created_at", "updated_at"]
+        extra_kwargs = {"title": {"required": False, "allow_blank": True, "max_length": 200}}
+
+
+class TurnSerializer(serializers.ModelSerializer):
+    """One turn of a conversation: what was typed, the standalone question answered, and the answer.
+    The context carries `citations` (run id -> [Citation]) and `chunks` (id -> Chunk)."""
+
+    run_id = serializers.IntegerField(source="id", read_only=True)
+    citations = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Run
+        fields = ["run_id", "turn", "message", "question", "answer", "outcome", "grounded", "missing", "strategy", "created_at",
+                  "citations"]
+        read_only_fields = fields
+
+    def get_citations(self, obj) -> CitationSerializer(many=True):  # type: ignore[valid-type]
+        return CitationSerializer(self.context["citations"].get(obj.id, []), many=True, context=self.context).data
+
+
+class ConversationDetailSerializer(ConversationSerializer):
+    turns = serializers.SerializerMethodField(help_text="The turns in order (context: `runs`, `citations`, `chunks`).")
+
+    class Meta(ConversationSerializer.Meta):
+        fields = ConversationSerializer.Meta.fields + ["turns"]
+        read_only_fields = fields
+
+    def get_turns(self, obj) -> TurnSerializer(many=True):  # type: ignore[valid-type]
+        return TurnSerializer(self.context["runs"], many=True, context=self.context).data
+
+
+class MessageRequestSerializer(serializers.Serializer):
+    message = serializers.CharField(max_length=4000, trim_whitespace=True,
+                                    help_text="The next question, as the user typed it (a follow-up may refer to earlier turns).")
+    strategy = serializers.ChoiceField(choices=list(STRATEGIES), default="auto")
+
+
+class FeedbackSerializer(serializers.ModelSerializer):
+    comment = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+
+    class Meta:
+        model = Feedback
+        fields = ["id", "run", "principal", "rating", "comment", "created_at"]
+        read_only_fields = ["id", "run", "principal", "created_at"]
 
 
 class ChainStatusSerializer(serializers.Serializer):

@@ -6,7 +6,7 @@ import dataclasses
 import json
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, time
 
 from django.db import connections
@@ -167,22 +167,28 @@ def start_background(target) -> None:
     threading.Thread(target=target, daemon=True, name="ask-stream").start()
 
 
-def ask_events(scope: Scope, question: str, strategy: str) -> Iterator[bytes]:
+def ask_events(scope: Scope, question: str, strategy: str, *, asker: Callable[..., Run] | None = None) -> Iterator[bytes]:
     """The one encoding of a streamed question, as Server-Sent Events: `step` per agent step as it
     happens, then `answer` (answer, outcome, grounded, missing, citations) and `done` (run_id,
-    latency_ms), sent only once the run is stored, or `error` (code, message) instead of those two
-    (`run_not_recorded` when storing the run failed: the steps seen belong to no record); a `: keepalive` comment after every
-    KEEPALIVE_SECONDS of silence. The run goes on (and is stored) if the client stops reading."""
+    latency_ms; conversation_id, turn and the standalone question for a conversation's turn), sent
+    only once the run is stored, or `error` (code, message) instead of those two (`run_not_recorded`
+    when storing the run failed: the steps seen belong to no record); a `: keepalive` comment after
+    every KEEPALIVE_SECONDS of silence. The run goes on (and is stored) if the client stops reading.
+    `asker` answers instead of `ask` (called with scope, question, strategy and on_step): a
+    conversation's turn."""
     events: queue.Queue = queue.Queue()
 
     def work() -> None:
         try:
-            run = _ask(scope=scope, question=question, strategy=strategy,
-                       on_step=lambda step: events.put(("step", step_json(step))))
+            run = (asker or _ask)(scope=scope, question=question, strategy=strategy,
+                                  on_step=lambda step: events.put(("step", step_json(step))))
             with activate(scope):
                 detail = run_detail(scope, run)
             events.put(("answer", {k: detail[k] for k in ("answer", "outcome", "grounded", "missing", "citations")}))
-            events.put(("done", {"run_id": run.id, "latency_ms": detail["latency_ms"]}))
+            done = {"run_id": run.id, "latency_ms": detail["latency_ms"]}
+            if run.conversation_id is not None:
+                done.update(conversation_id=run.conversation_id, turn=run.turn, question=run.question)
+            events.put(("done", done))
         except RunNotRecorded as exc:  # the steps streamed so far belong to no stored run: say so
             events.put(("error", {"code": "run_not_recorded", "message": str(exc)[:500]}))
         except Exception as exc:  # reported to the client as an event; the run (if any) is in the trace

@@ -33,6 +33,7 @@ from django.urls import URLPattern, URLResolver, get_resolver
 from rest_framework.parsers import JSONParser, MultiPartParser
 from rest_framework.test import APIClient
 
+from agents.conversations import start_conversation
 from agents.services import ask
 from kb.models import Source
 from tenants.models import ApiKey, Membership, TenantUser
@@ -117,6 +118,9 @@ def _build(world, actor: Actor) -> Matrix:
                   Scope(w.a.id, frozenset({w.eng.id}), role="reader", principal="matrix"),
                   Scope(w.b.id, all_departments=True, role="reader", principal="matrix")):
         ask(scope=scope, question="What is the hotel limit per night?", strategy="classic", provider="offline")
+    # A conversation in each tenant, owned by a principal no actor is (so none may continue, see or delete it).
+    for tenant in (w.a, w.b):
+        start_conversation(scope=Scope(tenant.id, all_departments=True, role="reader", principal="matrix"), title="matrix")
     # The actor.
     tenant = w.a if actor.tenant == "a" else w.b
     actor.tenant_id = tenant.id
@@ -387,7 +391,8 @@ def _form(values: dict) -> dict:
 
 
 API_MODEL = {"corpus_id": "kb_corpus", "document_id": "kb_document", "job_id": "kb_ingestjob", "run_id": "agents_run",
-             "key_id": "tenants_apikey", "member_id": "tenants_membership", "source_id": "kb_source"}
+             "key_id": "tenants_apikey", "member_id": "tenants_membership", "source_id": "kb_source",
+             "conversation_id": "agents_conversation"}
 
 
 def api_routes() -> list[tuple[str, URLPattern]]:

@@ -31,6 +31,7 @@ def foreign(world, monkeypatch, settings):
     settings.RATE_LIMIT_PER_MINUTE = 100_000
     monkeypatch.setattr(agent_views, "start_background", lambda target: target())
     world.client("b-reader").post("/api/v1/ask/", {"question": f"What is the Globex hotel limit {CANARY}?"}, format="json")
+    conversation = world.client("b-reader").post("/api/v1/conversations/", {"title": CANARY}, format="json").json()
     b = whole_tenant(world.b)
     with activate(b):
         doc = Document.objects.for_scope(b).first()
@@ -43,7 +44,7 @@ def foreign(world, monkeypatch, settings):
 
     member = make_membership(get_user_model().objects.create(username=f"user-{CANARY}"), world.b, "admin")
     return {"corpus_id": world.b_corpus.id, "document_id": doc.id, "job_id": job.id, "run_id": run.id,
-            "key_id": key.id, "member_id": member.id, "source_id": source.id}
+            "key_id": key.id, "member_id": member.id, "source_id": source.id, "conversation_id": conversation["id"]}
 
 
 @pytest.fixture

@@ -186,6 +186,7 @@ API_PROBES: dict[str, dict[str, Callable[[CanaryWorld, Side, str], list[Req]]]] 
     "document-detail": {"get": _path_probe("/api/v1/documents/{id}/", "document_ids"),
                         "delete": _path_probe("/api/v1/documents/{id}/", "document_ids")},
     "document-reingest": {"post": _path_probe("/api/v1/documents/{id}/reingest/", "document_ids")},
+    "document-file": {"get": _path_probe("/api/v1/documents/{id}/file/", "document_ids")},
     "job-list": {"get": probe_list("/api/v1/jobs/", "job_ids", lambda s: [{}, *({"document": d} for d in s.document_ids)])},
     "job-detail": {"get": _path_probe("/api/v1/jobs/{id}/", "job_ids")},
     "search": {"post": probe_search},
@@ -206,6 +207,18 @@ API_PROBES: dict[str, dict[str, Callable[[CanaryWorld, Side, str], list[Req]]]] 
     "source-sync": {"post": _path_probe("/api/v1/sources/{id}/sync/", "source_ids")},
     "source-sync-list": {"get": _path_probe("/api/v1/sources/{id}/syncs/", "source_ids")},
     "source-item-list": {"get": probe_source_items},
+    "chat": {"get": probe_static("/")},
+    "login": {"get": probe_static("/login/"), "post": probe_static("/login/"), "put": probe_static("/login/")},
+    "logout": {"get": probe_static("/logout/"), "post": probe_static("/logout/")},
+    "conversation-list": {"get": probe_list("/api/v1/conversations/", "conversation_ids", lambda s: [{}]),
+                          "post": probe_static("/api/v1/conversations/")},
+    "conversation-detail": {"get": _path_probe("/api/v1/conversations/{id}/", "conversation_ids"),
+                            "delete": _path_probe("/api/v1/conversations/{id}/", "conversation_ids")},
+    "conversation-messages": {"post": _path_probe("/api/v1/conversations/{id}/messages/", "conversation_ids", {"message": "and then?"})},
+    "conversation-messages-stream": {"post": _path_probe("/api/v1/conversations/{id}/messages/stream/", "conversation_ids",
+                                                         {"message": "and then?"})},
+    "run-feedback": {"post": _path_probe("/api/v1/runs/{id}/feedback/", "run_ids", {"rating": "up", "comment": "probe"})},
+    "feedback-list": {"get": probe_list("/api/v1/feedback/", "feedback_ids", lambda s: [{}, {"rating": "down"}])},
     "member-detail": {"get": _path_probe("/api/v1/members/{id}/", "member_ids"),
                       "patch": _path_probe("/api/v1/members/{id}/", "member_ids", {"role": "admin"}),
                       "delete": _path_probe("/api/v1/members/{id}/", "member_ids")},
@@ -237,14 +250,15 @@ def returned_ids(payload, key: str) -> set[int]:
 
 
 def e_snapshot(w: CanaryWorld) -> str:
-    """A's Engineering rows (corpus, document, chunks, job, key, membership)."""
+    """A's Engineering rows (corpus, document, chunks, job, key, membership, conversation)."""
     from tests.reliability.world import _rows
 
     s, parts = w.e_side, []
     for table, column, ids in (("kb_corpus", "id", s.corpus_ids), ("kb_document", "id", s.document_ids),
                                ("kb_chunk", "document_id", s.document_ids), ("kb_ingestjob", "id", s.job_ids),
                                ("tenants_apikey", "id", s.key_ids), ("tenants_membership", "id", s.member_ids),
-                               ("kb_source", "id", s.source_ids), ("kb_sourceitem", "source_id", s.source_ids)):
+                               ("kb_source", "id", s.source_ids), ("kb_sourceitem", "source_id", s.source_ids),
+                               ("agents_conversation", "id", s.conversation_ids)):
         rows = _rows(f"SELECT t::text FROM {table} t WHERE {column} = ANY(%s) ORDER BY 1", [ids], w.a.id)
         assert rows, f"no {table} rows of A-Engineering visible"
         parts += rows
@@ -497,7 +511,8 @@ def test_every_celery_task_with_foreign_ids_touches_nothing_of_theirs(canary_wor
 
 ADMIN_MODEL_IDS = {  # admin URL name prefix -> the Side attribute holding that model's ids
     "kb_corpus": "corpus_ids", "kb_document": "document_ids", "kb_chunk": "chunk_ids", "kb_ingestjob": "job_ids",
-    "agents_run": "run_ids", "tenants_apikey": "key_ids", "tenants_membership": "member_ids", "auth_user": "user_ids",
+    "agents_run": "run_ids", "agents_feedback": "feedback_ids", "tenants_apikey": "key_ids", "tenants_membership": "member_ids",
+    "auth_user": "user_ids",
     "tenants_department": "department_ids", "tenants_tenant": "tenant_id", "auth_group": "group_ids",
     "kb_source": "source_ids",
 }

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from django.contrib.auth import get_user_model
 from django.db import connections
 
+from agents.conversations import send_message, start_conversation
+from agents.feedback import give_feedback
 from agents.services import ask
 from kb.ingest import run_ingest_job, upload_document
 from kb.models import Chunk, Corpus, Document, IngestJob, SourceChange, SourceItem, SourceSync
@@ -55,6 +57,8 @@ class Side:
     user_ids: list[int] = field(default_factory=list)
     source_ids: list[int] = field(default_factory=list)
     source_sync_ids: list[int] = field(default_factory=list)
+    conversation_ids: list[int] = field(default_factory=list)
+    feedback_ids: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -212,13 +216,21 @@ def build_world() -> CanaryWorld:
     planted.append(e_run.question.split()[-1])
     e_side.run_ids.append(e_run.id)
     assert any(B_PREFIX in r.answer for r in b_runs), "B's own runs should quote its canary (the world is wrong otherwise)"
+    # A conversation with a turn, and feedback, on each side.
+    for side, scope, question, run in ((b_side, whole_tenant(b), B_QUESTION, b_runs[0]), (e_side, e_scope, E_QUESTION, e_run)):
+        conversation = start_conversation(scope=scope, title=canary(B_PREFIX if side is b_side else E_PREFIX, "conv"))
+        planted.append(conversation.title)
+        send_message(scope=scope, conversation_id=conversation.id, message=question, provider="offline")
+        side.conversation_ids.append(conversation.id)
+        side.feedback_ids.append(give_feedback(scope=scope, run_id=run.id, rating="down", comment=conversation.title).id)
     return CanaryWorld(a=a, b=b, a_sales=a_sales, a_eng=a_eng, keys=keys, b_side=b_side, e_side=e_side, a_own=a_own,
                        planted=planted)
 
 
 TENANT_TABLES = ("kb_corpus", "kb_document", "kb_documentcontent", "kb_chunk", "kb_ingestjob", "kb_embeddingcache",
                  "kb_source", "kb_sourcesync", "kb_sourceitem", "kb_sourcechange",
-                 "agents_run", "agents_runstep", "agents_citation", "tenants_apikey", "tenants_membership", "tenants_department")
+                 "agents_run", "agents_runstep", "agents_citation", "agents_conversation", "agents_feedback", "tenants_apikey",
+                 "tenants_membership", "tenants_department")
 
 
 def _rows(sql: str, params: list, tenant_id: int) -> list[str]:
