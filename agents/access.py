@@ -5,13 +5,20 @@ Runs are read by auditors and admins. A department-limited caller sees only runs
 themselves confined to departments it can see: a whole-tenant run may have read any department, so
 its question, steps and answer are not for a department's eyes. Steps and citations follow their run.
 Runs are append-only: nobody changes them (the database refuses it as well; agents.chain).
+
+Feedback is given by the principal that asked, on its own runs (`access_own_run`); it is read, like
+the runs it is about, by auditors and admins.
+
+Conversations belong to the principal that started them: only that principal (the same user, or the
+same key) sees and continues one, and not once its owner deleted (hid) it. Auditors read a
+conversation's turns as runs.
 """
 
 from __future__ import annotations
 
 from django.db.models import QuerySet
 
-from agents.models import Citation, Run, RunStep
+from agents.models import Citation, Conversation, Feedback, Run, RunStep
 from tenants.access import one, visibility_rule
 from tenants.scope import NotAllowed, Scope
 
@@ -49,3 +56,23 @@ def check_may_audit(scope: Scope) -> None:
 def check_may_ask(scope: Scope) -> None:
     if scope.role not in ASKERS:
         raise NotAllowed("your role does not allow asking")
+
+
+@visibility_rule(Conversation)
+def visible_conversations(scope: Scope) -> QuerySet:
+    """The caller's own conversations that it has not deleted."""
+    return Conversation.objects.for_scope(scope).filter(principal=scope.principal, hidden_at__isnull=True)
+
+
+def access_conversation(scope: Scope, conversation_id: object) -> Conversation:
+    return one(visible_conversations(scope), conversation_id, "conversation")
+
+
+def access_own_run(scope: Scope, run_id: object) -> Run:
+    """One of the runs the caller itself asked (for feedback on its answer); NotVisible otherwise."""
+    return one(Run.objects.for_scope(scope).filter(principal=scope.principal), run_id, "run")
+
+
+@visibility_rule(Feedback)
+def visible_feedback(scope: Scope) -> QuerySet:
+    return Feedback.objects.for_scope(scope).filter(run__in=visible_runs(scope))

@@ -11,6 +11,7 @@ import csv
 import dataclasses
 import io
 import json
+from datetime import UTC, datetime
 
 from django import forms
 from django.contrib import admin, messages
@@ -22,13 +23,17 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 
+from agents import evidence
 from agents.chain import GENESIS, run_hash
-from agents.models import Citation, Outcome, Run, RunStep, Verdict
+from agents.feedback_admin import RunFeedbackFilter
+from agents.models import Citation, Feedback, Outcome, Run, RunStep, Verdict
 from agents.review import principal_names, search_runs
-from kb.models import Chunk
+from kb.models import Chunk, SourceChange
+from kb.sources.selectors import version_origins
 from tenants.access import ROLE_GRANTS, visible_api_keys, visible_memberships
 from tenants.admin_base import TenantScopedAdmin, admin_role, admin_scope, scoped, scoped_filter, scoped_queryset, scoped_view
 from tenants.models import ApiKey, Department, Membership, Tenant
+from tenants.scope import Scope, activate
 
 AUDITORS = frozenset({"auditor", "admin"})
 UNVERIFIED = [v for v in Verdict.values if v != Verdict.VERIFIED]
@@ -112,14 +117,29 @@ def trace_context(request, run: Run) -> dict:
              "link_ok": expected_prev is not None and expected_prev == run.prev_hash}
     chain["ok"] = chain["hash_ok"] and chain["link_ok"]
     name_principals(request, [run])
+    # A superuser reads every tenant: the run's whole tenant, as the audit reader of that run.
+    reader = admin_scope(request) or Scope(tenant_id=run.tenant_id, all_departments=True, role="auditor", principal="superuser")
+    with activate(reader):
+        kept = evidence.for_citations(reader, [(c.chunk_id, c.content_hash) for c in citations])
+    # Which source sync produced each cited version (documents that came from a source).
+    versions = {(e.document_id, e.document_version) for e in kept.values()} | {
+        (ch.document_id, ch.document.version) for ch in chunks.values()}
+    origins = version_origins(scoped_queryset(request, SourceChange), versions)
     return {
         "run": run,
         "steps": [{"step": s, "chunks": [(i, chunks.get(i)) for i in (s.chunk_ids or [])]} for s in steps],
-        "citations": [{"citation": c, "chunk": chunks.get(c.chunk_id),
+        "citations": [{"citation": c, "chunk": chunks.get(c.chunk_id), "evidence": kept.get((c.chunk_id, c.content_hash)),
+                       "origin": _origin(origins, kept.get((c.chunk_id, c.content_hash)), chunks.get(c.chunk_id)),
                        "changed": c.chunk_id in chunks and chunks[c.chunk_id].content_hash != c.content_hash} for c in citations],
         "chain": chain,
         "unverified": sum(1 for c in citations if c.verdict != Verdict.VERIFIED),
     }
+
+
+def _origin(origins: dict, kept, chunk) -> dict | None:
+    if kept is not None:
+        return origins.get((kept.document_id, kept.document_version))
+    return origins.get((chunk.document_id, chunk.document.version)) if chunk is not None else None
 
 
 @admin.register(Run)
@@ -127,9 +147,9 @@ class RunAdmin(TenantScopedAdmin):
     """Read-only audit review with filters, a per-run timeline and CSV/JSONL export."""
 
     list_display = ["id", "created_at", "tenant", "asked_by", "short_question", "strategy", "outcome", "citations_col",
-                    "tokens", "latency"]
+                    "feedback_col", "tokens", "latency"]
     list_filter = [scoped_filter("tenant", Tenant, "tenant"), DepartmentFilter, PrincipalFilter, ("created_at", admin.DateFieldListFilter),
-                   "outcome", "strategy", UnverifiedFilter]
+                   "outcome", "strategy", UnverifiedFilter, RunFeedbackFilter]
     search_fields = ["question", "answer"]
     date_hierarchy = None
     actions = None
@@ -151,8 +171,12 @@ class RunAdmin(TenantScopedAdmin):
         return filters if request.user.is_superuser else filters[1:]
 
     def get_queryset(self, request):
+        # A run's feedback is visible exactly when the run is (agents.access.visible_feedback).
         return scoped_queryset(request, Run).select_related("tenant").annotate(
-            n_citations=Count("citations"), n_unverified=Count("citations", filter=Q(citations__verdict__in=UNVERIFIED)))
+            n_citations=Count("citations", distinct=True),
+            n_unverified=Count("citations", filter=Q(citations__verdict__in=UNVERIFIED), distinct=True),
+            feedback_up=Count("feedback", filter=Q(feedback__rating="up"), distinct=True),
+            feedback_down=Count("feedback", filter=Q(feedback__rating="down"), distinct=True))
 
     def get_search_results(self, request, queryset, search_term):
         """The changelist search: full-text over question and answer, or a substring (agents.review)."""
@@ -182,6 +206,11 @@ class RunAdmin(TenantScopedAdmin):
         if obj.n_unverified:
             return format_html('{} (<strong style="color:#ba2121">{}</strong>)', obj.n_citations, obj.n_unverified)
         return str(obj.n_citations)
+
+    @admin.display(description="feedback")
+    def feedback_col(self, obj) -> str:
+        parts = [f"▲ {obj.feedback_up}" if obj.feedback_up else "", f"▼ {obj.feedback_down}" if obj.feedback_down else ""]
+        return " ".join(p for p in parts if p) or "—"
 
     @admin.display(description="tokens in/out")
     def tokens(self, obj) -> str:
@@ -229,10 +258,16 @@ class RunAdmin(TenantScopedAdmin):
         out = io.StringIO()
         writer = csv.writer(out)
         cols = ["id", "tenant_id", "seq", "created_at", "principal", "question", "strategy", "outcome", "grounded", "answer",
-                "n_citations", "n_unverified", "input_tokens", "output_tokens", "tool_calls", "latency_ms", "hash"]
-        writer.writerow(cols)
-        for run in self._filtered(request).iterator(chunk_size=500):
-            writer.writerow([_cell(getattr(run, c)) for c in cols])
+                "n_citations", "n_unverified", "input_tokens", "output_tokens", "tool_calls", "latency_ms", "hash",
+                "conversation_id", "turn", "message", "feedback_up", "feedback_down"]
+        writer.writerow([*cols, "feedback_comments"])
+        runs = list(self._filtered(request)[:50_000])
+        comments: dict[int, list[str]] = {}
+        for run_id, rating, comment in scoped_queryset(request, Feedback).filter(run_id__in=[r.id for r in runs]).exclude(
+                comment="").order_by("created_at").values_list("run_id", "rating", "comment"):
+            comments.setdefault(run_id, []).append(f"{rating}: {comment}")
+        for run in runs:
+            writer.writerow([*(_cell(getattr(run, c)) for c in cols), _cell(" | ".join(comments.get(run.id, [])))])
         response = HttpResponse(out.getvalue(), content_type="text/csv; charset=utf-8")
         response["Content-Disposition"] = 'attachment; filename="runs.csv"'
         return response
@@ -247,9 +282,13 @@ class RunAdmin(TenantScopedAdmin):
             steps.setdefault(s["run_id"], []).append(s)
         for c in scoped_queryset(request, Citation).filter(run_id__in=ids).order_by("run_id", "ordinal").values():
             cites.setdefault(c["run_id"], []).append(c)
+        feedback: dict[int, list] = {}
+        for f in scoped_queryset(request, Feedback).filter(run_id__in=ids).order_by("run_id", "created_at").values(
+                "run_id", "rating", "comment", "principal", "created_at"):
+            feedback.setdefault(f["run_id"], []).append(f)
         for run in runs:
             row = {f.attname: getattr(run, f.attname) for f in Run._meta.concrete_fields}
-            row.update(steps=steps.get(run.id, []), citations=cites.get(run.id, []))
+            row.update(steps=steps.get(run.id, []), citations=cites.get(run.id, []), feedback=feedback.get(run.id, []))
             lines.append(json.dumps(row, default=str, ensure_ascii=False))
         response = HttpResponse("\n".join(lines) + ("\n" if lines else ""), content_type="application/x-ndjson; charset=utf-8")
         response["Content-Disposition"] = 'attachment; filename="runs.jsonl"'
@@ -283,7 +322,8 @@ class RunAdmin(TenantScopedAdmin):
             form = PlaygroundForm(request.POST or None, choices=playground_choices(request), strategies=STRATEGIES)
             valid = request.method == "POST" and form.is_valid()
             scope = resolve_actor(request, form.cleaned_data["act_as"]) if valid else None
-        context = {**self.admin_site.each_context(request), "opts": self.opts, "title": "Ask playground", "form": form}
+        context = {**self.admin_site.each_context(request), "opts": self.opts, "title": "Ask playground", "form": form,
+                   "providers": provider_rows()}
         if valid:
             if scope is None:
                 form.add_error("act_as", "not found")
@@ -299,6 +339,21 @@ class RunAdmin(TenantScopedAdmin):
                         context.update(trace_context(request, run), acted_scope=scope.as_dict())
                         return TemplateResponse(request, "admin/agents/run/playground.html", context).render()
         return TemplateResponse(request, "admin/agents/run/playground.html", context)
+
+
+def provider_rows() -> list[dict]:
+    """Each configured answer provider's capabilities as /healthz reports them (cached probe results; a
+    provider not yet probed is being probed in the background), for the playground's table."""
+    from agents.providers.capabilities import provider_report
+
+    report = provider_report()
+    rows = []
+    for name, found in report.items():
+        if name == "default":
+            continue
+        rows.append({"name": name, "default": name == report["default"], **found,
+                     "checked": datetime.fromtimestamp(found["checked_at"], tz=UTC) if found.get("checked_at") else None})
+    return rows
 
 
 class PlaygroundForm(forms.Form):

@@ -27,6 +27,10 @@ class Budgets:
     # What the answer and judge calls may show: room for max_context_chunks whole chunks and their tags.
     context_chars: int = 20_000
     pipeline_rounds: int = 3
+    # A conversation turn sees at most this many earlier turns, and no more of them than fit in
+    # history_tokens (about 4 characters a token; the oldest go first; agents.conversations).
+    history_turns: int = 6
+    history_tokens: int = 1_500
     strict_citations: bool = False
 
     def as_dict(self) -> dict:
@@ -37,7 +41,7 @@ _LIMITS: dict[str, tuple[float, float]] = {
     "max_tool_calls": (0, 100), "max_iterations": (1, 30), "max_context_chunks": (1, 50), "max_tokens": (1_000, 2_000_000),
     "max_wall_seconds": (1, 900), "max_k": (1, 50), "tool_output_chars": (500, 100_000), "chunk_chars": (200, 20_000),
     "context_chars": (1_000, 200_000),
-    "pipeline_rounds": (1, 6), "max_output_tokens": (64, 32_000),
+    "pipeline_rounds": (1, 6), "max_output_tokens": (64, 32_000), "history_turns": (0, 50), "history_tokens": (0, 50_000),
 }
 
 

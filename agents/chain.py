@@ -25,7 +25,7 @@ from agents.models import Citation, Run, RunStep
 
 GENESIS = "0" * 64
 CHAIN_LOCK_CLASS = 0x6167  # first key of pg_advisory_xact_lock(int4, int4); the second is the tenant id
-TRACE_TABLES = ("agents_run", "agents_runstep", "agents_citation")
+TRACE_TABLES = ("agents_run", "agents_runstep", "agents_citation", "agents_feedback")  # append-only for the app role
 
 
 def clean_json(value):
@@ -58,8 +58,19 @@ def _plain(value):
     return value
 
 
+# Columns added after runs were first chained: hashed only when they hold something, so the runs
+# written before them keep their hashes. "Nothing" is NULL or an empty text or JSON value, never 0:
+# a link changed from NULL to 0 must break the hash like any other change.
+LATER_COLUMNS = frozenset({"model_input", "conversation_id", "turn", "message"})  # the last three: a run's conversation turn
+
+
+def _empty(value) -> bool:
+    return value is None or (isinstance(value, str | dict | list) and not value)
+
+
 def canonical_row(instance: models.Model) -> dict:
-    return {f.attname: _plain(getattr(instance, f.attname)) for f in instance._meta.concrete_fields if f.attname != "hash"}
+    return {f.attname: _plain(getattr(instance, f.attname)) for f in instance._meta.concrete_fields
+            if f.attname != "hash" and not (f.attname in LATER_COLUMNS and _empty(getattr(instance, f.attname)))}
 
 
 def run_hash(run: Run, steps: Iterable[RunStep], citations: Iterable[Citation]) -> str:
@@ -147,8 +158,8 @@ def verify_tenant_chain(tenant_id: int, *, using: str = "owner", batch: int = 50
 
 
 def revoke_changes_on_trace_tables(using: str) -> None:
-    """APPEND_ONLY_HOOKS entry: the app role may INSERT and SELECT trace rows, nothing more."""
+    """APPEND_ONLY_HOOKS entry: the app role may INSERT and SELECT trace and evidence rows, nothing more."""
     role = settings.DATABASE_APP_USER
     with connections[using].cursor() as cur:
-        for table in TRACE_TABLES:
+        for table in (*TRACE_TABLES, "agents_evidence"):
             cur.execute(f'REVOKE UPDATE, DELETE, TRUNCATE ON "{table}" FROM "{role}"')

@@ -56,6 +56,15 @@ class CitationCheck:
                 "verdict": self.verdict, "reason": self.reason}
 
 
+def neutralise_markers(text: str) -> str:
+    """A document's own citation markers made inert: "[c:31]" becomes "(c 31)".
+
+    Everything a model is shown of a document passes through this (agents.prompts.chunk_block and the
+    code-built context), and quotes are checked against the same form, so a marker planted in a
+    document can neither be copied into an answer as a citation nor break a quote of its sentence."""
+    return MARKER.sub(lambda m: "(" + re.sub(r"(?i)c:\s*", "c ", m.group(0)[1:-1].strip()) + ")", text)
+
+
 def check_citations(answer: str, retrieved: Mapping[int, RetrievedChunk]) -> list[CitationCheck]:
     """Every citation in `answer`, in order, with its verdict."""
     checks: list[CitationCheck] = []
@@ -84,7 +93,7 @@ def _check_one(ordinal: int, chunk_id: int, quote: str, claim: str, retrieved: M
         return CitationCheck(ordinal, chunk_id, quote, claim, "not_retrieved", "this chunk was not retrieved in this run")
     base = {"document_id": chunk.document_id, "content_hash": chunk.content_hash}
     if quote:
-        if normalise(quote) in normalise(chunk.text):
+        if normalise(quote) in normalise(neutralise_markers(chunk.text)):
             return CitationCheck(ordinal, chunk_id, quote, claim, "verified", "quoted text occurs in the chunk", **base)
         return CitationCheck(ordinal, chunk_id, quote, claim, "quote_mismatch", "quoted text does not occur in the cited chunk", **base)
     claim_terms = terms(claim)

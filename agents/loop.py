@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Literal
 
-from agents.citations import CitationCheck, check_citations, is_not_enough_evidence
+from agents.citations import CitationCheck, check_citations, is_not_enough_evidence, neutralise_markers
 from agents.messages import (
     AssistantMessage,
     ContextChunk,
@@ -36,6 +36,7 @@ from agents.prompts import (
     render_context,
     repair_prompt,
     rewrite_prompt,
+    system_prompt,
 )
 from agents.steps import ANSWER_RESERVE, RunState, StepRecord, call_model, call_tool, execute_calls
 from agents.text import contained_share, shingles, split_question
@@ -165,9 +166,11 @@ def _context(state: RunState, chunk_ids: list[int]) -> tuple[str, tuple[ContextC
     Both hold the same chunks: at most max_context_chunks, and no more than fit in context_chars,
     so the trace (and the evaluation reading it) never lists a chunk the model was not shown."""
     chunks = [state.retrieved[c] for c in chunk_ids if c in state.retrieved][: state.budgets.max_context_chunks]
-    shown = fitting_chunks(chunks, max_chars_per_chunk=state.budgets.chunk_chars, max_total_chars=state.budgets.context_chars)
-    rendered = render_context(shown, max_chars_per_chunk=state.budgets.chunk_chars, max_total_chars=state.budgets.context_chars)
-    return rendered, tuple(ContextChunk(c.chunk_id, c.text, c.title, c.locator, c.score, c.flags, c.metadata) for c in shown)
+    room = state.context_chars(overhead_chars=len(system_prompt(with_tools=False)) + len(answer_prompt(state.question, "")))
+    shown = fitting_chunks(chunks, max_chars_per_chunk=state.budgets.chunk_chars, max_total_chars=room)
+    rendered = render_context(shown, max_chars_per_chunk=state.budgets.chunk_chars, max_total_chars=room)
+    return rendered, tuple(ContextChunk(c.chunk_id, neutralise_markers(c.text), c.title, c.locator, c.score, c.flags, c.metadata)
+                           for c in shown)
 
 
 def synthesise(state: RunState, chunk_ids: list[int], note: str = "") -> str:

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-Task = Literal["agent", "repair", "rewrite", "judge", "answer"]
+Task = Literal["agent", "repair", "rewrite", "judge", "answer", "followup"]
 
 
 @dataclass(frozen=True)
@@ -81,6 +81,9 @@ class ModelRequest:
     # provider abandons (closes) a call still running at it. The run's wall budget.
     deadline: float | None = None
     max_output_tokens: int | None = None  # the reply's token cap (from the run's token budget); None = provider default
+    # A conversation's earlier turns, (standalone question, answer) oldest first, when rendered into
+    # `messages` (the `followup` task); structured copy likewise.
+    history: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from django.db import models
 
-from tenants.models import Tenant
+from tenants.models import Department, Tenant
 from tenants.scope import TenantScopedManager
 
 
@@ -40,6 +40,30 @@ class Verdict(models.TextChoices):
     UNSUPPORTED = "unsupported"  # retrieved, but the claim shares almost no terms with it
 
 
+class Conversation(models.Model):
+    """A thread of questions by one principal (a user or a key); each turn is a Run linked to it.
+
+    Owned by its principal: only the same principal, in the same tenant, sees it (agents.access).
+    Not part of the audit trail itself, so it may change (title, updated_at) and be hidden by its
+    owner (`hidden_at`); its runs stay, append-only and chained."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    principal = models.CharField(max_length=200, help_text="'user:<id>' or 'key:<public id>': the owner.")
+    title = models.CharField(max_length=200, blank=True)
+    turns = models.PositiveIntegerField(default=0, help_text="Turns asked so far (the last run's turn number).")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    hidden_at = models.DateTimeField(null=True, blank=True, help_text="Deleted by its owner: hidden, its runs kept.")
+
+    objects = TenantScopedManager()
+
+    class Meta:
+        indexes = [models.Index(fields=["tenant", "principal", "-updated_at"], name="conv_owner_recent_idx")]
+
+    def __str__(self) -> str:
+        return f"conversation {self.pk}"
+
+
 class Run(models.Model):
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
     seq = models.PositiveBigIntegerField(help_text="Position in the tenant's hash chain, from 1.")
@@ -65,11 +89,18 @@ class Run(models.Model):
     created_at = models.DateTimeField()
     prev_hash = models.CharField(max_length=64)
     hash = models.CharField(max_length=64)
+    # A conversation turn: its thread, its number there (from 1) and what the caller typed (`question`
+    # is then the standalone question it was rewritten into). Chained like every column, but left out
+    # of the hash while empty, so runs stored before these columns existed still verify (agents.chain).
+    conversation = models.ForeignKey(Conversation, null=True, blank=True, on_delete=models.PROTECT, related_name="runs")
+    turn = models.PositiveIntegerField(null=True, blank=True)
+    message = models.TextField(blank=True, default="", help_text="A follow-up as typed, before it was made standalone.")
 
     objects = TenantScopedManager()
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["tenant", "seq"], name="uniq_run_chain_seq")]
+        constraints = [models.UniqueConstraint(fields=["tenant", "seq"], name="uniq_run_chain_seq"),
+                       models.UniqueConstraint(fields=["conversation", "turn"], name="uniq_run_conversation_turn")]
         indexes = [models.Index(fields=["tenant", "-created_at"], name="run_tenant_recent_idx")]
 
     def __str__(self) -> str:
@@ -92,6 +123,8 @@ class RunStep(models.Model):
     latency_ms = models.FloatField(default=0.0)
     input_tokens = models.PositiveIntegerField(default=0)
     output_tokens = models.PositiveIntegerField(default=0)
+    model_input = models.JSONField(default=dict, blank=True, help_text=(
+        "What a model call was sent, compacted against the run's earlier calls (agents.model_inputs.rebuild expands it)."))
 
     objects = TenantScopedManager()
 
@@ -117,3 +150,57 @@ class Citation(models.Model):
     class Meta:
         ordering = ["run", "ordinal"]
         constraints = [models.UniqueConstraint(fields=["run", "ordinal"], name="uniq_citation_ordinal")]
+
+
+class Evidence(models.Model):
+    """The text of a chunk as a run retrieved it, kept for audit after its document changes or goes.
+
+    Written with the run (agents.services.record_run) for every chunk the run retrieved, once per
+    (chunk, content): re-uploading or deleting a document replaces or removes its chunks, never this.
+    Append-only for the application role; `manage.py purge_evidence` (as the owner) removes only what
+    no run within the tenant's retention period references."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    # The chunk's department when the run saw it: evidence is visible to the scopes its chunk was.
+    department = models.ForeignKey(Department, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    chunk_id = models.BigIntegerField()
+    content_hash = models.CharField(max_length=64)
+    document_id = models.BigIntegerField()
+    document_version = models.PositiveIntegerField()
+    document_title = models.CharField(max_length=500, blank=True)
+    locator = models.CharField(max_length=1000, blank=True)
+    text = models.TextField()
+    first_seen_at = models.DateTimeField()
+
+    objects = TenantScopedManager()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "chunk_id", "content_hash"], name="uniq_evidence_chunk_content")]
+
+
+class Rating(models.TextChoices):
+    UP = "up"
+    DOWN = "down"
+
+
+class Feedback(models.Model):
+    """A thumbs up or down, with an optional comment, on one answer, by the principal that asked.
+
+    Append-only like the trace (triggers and grants, agents.chain.TRACE_TABLES): a change of mind is
+    a new row, never an edit. Not part of the run's hash: the chain covers what the system did."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="feedback")
+    principal = models.CharField(max_length=200, help_text="Who gave it: 'user:<id>' or 'key:<public id>'.")
+    rating = models.CharField(max_length=8, choices=Rating.choices)
+    comment = models.TextField(blank=True)
+    created_at = models.DateTimeField()
+
+    objects = TenantScopedManager()
+
+    class Meta:
+        verbose_name_plural = "feedback"
+        indexes = [models.Index(fields=["tenant", "-created_at"], name="feedback_tenant_recent_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.rating} on run {self.run_id}"

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
 from agents.text import UPPER, split_question, stem, terms
+from kb.fusion import rrf_scores
 
 _MONTHS = "January|February|March|April|May|June|July|August|September|October|November|December"
 _DATE = re.compile(rf"\b(?:(on|after|before|since|prior to|by|from|until)\s+)?"
@@ -265,16 +266,14 @@ def interleave(ranked_lists: Sequence[Sequence[T]], *, k: int, key: Callable[[T]
 
 
 def fuse(ranked_lists: Sequence[Sequence[T]], *, rrf_k: float, key: Callable[[T], object]) -> list[T]:
-    """Reciprocal-rank fusion (ranks counted from 0), best first, without duplicates: an item several
-    lists rank comes before one only a single list ranks as high; ties keep first-seen order."""
-    scores: dict[object, float] = {}
+    """Reciprocal-rank fusion (kb.fusion), best first, without duplicates: an item several lists rank
+    comes before one only a single list ranks as high; ties keep first-seen order."""
     first: dict[object, T] = {}
     for ranked in ranked_lists:
-        for rank, item in enumerate(ranked):
-            k = key(item)
-            scores[k] = scores.get(k, 0.0) + 1.0 / (rrf_k + rank)
-            first.setdefault(k, item)
-    order = sorted(scores, key=lambda k: -scores[k])
+        for item in ranked:
+            first.setdefault(key(item), item)
+    scores = rrf_scores((([key(item) for item in ranked], 1.0) for ranked in ranked_lists), rrf_k=rrf_k)
+    order = sorted(first, key=lambda k: -scores[k])
     return [first[k] for k in order]
 
 

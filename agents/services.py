@@ -15,11 +15,12 @@ from typing import Any
 
 from django.utils import timezone
 
+from agents import evidence
 from agents.budgets import Budgets, budgets_for_tenant
 from agents.chain import GENESIS, allocate_ids, clean_json, lock_chain, run_hash
 from agents.citations import CitationCheck
 from agents.loop import STRATEGIES, LoopResult, RunState, StepRecord, run_strategy
-from agents.models import Citation, Outcome, Run, RunStep
+from agents.models import Citation, Conversation, Outcome, Run, RunStep
 from agents.prompts import PROMPT_VERSION
 from agents.providers import Provider, get_provider
 from agents.providers.capabilities import known_capabilities
@@ -35,35 +36,51 @@ WITHHELD = ("The answer is withheld: it is not grounded (no citation, or one tha
             "audit trail.")
 
 
+class RunNotRecorded(Exception):
+    """The run could not be written (database failure): no answer may be given out without its record."""
+
+
 class InvalidQuestion(ValueError):
     """The question or strategy cannot be run (empty, too long, unknown strategy)."""
 
 
 def ask(*, scope: Scope, question: str, strategy: str = "auto", provider: Provider | str | None = None,
-        on_step: Callable[[StepRecord], Any] | None = None, budgets: Budgets | None = None) -> Run:
+        on_step: Callable[[StepRecord], Any] | None = None, budgets: Budgets | None = None,
+        runner: Callable[[RunState, str], LoopResult] = run_strategy, conversation_id: int | None = None) -> Run:
     """Answer `question` within `scope` and return the stored Run (outcome, answer, grounded).
+
+    `runner` replaces the strategy runner (a conversation turn first makes its follow-up standalone,
+    agents.conversations); with `conversation_id` the run is that conversation's next turn, `question`
+    kept as its `message` and the runner's final `state.question` as its question.
 
     `on_step(step)` is called after every model and tool call, as it happens (for SSE); its
     exceptions are logged and ignored. Provider failures do not raise: the run is stored with
     outcome "failed", its error and its partial trace. Read steps and citations inside
-    `activate(scope)`: run.steps.all(), run.citations.all().
+    `activate(scope)`: run.steps.all(), run.citations.all(). If the run cannot be stored, RunNotRecorded:
+    an answer is never handed out without its record.
     """
     question = check_question(question, strategy)
     model = provider if provider is not None and not isinstance(provider, str) else get_provider(provider)
     budgets = budgets or budgets_for_tenant(scope.tenant_id)
     found = known_capabilities(model)  # cached probe results only: a run never probes
     state = RunState(question=question, budgets=budgets, provider=model, deps=ToolDeps(scope=scope, budgets=budgets), on_step=on_step,
-                     tools_ok=found is None or found.tools is not False)
+                     tools_ok=found is None or found.tools is not False,
+                     prompt_tokens_per_s=found.prompt_tokens_per_s if found is not None else None)
     created_at, started = timezone.now(), time.perf_counter()
     result: LoopResult | None = None
     error = ""
     try:
-        result = run_strategy(state, strategy)
+        result = runner(state, strategy)
     except Exception as exc:
         log.exception("run failed for tenant %s", scope.tenant_id)
         error = f"{type(exc).__name__}: {exc}"[:2000]
-    return record_run(scope=scope, state=state, result=result, error=error, strategy_requested=strategy,
-                      created_at=created_at, latency_ms=(time.perf_counter() - started) * 1000)
+    try:
+        return record_run(scope=scope, state=state, result=result, error=error, strategy_requested=strategy,
+                          created_at=created_at, latency_ms=(time.perf_counter() - started) * 1000,
+                          conversation_id=conversation_id, message=question)
+    except Exception as exc:  # the database failed: nothing of this run is stored, and the caller must say so
+        log.exception("run could not be recorded for tenant %s", scope.tenant_id)
+        raise RunNotRecorded(f"the run was not recorded ({type(exc).__name__}); its answer is not given out") from exc
 
 
 def check_question(question: str, strategy: str) -> str:
@@ -79,8 +96,11 @@ def check_question(question: str, strategy: str) -> str:
 
 
 def record_run(*, scope: Scope, state: RunState, result: LoopResult | None, error: str, strategy_requested: str,
-               created_at, latency_ms: float) -> Run:
-    """Write the run, its steps and citations in one transaction and append it to the tenant's chain."""
+               created_at, latency_ms: float, conversation_id: int | None = None, message: str = "") -> Run:
+    """Write the run, its steps and citations in one transaction and append it to the tenant's chain.
+
+    With `conversation_id`, the run is the conversation's next turn (numbered under the chain's lock)
+    and `message` what the caller typed."""
     budgets = state.budgets
     if result is None:
         answer, outcome, grounded, checks = "", Outcome.FAILED, False, []
@@ -96,6 +116,7 @@ def record_run(*, scope: Scope, state: RunState, result: LoopResult | None, erro
         run_id = allocate_ids(Run, 1)[0]
         step_ids = allocate_ids(RunStep, len(state.steps))
         citation_ids = allocate_ids(Citation, len(checks))
+        turn = next_turn(scope, conversation_id) if conversation_id is not None else None
         run = Run(
             id=run_id, tenant_id=scope.tenant_id, seq=(last[0] + 1) if last else 1, principal=scope.principal[:200],
             scope=clean_json(scope.as_dict()), question=clean_json(state.question), strategy_requested=strategy_requested,
@@ -103,22 +124,35 @@ def record_run(*, scope: Scope, state: RunState, result: LoopResult | None, erro
             prompt_version=PROMPT_VERSION, budgets=clean_json(budgets.as_dict()), answer=clean_json(answer), outcome=str(outcome),
             grounded=grounded, strict=budgets.strict_citations, missing=clean_json(missing), error=clean_json(error),
             input_tokens=state.input_tokens, output_tokens=state.output_tokens, tool_calls=state.tool_calls,
-            latency_ms=round(latency_ms, 3), created_at=created_at, prev_hash=last[1] if last else GENESIS, hash="")
+            latency_ms=round(latency_ms, 3), created_at=created_at, prev_hash=last[1] if last else GENESIS, hash="",
+            conversation_id=conversation_id, turn=turn, message=clean_json(message) if conversation_id is not None else "")
         steps = [_step_row(pk, scope.tenant_id, run_id, s) for pk, s in zip(step_ids, state.steps, strict=True)]
         citations = [_citation_row(pk, scope.tenant_id, run_id, c) for pk, c in zip(citation_ids, checks, strict=True)]
         run.hash = run_hash(run, steps, citations)
         Run.objects.bulk_create([run])
         RunStep.objects.bulk_create(steps)
         Citation.objects.bulk_create(citations)
+        evidence.keep(scope, state.retrieved.values(), created_at)
     run._state.adding = False
     return run
+
+
+def next_turn(scope: Scope, conversation_id: int) -> int:
+    """The conversation's next turn number, counted as it is taken (inside the chain's lock)."""
+    conversations = Conversation.objects.for_scope(scope).filter(pk=conversation_id)
+    last = conversations.values_list("turns", flat=True).first()
+    if last is None:
+        raise InvalidQuestion("the conversation is not visible")
+    conversations.update(turns=last + 1, updated_at=timezone.now())
+    return last + 1
 
 
 def _step_row(pk: int, tenant_id: int, run_id: int, s: StepRecord) -> RunStep:
     return RunStep(id=pk, tenant_id=tenant_id, run_id=run_id, ordinal=s.ordinal, kind=s.kind, name=s.name[:64],
                    arguments=clean_json(s.arguments), effective_filter=clean_json(s.effective_filter), chunk_ids=clean_json(s.chunk_ids),
                    content_hashes=clean_json(s.content_hashes), output=clean_json(s.output), cached=s.cached, error=clean_json(s.error),
-                   latency_ms=round(s.latency_ms, 3), input_tokens=s.input_tokens, output_tokens=s.output_tokens)
+                   latency_ms=round(s.latency_ms, 3), input_tokens=s.input_tokens, output_tokens=s.output_tokens,
+                   model_input=clean_json(s.model_input))
 
 
 def _citation_row(pk: int, tenant_id: int, run_id: int, c: CitationCheck) -> Citation:

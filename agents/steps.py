@@ -22,6 +22,7 @@ from agents.citations import RetrievedChunk
 from agents.messages import (
     AssistantMessage,
     ContextChunk,
+    DeadlineExceeded,
     Message,
     ModelRequest,
     ModelTurn,
@@ -30,9 +31,11 @@ from agents.messages import (
     ToolResultMessage,
     UserMessage,
 )
+from agents.model_inputs import as_recorded, compact
 from agents.planning import Facets, GeneralPlanner, Planner
 from agents.prompts import system_prompt, truncated_note
 from agents.providers import Provider
+from agents.providers.capabilities import CHARS_PER_TOKEN
 from agents.tools import TOOL_SPECS, ToolDeps, ToolOutcome, run_tool
 
 log = logging.getLogger(__name__)
@@ -55,13 +58,19 @@ class StepRecord:
     latency_ms: float = 0.0
     input_tokens: int = 0
     output_tokens: int = 0
+    model_input: dict = field(default_factory=dict)  # a model call's request, compacted (agents.model_inputs)
 
     def as_dict(self) -> dict:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+        """The step as streamed: everything but the (large) recorded model input, which stays in the record."""
+        return {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "model_input"}
 
 
 ANSWER_RESERVE = 0.25  # share of the wall budget kept for the final answer once research stops
+PROMPT_SHARE = 0.5  # of the time left, what reading a context may take (the rest is for the reply)
 MIN_OUTPUT_TOKENS = 64  # a reply's cap never goes below this, even when the token budget is spent
+# Replies whose shape is small whatever the question: a few search queries, a JSON verdict. A model
+# that rambles (a small self-hosted one will) is cut there, not at the answer's cap.
+TASK_OUTPUT_CAPS: dict[str, int] = {"rewrite": 256, "judge": 512}
 
 
 @dataclass
@@ -87,7 +96,9 @@ class RunState:
     tools_ok: bool = True  # False when the provider's capability probe found it ignores tool declarations
     fallback: str = ""  # why the strategy fell back to answering from code-retrieved evidence
     model_cache: dict[str, ModelTurn] = field(default_factory=dict)  # call_key -> reply: an identical call is not made twice
+    sent: dict[int, dict] = field(default_factory=dict)  # step ordinal -> the full input of that model call
     planner: Planner = field(default_factory=GeneralPlanner)  # the question planner of the pipeline (agents.planning)
+    prompt_tokens_per_s: float | None = None  # the provider's measured prompt reading speed (None: not measured)
 
     @property
     def retrieved(self) -> dict[int, RetrievedChunk]:
@@ -98,10 +109,32 @@ class RunState:
         """time.monotonic() by which every model call of the run is over (abandoned if still running)."""
         return self.started + self.budgets.max_wall_seconds
 
-    def output_cap(self) -> int:
-        """One reply's output-token cap: max_output_tokens, less when less of the run's token budget is left."""
+    def output_cap(self, task: Task | None = None) -> int:
+        """One reply's output-token cap: max_output_tokens, less when less of the run's token budget is left,
+        and no more than the task's own cap (TASK_OUTPUT_CAPS: a JSON verdict or a few queries)."""
         left = self.budgets.max_tokens - self.input_tokens - self.output_tokens
-        return max(MIN_OUTPUT_TOKENS, min(self.budgets.max_output_tokens, left))
+        return max(MIN_OUTPUT_TOKENS, min(self.budgets.max_output_tokens, left, TASK_OUTPUT_CAPS.get(task or "", left)))
+
+    def context_chars(self, overhead_chars: int = 0) -> int:
+        """What a context may hold: budgets.context_chars, less when the provider could not read that
+        much (plus `overhead_chars` of instructions) in PROMPT_SHARE of the time left, at its measured speed."""
+        if not self.prompt_tokens_per_s:
+            return self.budgets.context_chars
+        readable = self.prompt_tokens_per_s * CHARS_PER_TOKEN * (self.deadline - time.monotonic()) * PROMPT_SHARE
+        return max(0, min(self.budgets.context_chars, int(readable) - overhead_chars))
+
+    def unreadable_in_time(self, request: ModelRequest) -> str:
+        """Why `request` must not be sent ('' if it may): at the provider's measured speed its prompt could
+        not be read before the deadline. Such a call would be abandoned while the server reads, which a
+        server cannot notice (it writes nothing then), so it would stay busy after the run ended."""
+        if not self.prompt_tokens_per_s:
+            return ""
+        tokens = prompt_chars(request) / CHARS_PER_TOKEN
+        need, left = tokens / self.prompt_tokens_per_s, self.deadline - time.monotonic()
+        if need <= left:
+            return ""
+        return (f"a prompt of about {tokens:.0f} tokens takes about {need:.1f}s to read at the provider's measured "
+                f"{self.prompt_tokens_per_s:g} tokens/s; {max(left, 0):.1f}s of the wall budget are left: not sent")
 
     def spent(self) -> str:
         """Why no more research may happen ('' while budgets remain)."""
@@ -134,28 +167,31 @@ class RunState:
 
 
 def call_model(state: RunState, task: Task, messages: list[Message], *, tools_enabled: bool,
-               context: tuple[ContextChunk, ...] = (), facets: Facets | None = None) -> ModelTurn:
+               context: tuple[ContextChunk, ...] = (), facets: Facets | None = None,
+               history: tuple[tuple[str, str], ...] = ()) -> ModelTurn:
     """One model call, traced. A reply the output cap cut off (finish_reason "length") is retried once
     with a note asking for a shorter reply; if that is cut off too, the turn is returned marked
     (`turn.truncated`, its text in state.truncated, its step's error says so) and never counts as complete."""
-    turn = _call_once(state, task, messages, tools_enabled=tools_enabled, context=context, facets=facets)
+    turn = _call_once(state, task, messages, tools_enabled=tools_enabled, context=context, facets=facets, history=history)
     if not turn.truncated:
         return turn
-    retry = [*messages, UserMessage(truncated_note(state.output_cap()))]
-    turn = _call_once(state, task, retry, tools_enabled=tools_enabled, context=context, facets=facets, retry_of_truncated=True)
+    retry = [*messages, UserMessage(truncated_note(state.output_cap(task)))]
+    turn = _call_once(state, task, retry, tools_enabled=tools_enabled, context=context, facets=facets, history=history,
+                      retry_of_truncated=True)
     if turn.truncated:
         state.truncated.add(turn.text)
     return turn
 
 
 def _call_once(state: RunState, task: Task, messages: list[Message], *, tools_enabled: bool,
-               context: tuple[ContextChunk, ...] = (), facets: Facets | None = None, retry_of_truncated: bool = False) -> ModelTurn:
+               context: tuple[ContextChunk, ...] = (), facets: Facets | None = None, history: tuple[tuple[str, str], ...] = (),
+               retry_of_truncated: bool = False) -> ModelTurn:
     conversational = task in ("agent", "repair")  # continues the tool conversation, so tools stay declared
     request = ModelRequest(task=task, system=system_prompt(with_tools=tools_enabled and task == "agent"),
                            messages=tuple(messages), tools=TOOL_SPECS if conversational else (), tools_enabled=tools_enabled,
                            question=state.question, context=context, deadline=state.deadline,
                            facets=facets.summary() if facets is not None else None,
-                           max_output_tokens=state.output_cap())
+                           max_output_tokens=state.output_cap(task), history=history)
     started = time.perf_counter()
     step = StepRecord(ordinal=len(state.steps), kind="model_call", name=task,
                       arguments={"provider": state.provider.name, "model": state.provider.model, "tools_enabled": tools_enabled,
@@ -163,12 +199,17 @@ def _call_once(state: RunState, task: Task, messages: list[Message], *, tools_en
                                  "max_output_tokens": request.max_output_tokens})
     if retry_of_truncated:
         step.arguments["retry_of_truncated"] = True
+    full = as_recorded(request)
+    step.model_input = compact(full, state.sent)
+    state.sent[step.ordinal] = full
     key = call_key(request)
     turn = state.model_cache.get(key)
     if turn is not None:  # the same call earlier in this run: its reply, no tokens spent
         step.cached = True
     else:
         try:
+            if why := state.unreadable_in_time(request):
+                raise DeadlineExceeded(why)
             turn = state.provider.generate(request)
         except Exception as exc:
             step.error = f"{type(exc).__name__}: {exc}"[:2000]
@@ -189,6 +230,19 @@ def _call_once(state: RunState, task: Task, messages: list[Message], *, tools_en
         step.arguments["tool_calls"] = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in turn.tool_calls]
     state.record(step)
     return turn
+
+
+def prompt_chars(request: ModelRequest) -> int:
+    """The characters a provider reads for `request`: instructions, conversation and tool declarations."""
+    def text(m: Message) -> int:
+        if isinstance(m, UserMessage):
+            return len(m.text)
+        if isinstance(m, AssistantMessage):
+            return len(m.text or "") + len(json.dumps([[c.name, c.arguments] for c in m.tool_calls], default=str))
+        return len(json.dumps(m.content, default=str))
+
+    tools = len(json.dumps([[t.name, t.description, t.parameters] for t in request.tools])) if request.tools else 0
+    return len(request.system) + sum(text(m) for m in request.messages) + tools
 
 
 def call_key(request: ModelRequest) -> str:

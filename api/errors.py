@@ -44,16 +44,22 @@ def error_body(code: str, message: str, fields: dict[str, list[str]] | None = No
 
 def exception_handler(exc, context):
     """DRF's handler in the one error format; the domain's access errors (tenants.scope) mapped:
-    NotVisible -> 404, NotAllowed -> 400 on the field it names, else 403. Any other exception is a
+    NotVisible -> 404, NotAllowed -> 400 on the field it names, else 403; a run that could not be
+    stored (agents.services.RunNotRecorded) -> 503 `run_not_recorded`. Any other exception is a
     500 `server_error` with no detail: logged (with the traceback) and signalled like Django's own
     500s, but never rendered, so DEBUG cannot turn it into a page of settings and SQL."""
     from rest_framework.exceptions import NotFound, ParseError, PermissionDenied, ValidationError
 
+    from agents.services import RunNotRecorded
     from tenants.scope import NotAllowed, NotVisible
 
     if isinstance(exc, SuspiciousOperation):  # Django's request limits (fields, size) and the like: 400, as Django does
         logging.getLogger(f"django.security.{exc.__class__.__name__}").warning(str(exc))
         exc = ParseError({"body": [_suspicious_message(exc)]})
+    elif isinstance(exc, RunNotRecorded):
+        response = Response(error_body("run_not_recorded", str(exc)), status=503)
+        response["Retry-After"] = "30"
+        return response
     elif isinstance(exc, NotVisible):
         exc = NotFound(str(exc))
     elif isinstance(exc, NotAllowed):

@@ -3,11 +3,14 @@
 from django.contrib import admin
 from django.urls import include, path, re_path
 
-from api import errors
+from api import chat, errors
 from api import urls as api_urls
 from kb.health import healthz
 
 urlpatterns = [
+    path("", chat.chat_page, name="chat"),
+    path("login/", chat.login_view, name="login"),
+    path("logout/", chat.logout_view, name="logout"),
     path("healthz", healthz, name="healthz"),
     path("admin/", admin.site.urls),
     path("api/v1/", include(api_urls)),

@@ -11,7 +11,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from agents.loop import STRATEGIES
-from agents.models import Citation, Run, RunStep
+from agents.models import Citation, Conversation, Feedback, Run, RunStep
 from kb.access import check_may_create_corpus
 from kb.metadata import NOT_A_JSON_OBJECT, MetadataRejected, json_problem, parse_metadata, text_problem
 from kb.models import DEFAULT_CHUNK_TARGET_TOKENS, Corpus, Document, IngestJob
@@ -327,7 +327,8 @@ class RunSerializer(serializers.ModelSerializer):
         model = Run
         fields = ["id", "seq", "principal", "principal_name", "scope", "question", "strategy_requested", "strategy", "provider", "model",
                   "prompt_version", "budgets", "answer", "outcome", "grounded", "strict", "missing", "error", "input_tokens",
-                  "output_tokens", "tool_calls", "latency_ms", "created_at", "prev_hash", "hash", "unverified_citations"]
+                  "output_tokens", "tool_calls", "latency_ms", "created_at", "prev_hash", "hash", "unverified_citations",
+                  "conversation", "turn", "message"]
         read_only_fields = fields
 
     def get_principal_name(self, obj) -> str:
@@ -344,18 +345,27 @@ class RunStepSerializer(serializers.ModelSerializer):
 
 class CitationSerializer(serializers.ModelSerializer):
     chunk = serializers.SerializerMethodField(help_text="The cited chunk as it is now, if it still exists and is visible.")
+    evidence = serializers.SerializerMethodField(help_text=(
+        "The cited text exactly as the run retrieved it, with the document version it came from and whether the document "
+        "changed since (kept for the tenant's retention period even after re-upload or deletion)."))
 
     class Meta:
         model = Citation
-        fields = ["ordinal", "chunk_id", "document_id", "content_hash", "quoted_text", "claim", "verdict", "reason", "chunk"]
+        fields = ["ordinal", "chunk_id", "document_id", "content_hash", "quoted_text", "claim", "verdict", "reason", "chunk",
+                  "evidence"]
         read_only_fields = fields
+
+    def get_evidence(self, obj) -> dict | None:
+        found = self.context.get("evidence", {}).get((obj.chunk_id, obj.content_hash))
+        return found.as_dict() if found is not None else None
 
     def get_chunk(self, obj) -> dict | None:
         chunk = self.context.get("chunks", {}).get(obj.chunk_id)
         if chunk is None:
             return None
-        return {"id": chunk.id, "document_id": chunk.document_id, "document_title": chunk.document.title, "locator": chunk.locator,
-                "page": chunk.page, "text": chunk.text, "unchanged": chunk.content_hash == obj.content_hash}
+        return {"id": chunk.id, "document_id": chunk.document_id, "document_title": chunk.document.title,
+                "version": chunk.document.version, "locator": chunk.locator, "page": chunk.page, "text": chunk.text,
+                "unchanged": chunk.content_hash == obj.content_hash}
 
 
 class RunDetailSerializer(RunSerializer):
@@ -372,6 +382,59 @@ class RunDetailSerializer(RunSerializer):
 
     def get_citations(self, obj) -> CitationSerializer(many=True):  # type: ignore[valid-type]
         return CitationSerializer(self.context["citations"], many=True, context=self.context).data
+
+
+class ConversationSerializer(serializers.ModelSerializer):
+    turn_count = serializers.IntegerField(source="turns", read_only=True)
+
+    class Meta:
+        model = Conversation
+        fields = ["id", "title", "turn_count", "created_at", "updated_at"]
+        read_only_fields = ["id", "turn_count", "created_at", "updated_at"]
+        extra_kwargs = {"title": {"required": False, "allow_blank": True, "max_length": 200}}
+
+
+class TurnSerializer(serializers.ModelSerializer):
+    """One turn of a conversation: what was typed, the standalone question answered, and the answer.
+    The context carries `citations` (run id -> [Citation]) and `chunks` (id -> Chunk)."""
+
+    run_id = serializers.IntegerField(source="id", read_only=True)
+    citations = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Run
+        fields = ["run_id", "turn", "message", "question", "answer", "outcome", "grounded", "missing", "strategy", "created_at",
+                  "citations"]
+        read_only_fields = fields
+
+    def get_citations(self, obj) -> CitationSerializer(many=True):  # type: ignore[valid-type]
+        return CitationSerializer(self.context["citations"].get(obj.id, []), many=True, context=self.context).data
+
+
+class ConversationDetailSerializer(ConversationSerializer):
+    turns = serializers.SerializerMethodField(help_text="The turns in order (context: `runs`, `citations`, `chunks`).")
+
+    class Meta(ConversationSerializer.Meta):
+        fields = ConversationSerializer.Meta.fields + ["turns"]
+        read_only_fields = fields
+
+    def get_turns(self, obj) -> TurnSerializer(many=True):  # type: ignore[valid-type]
+        return TurnSerializer(self.context["runs"], many=True, context=self.context).data
+
+
+class MessageRequestSerializer(serializers.Serializer):
+    message = serializers.CharField(max_length=4000, trim_whitespace=True,
+                                    help_text="The next question, as the user typed it (a follow-up may refer to earlier turns).")
+    strategy = serializers.ChoiceField(choices=list(STRATEGIES), default="auto")
+
+
+class FeedbackSerializer(serializers.ModelSerializer):
+    comment = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+
+    class Meta:
+        model = Feedback
+        fields = ["id", "run", "principal", "rating", "comment", "created_at"]
+        read_only_fields = ["id", "run", "principal", "created_at"]
 
 
 class ChainStatusSerializer(serializers.Serializer):
@@ -448,3 +511,85 @@ class MembershipSerializer(serializers.ModelSerializer):
         if self.instance is not None and "user" in attrs:
             raise serializers.ValidationError({"username": "cannot be changed; remove and add the member instead"})
         return attrs
+
+
+# --- Sources ---------------------------------------------------------------------------------------
+
+class SourceSyncSerializer(serializers.Serializer):
+    """One sync's status and summary (counts; seconds from start to end)."""
+
+    id = serializers.IntegerField()
+    source = serializers.IntegerField(source="source_id")
+    trigger = serializers.CharField()
+    status = serializers.CharField()
+    stage = serializers.CharField()
+    seen = serializers.IntegerField()
+    added = serializers.IntegerField()
+    changed = serializers.IntegerField()
+    moved = serializers.IntegerField()
+    removed = serializers.IntegerField()
+    unchanged = serializers.IntegerField()
+    failed = serializers.IntegerField()
+    complete_listing = serializers.BooleanField()
+    error = serializers.CharField()
+    created_at = serializers.DateTimeField()
+    started_at = serializers.DateTimeField(allow_null=True)
+    finished_at = serializers.DateTimeField(allow_null=True)
+    seconds = serializers.FloatField(allow_null=True)
+
+
+class SourceRuleSerializer(serializers.Serializer):
+    prefix = serializers.CharField(max_length=1000, allow_blank=True, trim_whitespace=False)
+    department = id_field(allow_null=True)
+
+
+class SourceSerializer(serializers.Serializer):
+    """A source. `credentials` are write-only: encrypted at rest and never returned (`has_credentials`
+    says whether some are stored)."""
+
+    id = serializers.IntegerField(read_only=True)
+    name = serializers.CharField(max_length=200)
+    corpus = id_field(source="corpus_id")
+    kind = serializers.ChoiceField(choices=["folder", "s3", "website"])
+    config = serializers.DictField(help_text="folder: {path}; s3: {bucket, prefix, endpoint_url, region}; website: "
+                                             "{start_url, sitemap_url, max_pages, max_depth, max_page_bytes, "
+                                             "timeout_seconds, time_limit_seconds} (docs/sources.md)")
+    credentials = serializers.DictField(child=serializers.CharField(max_length=4000), write_only=True, required=False,
+                                        help_text="s3: {access_key_id, secret_access_key}; website: {authorization}. "
+                                                  "Never returned.")
+    has_credentials = serializers.BooleanField(source="has_secret", read_only=True)
+    department_rules = SourceRuleSerializer(many=True, required=False, max_length=200)
+    schedule_minutes = serializers.IntegerField(min_value=0, max_value=60 * 24 * 31, required=False, default=60)
+    paused = serializers.BooleanField(required=False, default=False)
+    next_sync_at = serializers.DateTimeField(read_only=True, allow_null=True)
+    last_sync = SourceSyncSerializer(read_only=True, allow_null=True)
+    created_at = serializers.DateTimeField(read_only=True)
+
+
+class SourcePatchSerializer(SourceSerializer):
+    corpus = None
+    kind = None
+    schedule_minutes = serializers.IntegerField(min_value=0, max_value=60 * 24 * 31, required=False)
+    paused = serializers.BooleanField(required=False)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for name in ("name", "config"):
+            self.fields[name].required = False
+
+
+class SourceItemSerializer(serializers.Serializer):
+    key = serializers.CharField()
+    state = serializers.CharField()
+    document = serializers.IntegerField(source="document_id", allow_null=True)
+    department = serializers.IntegerField(source="department_id", allow_null=True)
+    size_bytes = serializers.IntegerField()
+    error = serializers.CharField()
+    last_seen_sync = serializers.IntegerField(source="last_seen_sync_id", allow_null=True)
+    changed_by_sync = serializers.IntegerField(source="changed_by_sync_id", allow_null=True)
+    updated_at = serializers.DateTimeField()
+
+
+class SyncRequestResultSerializer(serializers.Serializer):
+    sync = SourceSyncSerializer()
+    joined = serializers.BooleanField(help_text="true: a sync of this source was already queued or running; this is it")

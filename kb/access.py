@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from django.db.models import QuerySet
 
-from kb.models import Chunk, ChunkSentence, Corpus, Document, IngestJob
+from kb.models import Chunk, ChunkSentence, Corpus, Document, IngestJob, Source, SourceChange, SourceItem, SourceSync
 from tenants.access import one, visibility_rule
 from tenants.scope import NotAllowed, Scope
 
@@ -49,6 +49,32 @@ def visible_jobs(scope: Scope) -> QuerySet:
     return IngestJob.objects.for_scope(scope).filter(corpus__in=visible_corpora(scope))
 
 
+@visibility_rule(Source)
+def visible_sources(scope: Scope) -> QuerySet:
+    """A source is visible through its corpus (its credentials never are: no rule returns them)."""
+    return Source.objects.for_scope(scope).filter(corpus__in=visible_corpora(scope))
+
+
+@visibility_rule(SourceSync)
+def visible_source_syncs(scope: Scope) -> QuerySet:
+    return SourceSync.objects.for_scope(scope).filter(source__in=visible_sources(scope))
+
+
+@visibility_rule(SourceItem)
+def visible_source_items(scope: Scope) -> QuerySet:
+    """Items carry their document's department: another department's file names stay hidden."""
+    return SourceItem.objects.for_scope(scope).filter(source__in=visible_sources(scope))
+
+
+@visibility_rule(SourceChange)
+def visible_source_changes(scope: Scope) -> QuerySet:
+    return SourceChange.objects.for_scope(scope).filter(sync__source__in=visible_sources(scope))
+
+
+def access_source(scope: Scope, source_id: object) -> Source:
+    return one(visible_sources(scope).select_related("corpus"), source_id, "source")
+
+
 def access_corpus(scope: Scope, corpus_id: object) -> Corpus:
     return one(visible_corpora(scope), corpus_id, "corpus")
 
@@ -76,6 +102,20 @@ def check_may_change(scope: Scope, obj: Corpus | Document, what: str) -> None:
     one of its departments (or it is tenant-wide)."""
     (check_may_manage_corpora if isinstance(obj, Corpus) else check_may_edit_documents)(scope)
     scope.check_may_change(obj.department_id, what)
+
+
+def check_may_manage_source(scope: Scope, corpus: Corpus, department_ids: set[int | None]) -> None:
+    """Add, change, pause, sync or delete a source of `corpus` (visible to `scope`): the role that
+    manages corpora, a corpus the caller may change, and mapping rules only into departments it may
+    change (a rule never places documents where the caller itself could not)."""
+    check_may_manage_corpora(scope)
+    if not scope.may_change_department(corpus.department_id):
+        raise NotAllowed("a department-limited admin manages only the sources of its departments' corpora", field="corpus")
+    for department_id in department_ids:
+        if corpus.department_id is not None and department_id != corpus.department_id:
+            raise NotAllowed("this corpus belongs to a department: its documents stay there", field="department_rules")
+        if not scope.may_change_department(department_id):
+            raise NotAllowed("a mapping rule names a department you may not change", field="department_rules")
 
 
 def check_may_create_corpus(scope: Scope, department_id: int | None) -> None:

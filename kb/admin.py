@@ -346,3 +346,6 @@ class IngestJobAdmin(TenantScopedAdmin):
 
     def get_readonly_fields(self, request, obj=None):
         return [f.name for f in self.model._meta.fields]
+
+
+from kb.sources import admin as _sources_admin  # noqa: E402,F401  (registers SourceAdmin)

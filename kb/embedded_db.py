@@ -10,6 +10,7 @@ pid and started afresh.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import threading
@@ -17,6 +18,8 @@ import time
 from pathlib import Path
 
 import psutil
+
+log = logging.getLogger(__name__)
 
 APP_ROLE = "grounded_app"
 DATABASE_NAME = "grounded"
@@ -86,13 +89,39 @@ _start_lock = threading.Lock()
 
 def ensure_server() -> str:
     """Start (or join) the embedded server; returns its unix socket directory. Idempotent and
-    thread-safe (threaded gunicorn workers may open their first connections at the same time)."""
-    if _socket_dir is not None:
+    thread-safe (threaded gunicorn workers may open their first connections at the same time).
+
+    Called for every new connection: a server that stopped (killed, crashed, stopped by hand) is
+    started again here, so the web and worker processes reconnect on their next request instead of
+    failing until they are restarted."""
+    if _socket_dir is not None and _server_alive():
         return _socket_dir
     with _start_lock:
-        if _socket_dir is not None:
+        if _socket_dir is not None and _server_alive():
             return _socket_dir
+        return _restart() if _socket_dir is not None else _start()
+
+
+def _server_alive() -> bool:
+    pid = _postmaster_pid(data_dir())
+    return pid is not None and psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+
+
+def _restart() -> str:
+    """Start the stopped server again through this process's pgserver handle (which keeps it registered
+    as held), under pgserver's inter-process lock so that two processes do not both start it."""
+    global _socket_dir
+    from pgserver.postgres_server import PostgresServer
+
+    server = PostgresServer._instances.get(data_dir())
+    if server is None:
+        _socket_dir = None
         return _start()
+    with PostgresServer._lock:
+        server.ensure_postgres_running()
+    log.warning("embedded postgres was not running: started it again")
+    _socket_dir = str(server.get_postmaster_info().socket_dir)
+    return _socket_dir
 
 
 def _start() -> str:

@@ -232,3 +232,7 @@ class IngestJob(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} job {self.pk} ({self.status})"
+
+
+# Sources live in their own module; imported here so the app registry sees them.
+from kb.sources.models import Source, SourceChange, SourceItem, SourceSync  # noqa: E402,F401

@@ -92,6 +92,15 @@ def detect_type(filename: str, data: bytes) -> str:
     raise ParseError(f"unsupported file type {ext or '(no extension)'!r} for {filename!r}; supported: {supported}")
 
 
+def declared_type(filename: str, data: bytes, mime_type: str) -> str:
+    """MIME type of bytes whose origin declared one (a web server's Content-Type): magic bytes and a
+    known extension still win; else the declared type, if supported."""
+    try:
+        return detect_type(filename, data)
+    except ParseError:
+        return _normalise_mime(mime_type)
+
+
 def _zip_has(data: bytes, member: str) -> bool:
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as zf:

@@ -20,6 +20,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from kb.fusion import rrf_scores
+
 # A sentence ends at . ! ? or … (closing quotes and brackets may follow) before whitespace and a
 # capital, digit or opening quote; a line break always ends one.
 _BOUNDARY = re.compile(r"(?:(?<=[.!?\u2026])|(?<=[.!?\u2026][\"'\u201d\u2019)\]]))\s+(?=[\"'\u201c\u2018(\[]?[A-Z0-9])|\n+")
@@ -55,13 +57,14 @@ def fuse(base_ids: Sequence[int], by_vector: dict[int, float], by_terms: dict[in
     neither promoted nor demoted.
     """
     base_rank = {cid: i for i, cid in enumerate(base_ids)}
-    fused = {cid: 1.0 / (rrf_k + i) for cid, i in base_rank.items()}
+    orders: list[tuple[Sequence[int], float]] = [(list(base_ids), 1.0)]
     for scores in (by_vector, by_terms):
         if scores is None:
             continue
         by_score = sorted((cid for cid in base_ids if cid in scores), key=lambda c: (-scores[c], base_rank[c]))
-        slots = iter(sorted(base_rank[cid] for cid in base_ids if cid in scores))
-        rank = {cid: next(slots) for cid in by_score}  # scored candidates share the scored ranks
-        for cid, i in base_rank.items():
-            fused[cid] += 1.0 / (rrf_k + rank.get(cid, i))
+        order = list(base_ids)
+        for slot, cid in zip(sorted(base_rank[c] for c in by_score), by_score, strict=True):
+            order[slot] = cid  # scored candidates share the scored ranks; the rest keep theirs
+        orders.append((order, 1.0))
+    fused = rrf_scores(orders, rrf_k=rrf_k)
     return sorted(base_ids, key=lambda c: (-fused[c], base_rank[c]))

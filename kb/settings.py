@@ -241,6 +241,23 @@ MAX_FILES_PER_UPLOAD = env_int("MAX_FILES_PER_UPLOAD", 20)
 DATA_UPLOAD_MAX_MEMORY_SIZE = MAX_UPLOAD_BYTES + 1024 * 1024
 FILE_UPLOAD_MAX_MEMORY_SIZE = MAX_UPLOAD_BYTES + 1024 * 1024
 
+# --- Sources (kb.sources, docs/sources.md) ------------------------------------------------------
+# Fernet key for source credentials (`python -c "from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())"`).
+# Empty: derived from SECRET_KEY (rotating SECRET_KEY then makes stored credentials unreadable: re-enter them).
+SOURCES_ENCRYPTION_KEY = os.environ.get("SOURCES_ENCRYPTION_KEY", "").strip()
+# Folders a folder source may read (comma-separated absolute paths); empty: folder sources are refused.
+SOURCES_FOLDER_ROOTS = [p.strip() for p in os.environ.get("SOURCES_FOLDER_ROOTS", "").split(",") if p.strip()]
+# Website and S3 endpoints on loopback, private or link-local addresses are refused unless this is on.
+SOURCES_ALLOW_PRIVATE_HOSTS = env_bool("SOURCES_ALLOW_PRIVATE_HOSTS", False)
+# Website crawl limits (a source's config may lower them, never raise them).
+SOURCES_WEB_MAX_PAGES = env_int("SOURCES_WEB_MAX_PAGES", 500)
+SOURCES_WEB_MAX_DEPTH = env_int("SOURCES_WEB_MAX_DEPTH", 5)
+SOURCES_WEB_MAX_PAGE_BYTES = env_int("SOURCES_WEB_MAX_PAGE_BYTES", 5 * 1024 * 1024)
+SOURCES_WEB_TIMEOUT_SECONDS = env_int("SOURCES_WEB_TIMEOUT_SECONDS", 10)
+SOURCES_WEB_TIME_LIMIT_SECONDS = env_int("SOURCES_WEB_TIME_LIMIT_SECONDS", 600)
+# Embedded mode (no broker): how often the in-process scheduler (manage.py run_source_scheduler) looks for due sources.
+SOURCES_SCHEDULER_INTERVAL_SECONDS = env_int("SOURCES_SCHEDULER_INTERVAL_SECONDS", 60)
+
 # --- REST framework ----------------------------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -269,6 +286,16 @@ AUTH_FAILURES_PER_IP = env_int("AUTH_FAILURES_PER_IP", 20)
 AUTH_FAILURE_WINDOW_SECONDS = env_int("AUTH_FAILURE_WINDOW_SECONDS", 600)
 # Agent runs per tenant per UTC day when Tenant.settings has no "daily_runs"; 0 = unlimited.
 DEFAULT_DAILY_RUNS = env_int("DEFAULT_DAILY_RUNS", 0)
+
+# Chain digests (agents/digests.py): each tenant's chain tip signed with an Ed25519 key kept out of the
+# database, written to CHAIN_DIGEST_DIR on demand and every CHAIN_DIGEST_INTERVAL_S by Celery beat.
+_STATE_DIR = Path(os.environ.get("GROUNDED_DATA_DIR") or BASE_DIR / ".data" / "pg")
+CHAIN_SIGNING_KEY = os.environ.get("CHAIN_SIGNING_KEY", "").strip()  # base64 of a 32-byte Ed25519 private key
+CHAIN_SIGNING_KEY_FILE = os.environ.get("CHAIN_SIGNING_KEY_FILE") or f"{_STATE_DIR}.chain_key"
+CHAIN_DIGEST_DIR = os.environ.get("CHAIN_DIGEST_DIR") or f"{_STATE_DIR}.digests"
+CHAIN_DIGEST_INTERVAL_S = env_int("CHAIN_DIGEST_INTERVAL_S", 3600)
+# Days the text a run retrieved is kept for audit (agents/evidence.py); Tenant.settings["evidence_retention_days"] overrides.
+EVIDENCE_RETENTION_DAYS = env_int("EVIDENCE_RETENTION_DAYS", 365)
 
 # --- Security (production) ---------------------------------------------------------------------
 SECURE_CONTENT_TYPE_NOSNIFF = True

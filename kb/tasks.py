@@ -34,3 +34,17 @@ def reembed_corpus_task(job_id: int, tenant_id: int) -> str:
 @shared_task(name="kb.reap_stuck_jobs", acks_late=True)
 def reap_stuck_jobs_task(older_than: float = 600) -> int:
     return len(ingest.resume_stuck_jobs(older_than=older_than))
+
+
+@shared_task(name="kb.sync_source", **_RETRY)
+def sync_source_task(sync_id: int, tenant_id: int) -> str:
+    from kb.sources.sync import run_sync
+
+    return run_sync(sync_id=sync_id, tenant_id=tenant_id)
+
+
+@shared_task(name="kb.schedule_source_syncs", acks_late=True)
+def schedule_source_syncs_task() -> int:
+    from kb.sources.sync import schedule_due_sources
+
+    return len(schedule_due_sources())

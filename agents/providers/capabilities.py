@@ -1,10 +1,16 @@
 """What a configured provider actually honours, checked rather than assumed.
 
-A probe makes three tiny calls (each bounded: 64 output tokens, PROBE_TIMEOUT_S):
+A probe makes four small calls (each bounded: 64 output tokens, PROBE_TIMEOUT_S):
 
     system  does it obey a system instruction?          (reply with a code word the user never asked for)
     tools   does it call a declared tool when asked to? (a get_time tool)
     json    does it reply with the JSON object asked for?
+    speed   how many prompt tokens does it read per second? (a ~1,000-token prompt, 1 output token)
+
+The speed lets a run size what it sends to what the server can read before the run's deadline
+(agents.steps.RunState.prompt_chars_left): a call abandoned while the server is still reading
+its prompt leaves the server busy, because a server writes nothing then and cannot notice the
+closed connection.
 
 Results are cached (Django's cache, CAPABILITIES_TTL_S) per provider endpoint and model. Runs read
 only what is cached (`known_capabilities`), never probe inline: a run with a provider found to
@@ -30,7 +36,7 @@ from agents.messages import ModelRequest, ToolSpec, UserMessage
 log = logging.getLogger(__name__)
 
 CAPABILITIES_TTL_S = 600.0
-PROBE_TIMEOUT_S = 20.0
+PROBE_TIMEOUT_S = 60.0  # a small self-hosted model on a busy machine needs a while even for 64 tokens
 CODE_WORD = "PINEAPPLE-7"
 _TIME_TOOL = ToolSpec("get_time", "Returns the current local time in a city.",
                       {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})
@@ -48,6 +54,7 @@ class Capabilities:
     json: bool | None
     checked_at: float = 0.0  # time.time() of the probe; 0 = declared, not probed
     error: str = ""
+    prompt_tokens_per_s: float | None = None  # measured prompt reading speed; None = not measured (or local)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -87,9 +94,29 @@ def probe(provider, *, timeout_s: float = PROBE_TIMEOUT_S) -> Capabilities:
     tools = None if turn is None else any(c.name == _TIME_TOOL.name for c in turn.tool_calls)
     turn = ask("Reply with JSON only.", 'Reply with exactly this JSON object and nothing else: {"ok": true, "n": 3}')
     as_json = None if turn is None else _json_object(turn.text) == {"ok": True, "n": 3}
-    found = Capabilities(provider.name, provider.model, system, tools, as_json, checked_at=time.time(), error="; ".join(errors))
+    found = Capabilities(provider.name, provider.model, system, tools, as_json, checked_at=time.time(), error="; ".join(errors),
+                         prompt_tokens_per_s=_prompt_speed(provider, timeout_s, errors))
     cache.set(provider_key(provider), found.as_dict(), CAPABILITIES_TTL_S)
     return found
+
+
+SPEED_PROMPT = " ".join(["The committee reviewed the quarterly report and approved the travel policy."] * 75)
+CHARS_PER_TOKEN = 4.0  # a token count estimate where a server reports none
+
+
+def _prompt_speed(provider, timeout_s: float, errors: list[str]) -> float | None:
+    """Prompt tokens the server reads per second, from one call with a ~1,000-token prompt and one output
+    token (time to the whole reply, so an upper bound on the reading time: the speed errs slow)."""
+    started = time.monotonic()
+    try:
+        turn = provider.generate(ModelRequest(task="answer", system="Reply with one word.", messages=(UserMessage(SPEED_PROMPT),),
+                                              deadline=started + timeout_s, max_output_tokens=1))
+    except Exception as exc:
+        errors.append(f"speed: {type(exc).__name__}: {str(exc)[:200]}")
+        return None
+    elapsed = max(time.monotonic() - started, 1e-3)
+    tokens = turn.usage.input_tokens or len(SPEED_PROMPT) / CHARS_PER_TOKEN
+    return round(tokens / elapsed, 1)
 
 
 def _json_object(text: str) -> dict | None:

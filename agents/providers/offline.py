@@ -19,6 +19,7 @@ import json
 import re
 
 from agents.citations import NOT_ENOUGH_EVIDENCE
+from agents.conversation_text import resolve_followup
 from agents.messages import AssistantMessage, ModelRequest, ModelTurn, ToolCall, ToolResultMessage, Usage
 from agents.planning import Facets, GeneralPlanner, without_facets
 from agents.sufficiency import (
@@ -61,7 +62,7 @@ class OfflineProvider:
 
     def generate(self, request: ModelRequest) -> ModelTurn:
         handler = {"agent": self._agent, "repair": self._answer, "rewrite": self._rewrite, "judge": self._judge,
-                   "answer": self._answer}[request.task]
+                   "answer": self._answer, "followup": self._followup}[request.task]
         text, calls = handler(request)
         prompt_chars = sum(len(getattr(m, "text", "") or json.dumps(getattr(m, "content", {}), default=str)) for m in request.messages)
         return ModelTurn(text=text, tool_calls=tuple(calls),
@@ -105,6 +106,11 @@ class OfflineProvider:
             f"no retrieved sentence answers: {'; '.join(s.part for s in open_)}"
         return json.dumps({"sufficient": not open_, "why": why,
                            "missing": follow_ups(request.question, chunks, facets, supports) if open_ else []}), []
+
+    def _followup(self, request: ModelRequest) -> tuple[str, list[ToolCall]]:
+        """The follow-up made standalone by text rules (agents.conversation_text)."""
+        resolved = resolve_followup(request.question, request.history)
+        return json.dumps({"question": resolved.question, "retrieve": resolved.retrieve, "how": resolved.how}), []
 
     def _answer(self, request: ModelRequest) -> tuple[str, list[ToolCall]]:
         facets = _facets_seen(request) if not request.facets else Facets.from_tool({"enumerations": request.facets.get("narrow_by")})

@@ -6,7 +6,7 @@ import dataclasses
 import json
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, time
 
 from django.db import connections
@@ -20,10 +20,12 @@ from rest_framework import status
 from rest_framework.exceptions import Throttled, ValidationError
 from rest_framework.response import Response
 
+from agents import evidence
 from agents.access import access_run, visible_runs
 from agents.models import Outcome, Run, RunStep, Verdict
 from agents.review import principal_names, search_runs
 from agents.selectors import run_citations, run_steps
+from agents.services import RunNotRecorded
 from api import serializers as s
 from api.permissions import ASK, AUDIT
 from api.ratelimit import consume_daily_run, daily_run_limit
@@ -100,7 +102,9 @@ def run_detail(scope: Scope, run: Run) -> dict:
     chunks = {c.id: c for c in Chunk.objects.for_scope(scope).filter(id__in=[c.chunk_id for c in citations]).select_related("document")}
     run.unverified_citations = sum(1 for c in citations if c.verdict != Verdict.VERIFIED)
     names = principal_names(scope.tenant_id, [run.principal])
-    return s.RunDetailSerializer(run, context={"steps": steps, "citations": citations, "chunks": chunks, "principal_names": names}).data
+    kept = evidence.for_citations(scope, [(c.chunk_id, c.content_hash) for c in citations])
+    return s.RunDetailSerializer(run, context={"steps": steps, "citations": citations, "chunks": chunks, "principal_names": names,
+                                               "evidence": kept}).data
 
 
 # --- Ask -------------------------------------------------------------------------------------------
@@ -163,21 +167,30 @@ def start_background(target) -> None:
     threading.Thread(target=target, daemon=True, name="ask-stream").start()
 
 
-def ask_events(scope: Scope, question: str, strategy: str) -> Iterator[bytes]:
+def ask_events(scope: Scope, question: str, strategy: str, *, asker: Callable[..., Run] | None = None) -> Iterator[bytes]:
     """The one encoding of a streamed question, as Server-Sent Events: `step` per agent step as it
     happens, then `answer` (answer, outcome, grounded, missing, citations) and `done` (run_id,
-    latency_ms), or `error` (code, message) instead of those two; a `: keepalive` comment after every
-    KEEPALIVE_SECONDS of silence. The run goes on (and is stored) if the client stops reading."""
+    latency_ms; conversation_id, turn and the standalone question for a conversation's turn), sent
+    only once the run is stored, or `error` (code, message) instead of those two (`run_not_recorded`
+    when storing the run failed: the steps seen belong to no record); a `: keepalive` comment after
+    every KEEPALIVE_SECONDS of silence. The run goes on (and is stored) if the client stops reading.
+    `asker` answers instead of `ask` (called with scope, question, strategy and on_step): a
+    conversation's turn."""
     events: queue.Queue = queue.Queue()
 
     def work() -> None:
         try:
-            run = _ask(scope=scope, question=question, strategy=strategy,
-                       on_step=lambda step: events.put(("step", step_json(step))))
+            run = (asker or _ask)(scope=scope, question=question, strategy=strategy,
+                                  on_step=lambda step: events.put(("step", step_json(step))))
             with activate(scope):
                 detail = run_detail(scope, run)
             events.put(("answer", {k: detail[k] for k in ("answer", "outcome", "grounded", "missing", "citations")}))
-            events.put(("done", {"run_id": run.id, "latency_ms": detail["latency_ms"]}))
+            done = {"run_id": run.id, "latency_ms": detail["latency_ms"]}
+            if run.conversation_id is not None:
+                done.update(conversation_id=run.conversation_id, turn=run.turn, question=run.question)
+            events.put(("done", done))
+        except RunNotRecorded as exc:  # the steps streamed so far belong to no stored run: say so
+            events.put(("error", {"code": "run_not_recorded", "message": str(exc)[:500]}))
         except Exception as exc:  # reported to the client as an event; the run (if any) is in the trace
             events.put(("error", {"code": exc.__class__.__name__, "message": str(exc)[:500]}))
         finally:

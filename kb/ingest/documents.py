@@ -16,7 +16,7 @@ from kb.ingest.dates import document_date
 from kb.ingest.queue import enqueue_job
 from kb.metadata import metadata_problem
 from kb.models import Chunk, Corpus, Document, DocumentContent, DocumentStatus, IngestJob, JobStatus
-from kb.parsing import ParseError, detect_type
+from kb.parsing import ParseError, declared_type, detect_type
 from tenants.scope import Scope, activate
 
 
@@ -33,12 +33,20 @@ def content_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+_CORPUS_DEPARTMENT = object()
+
+
 def upload_document(*, scope: Scope, corpus: Corpus, filename: str, data: bytes, metadata: dict | None = None,
-                    title: str | None = None) -> tuple[Document, IngestJob | None]:
+                    title: str | None = None, department_id: int | None | object = _CORPUS_DEPARTMENT,
+                    mime_type: str | None = None) -> tuple[Document, IngestJob | None]:
     """Store an upload and queue its ingestion; returns at once (the job runs after commit).
 
-    Same source name and same bytes: no-op, returns (document, None) (a failed document is retried).
+    Same source name and same bytes: no-op, returns (document, None) (a failed document is retried; one
+    still pending or processing, e.g. after its worker died, is resumed and its job returned).
     Changed bytes: version + 1, status pending, a new job. Raises UploadRejected(field, message).
+    `department_id` (sources' mapping rules) places a new document of a tenant-wide corpus in a
+    department (None: tenant-wide); a corpus with a department keeps its documents there. `mime_type`
+    is what upstream declared (a web server), used when the name has no known extension.
     """
     access.check_may_edit_documents(scope)
     if corpus.tenant_id != scope.tenant_id or not scope.sees_department(corpus.department_id):
@@ -64,8 +72,12 @@ def upload_document(*, scope: Scope, corpus: Corpus, filename: str, data: bytes,
             json.dumps(metadata, allow_nan=False)
         except (TypeError, ValueError) as exc:
             raise UploadRejected("metadata", f"metadata is not JSON-serialisable: {exc}") from None
+    if department_id is _CORPUS_DEPARTMENT:
+        department_id = corpus.department_id
+    elif department_id != corpus.department_id and (corpus.department_id is not None or not scope.may_change_department(department_id)):
+        raise UploadRejected("department", "a document goes into its corpus's department, or a department the caller may change")
     try:
-        mime_type = detect_type(filename, data)
+        mime_type = detect_type(filename, data) if mime_type is None else declared_type(filename, data, mime_type)
     except ParseError as exc:
         raise UploadRejected("file", str(exc)) from None
 
@@ -76,7 +88,7 @@ def upload_document(*, scope: Scope, corpus: Corpus, filename: str, data: bytes,
             try:
                 with transaction.atomic():
                     document = Document.objects.create(
-                        tenant_id=scope.tenant_id, department_id=corpus.department_id, corpus=corpus,
+                        tenant_id=scope.tenant_id, department_id=department_id, corpus=corpus,
                         title=title or filename, source_name=filename, mime_type=mime_type, sha256=sha,
                         size_bytes=len(data), metadata=metadata or {}, status=DocumentStatus.PENDING,
                         dated_at=document_date(metadata, corpus.date_key))
@@ -94,6 +106,8 @@ def upload_document(*, scope: Scope, corpus: Corpus, filename: str, data: bytes,
                 document.title, changed = title, [*changed, "title"]
             if changed:
                 document.save(update_fields=[*changed, "updated_at"])
+            if document.status in (DocumentStatus.PENDING, DocumentStatus.PROCESSING):
+                return document, _resume_ingest(scope, document)
             return document, None
         if document.sha256 != sha:
             document.version += 1
@@ -132,6 +146,36 @@ def delete_document(*, scope: Scope, document: Document) -> None:
         locked.delete()
         with connections["default"].cursor() as cur:
             cur.execute("UPDATE kb_corpus SET chunk_count = GREATEST(0, chunk_count - %s) WHERE id = %s", [removed, locked.corpus_id])
+
+
+def move_document(*, scope: Scope, document: Document, department_id: int | None, source_name: str | None = None) -> int:
+    """Move a document and its chunks to another department of its tenant-wide corpus (and, for a
+    file moved upstream, to its new name) in one transaction, without re-embedding; returns the
+    number of chunks moved."""
+    access.check_may_change(scope, document, "document")
+    if department_id != document.department_id:
+        scope.check_may_change(department_id, "document")
+    with activate(scope):
+        locked = Document.objects.for_scope(scope).select_for_update().select_related("corpus").get(pk=document.pk)
+        if department_id != locked.department_id and locked.corpus.department_id is not None:
+            raise UploadRejected("department", "a document goes into its corpus's department")
+        fields = {"department_id": department_id, "updated_at": timezone.now()}
+        if source_name:
+            fields["source_name"] = source_name
+        Document.objects.for_scope(scope).filter(pk=locked.pk).update(**fields)
+        return Chunk.objects.for_scope(scope).filter(document_id=locked.pk).update(department_id=department_id)
+
+
+def _resume_ingest(scope: Scope, document: Document) -> IngestJob:
+    """The same bytes uploaded again while the document is not ready: send its unfinished job again (safe:
+    a job still alive holds its lease and the duplicate returns "busy"; one whose worker died is taken
+    up), or queue a new one if it has none (the database stopped between the upload and its job)."""
+    job = (IngestJob.objects.for_scope(scope).filter(document=document, kind=IngestJob.Kind.INGEST,
+                                                     status__in=[JobStatus.QUEUED, JobStatus.RUNNING]).order_by("-id").first())
+    if job is None:
+        return _queue_ingest(scope, document)
+    enqueue_job(job.id, scope.tenant_id, job.kind)
+    return job
 
 
 def _queue_ingest(scope: Scope, document: Document) -> IngestJob:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
+from kb.fusion import rrf_scores
 from kb.retrieval.keyword import _idf_weights
 from kb.retrieval.plan import SearchPlan
 from kb.retrieval.query import Mode, SearchHit
@@ -15,10 +16,7 @@ from kb.sentences import TOP_SENTENCES, fuse
 
 
 def _rrf(lists: list[tuple[list[tuple[int, float]], float]], rrf_k: float) -> list[tuple[int, float]]:
-    scores: dict[int, float] = {}
-    for rows, weight in lists:
-        for rank, (cid, _) in enumerate(rows, start=1):
-            scores[cid] = scores.get(cid, 0.0) + weight / (rrf_k + rank)
+    scores = rrf_scores((([cid for cid, _ in rows], weight) for rows, weight in lists), rrf_k=rrf_k)
     return sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
 
 

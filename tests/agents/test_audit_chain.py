@@ -50,7 +50,7 @@ def test_triggers_reject_changes_even_for_the_owner():
     run = _ask(tenant)[0]
     with connections["owner"].cursor() as cur:
         cur.execute("SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'agents_%%_append_only'")
-        assert cur.fetchone()[0] == 3
+        assert cur.fetchone()[0] == 4  # runs, steps, citations, feedback
     with connections["default"].cursor() as cur:  # rows are readable only inside the tenant
         cur.execute("SELECT count(*) FROM agents_run WHERE id = %s", [run.id])
         assert cur.fetchone()[0] == 0

@@ -15,9 +15,10 @@ import re
 import time
 
 import pytest
+from django.core.cache import cache
 
 from agents.budgets import Budgets
-from agents.providers.capabilities import known_capabilities, probe
+from agents.providers.capabilities import known_capabilities, probe, provider_key
 from agents.providers.gemini import GeminiProvider
 from agents.providers.openai_compat import OpenAICompatProvider
 from agents.selectors import run_steps
@@ -92,7 +93,24 @@ def test_the_output_cap_follows_what_is_left_of_the_token_budget(acme):
     with FakeOpenAI([], when_exhausted=lambda body: reply(grounded_text(body), prompt_tokens=700, completion_tokens=100)) as fake:
         timed_ask(whole_tenant(tenant), openai(fake), budgets, strategy="pipeline")
     caps = [r["max_tokens"] for r in fake.requests]
-    assert caps[0] == 1_000 and all(c <= 1_000 for c in caps) and caps[-1] < caps[0], caps
+    tasks = [task_of(r) for r in fake.requests]
+    assert all(c <= 1_000 for c in caps) and caps[-1] < 1_000, caps
+    # a few queries and a JSON verdict have caps of their own, well under the answer's
+    limits = {"rewrite": 256, "judge": 512, "answer": 1_000}
+    assert all(c <= limits[t] for c, t in zip(caps, tasks, strict=True)), list(zip(tasks, caps, strict=True))
+
+
+def task_of(body: dict) -> str:
+    text = prompt_text(body)
+    return "rewrite" if "Rewrite the question" in text else "judge" if "Does every part of the question" in text else "answer"
+
+
+def test_a_rambling_model_is_cut_at_the_small_caps_of_rewrites_and_verdicts(acme):
+    tenant, _, _ = acme
+    with FakeOpenAI([], when_exhausted=lambda body: reply(grounded_text(body))) as fake:
+        timed_ask(whole_tenant(tenant), openai(fake), Budgets(), strategy="pipeline", question=MULTI)
+    caps = {task_of(r): r["max_tokens"] for r in fake.requests}
+    assert caps["rewrite"] == 256 and caps["judge"] == 512 and caps["answer"] == Budgets().max_output_tokens, caps
 
 
 def test_a_slow_provider_fails_the_call_within_the_budget_not_the_next_run(acme):
@@ -298,6 +316,45 @@ def test_the_probe_finds_what_a_server_drops(acme):
     assert (found.system, found.tools, found.json) == (None, None, None) and "RemoteProtocolError" in found.error
 
 
+def test_a_server_slow_to_read_prompts_gets_a_context_it_can_read_in_time_and_is_idle_when_the_run_ends(acme):
+    """A call abandoned while the server still reads its prompt leaves it busy (it writes nothing, so it
+    cannot notice the closed connection): the probe measures the reading speed, the run sizes its
+    context to it, and the server is idle within a second of the run ending."""
+    tenant, _, _ = acme
+    scope = whole_tenant(tenant)
+    budgets = Budgets(max_wall_seconds=4)
+    with FakeOpenAI([], when_exhausted=obedient, read_chars_per_s=1_500) as fake:
+        found = probe(openai(fake))
+        assert 250 <= found.prompt_tokens_per_s <= 375, found  # 375 tokens/s, measured a little slow
+        for strategy in ("classic", "pipeline"):
+            probed = len(fake.requests)
+            run, took = timed_ask(scope, openai(fake), budgets, strategy)
+            ended = time.monotonic()
+            sizes = [len(prompt_text(b)) for b in fake.requests[probed:]]
+            assert max(sizes) * 1.0 / 1_500 < budgets.max_wall_seconds, sizes  # each prompt readable within the budget
+            assert took <= budgets.max_wall_seconds + SLACK_S, (strategy, took)
+            assert fake.idle_within(1.0) and fake.last_idle - ended < 1.0, strategy
+            assert run.outcome != "answered" or run.grounded
+            assert run.outcome == "answered" or "not sent" in run.error, (strategy, run.error)
+            assert fake.read_for_nobody == 0, strategy  # no prompt was left being read after its run gave up on it
+
+
+def test_a_prompt_the_server_could_not_read_before_the_deadline_is_not_sent(acme):
+    tenant, _, _ = acme
+    scope = whole_tenant(tenant)
+    with FakeOpenAI([], when_exhausted=obedient, read_chars_per_s=4_000) as fake:
+        provider = openai(fake)
+        found = probe(provider)
+        cache.set(provider_key(provider), {**found.as_dict(), "prompt_tokens_per_s": 10.0})  # measured very slow
+        sent = len(fake.requests)
+        run, took = timed_ask(scope, provider, Budgets(max_wall_seconds=3), "classic")
+    with activate(scope):
+        errors = [s.error for s in run_steps(scope, run.id) if s.kind == "model_call"]
+    assert len(fake.requests) == sent  # nothing the server would still be reading after the run
+    assert run.outcome == "failed" and took <= 3 + SLACK_S, (run.outcome, took)
+    assert errors and all("tokens/s" in e and "not sent" in e for e in errors), errors
+
+
 @pytest.mark.parametrize("strategy", ["agentic", "auto"])
 def test_a_provider_found_to_ignore_tools_never_runs_the_agentic_strategy(acme, strategy):
     tenant, _, _ = acme
@@ -378,4 +435,5 @@ def test_healthz_reports_each_configured_providers_probed_capabilities(acme, set
         requests = len(fake.requests)
         again = client.get("/healthz").json()["providers"]
     assert report["openai"]["status"] == "probed" and (report["openai"]["system"], report["openai"]["tools"]) == (False, False)
-    assert report["openai"]["json"] is True and again == report and requests == 3  # cached: probed once
+    assert report["openai"]["json"] is True and again == report and requests == 4  # cached: probed once
+

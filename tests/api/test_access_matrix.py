@@ -33,7 +33,9 @@ from django.urls import URLPattern, URLResolver, get_resolver
 from rest_framework.parsers import JSONParser, MultiPartParser
 from rest_framework.test import APIClient
 
+from agents.conversations import start_conversation
 from agents.services import ask
+from kb.models import Source
 from tenants.models import ApiKey, Membership, TenantUser
 from tenants.scope import Scope, activate
 from tests.api.conftest import CANARY, ingest, issue
@@ -105,12 +107,20 @@ def _build(world, actor: Actor) -> Matrix:
         with activate(Scope.system(tenant.id)):
             TenantUser.objects.bulk_create([TenantUser(user=u, tenant=tenant) for u in spares])
     w.keys["a-eng-reader"] = issue(w.a, "reader", [w.eng])
+    # Sources on every corpus (a folder with one file each), so their routes and admin are tried in every zone.
+    for corpus in (w.shared, w.sales_corpus, w.eng_corpus, w.b_corpus):
+        with activate(Scope.system(corpus.tenant_id)):
+            Source.objects.create(tenant_id=corpus.tenant_id, corpus=corpus, name=f"source of {corpus.name}", kind="folder",
+                                  config={"path": w.source_folder}, schedule_minutes=0)
     # Runs in every zone.
     for scope in (Scope(w.a.id, all_departments=True, role="reader", principal="matrix"),
                   Scope(w.a.id, frozenset({w.sales.id}), role="reader", principal="matrix"),
                   Scope(w.a.id, frozenset({w.eng.id}), role="reader", principal="matrix"),
                   Scope(w.b.id, all_departments=True, role="reader", principal="matrix")):
         ask(scope=scope, question="What is the hotel limit per night?", strategy="classic", provider="offline")
+    # A conversation in each tenant, owned by a principal no actor is (so none may continue, see or delete it).
+    for tenant in (w.a, w.b):
+        start_conversation(scope=Scope(tenant.id, all_departments=True, role="reader", principal="matrix"), title="matrix")
     # The actor.
     tenant = w.a if actor.tenant == "a" else w.b
     actor.tenant_id = tenant.id
@@ -182,7 +192,8 @@ def _department(table: str, row: dict, before: dict, after: dict) -> int | None:
     """The department a knowledge-base row belongs to: its own column, else its chunk's, document's or corpus's."""
     if "department_id" in row:
         return row["department_id"]
-    for column, parent in (("chunk_id", "kb_chunk"), ("document_id", "kb_document"), ("corpus_id", "kb_corpus")):
+    for column, parent in (("chunk_id", "kb_chunk"), ("document_id", "kb_document"), ("corpus_id", "kb_corpus"),
+                           ("source_id", "kb_source"), ("sync_id", "kb_sourcesync")):
         if row.get(column) is not None:
             found = after.get((parent, str(row[column]))) or before.get((parent, str(row[column])))
             if found is not None:
@@ -250,6 +261,18 @@ def judge(actor: Actor, table: str, old: dict | None, new: dict | None, before: 
         return None
     if table == "kb_embeddingcache":
         return None
+    if table in ("kb_source", "kb_sourcesync", "kb_sourceitem", "kb_sourcechange"):  # managed like corpora: admins only
+        if actor.role != "admin":
+            return f"a {actor.role} changed {table}"
+        for version in (old, new):
+            department = _department(table, version, before, after) if version is not None else None
+            if version is not None and not actor.reaches(department):
+                return f"{table} of department {department} changed"
+        if table == "kb_source" and new is not None:
+            for rule in new.get("department_rules") or []:
+                if not actor.reaches(rule.get("department")):
+                    return f"a source rule maps into department {rule.get('department')}"
+        return None
     return f"{table}: a change this oracle does not know (teach it the rule for the new table)"
 
 
@@ -293,7 +316,7 @@ def zone_ids(table: str) -> list[int]:
     seen: dict[tuple, int] = {}
     for row in rows:
         zone = (row.get("tenant_id", row.get("id") if table == "tenants_tenant" else None), row.get("department_id"),
-                row.get("all_departments"), row.get("role"))
+                row.get("all_departments"), row.get("role"), row.get("corpus_id") if table == "kb_source" else None)
         seen.setdefault(zone, row["id"])
     return sorted(seen.values())
 
@@ -326,10 +349,12 @@ def _wide_values(m: Matrix) -> list[dict]:
             "department": own_dept, "corpus": own_corpus, "username": "matrix-user", "email": "matrix@example.test",
             "question": "What is the hotel limit?", "strategy": "classic", "query": "hotel limit", "title": "Matrix",
             "metadata": {"category": "matrix"}, "embedding_model": "hash", "embedding_dim": 64, "chunk_target_tokens": 200,
-            "chunk_overlap_tokens": 20, "tenant": own_tenant.id, "settings": {}}
+            "chunk_overlap_tokens": 20, "tenant": own_tenant.id, "settings": {}, "kind": "folder",
+            "config": {"path": w.source_folder}, "schedule_minutes": 0}
     widen = [{"all_departments": True}, {"departments": [own_dept, other_dept]}, {"departments": [foreign_dept]},
              {"role": "admin"}, {"department": other_dept}, {"department": foreign_dept}, {"department": None},
-             {"tenant": other_tenant.id}, {"settings": {"daily_runs": 1}}]
+             {"tenant": other_tenant.id}, {"settings": {"daily_runs": 1}},
+             *({"department_rules": [{"prefix": "", "department": d}]} for d in (other_dept, foreign_dept, None))]
     widen += [{"corpus": c} for c in corpora]
     widen += [{"user": u} for u in users]
     widen += [{"act_as": f"member:{i}"} for i in principal_zones("tenants_membership")]
@@ -366,7 +391,8 @@ def _form(values: dict) -> dict:
 
 
 API_MODEL = {"corpus_id": "kb_corpus", "document_id": "kb_document", "job_id": "kb_ingestjob", "run_id": "agents_run",
-             "key_id": "tenants_apikey", "member_id": "tenants_membership"}
+             "key_id": "tenants_apikey", "member_id": "tenants_membership", "source_id": "kb_source",
+             "conversation_id": "agents_conversation"}
 
 
 def api_routes() -> list[tuple[str, URLPattern]]:
@@ -509,6 +535,15 @@ def _admin_writes(m: Matrix):
 @pytest.fixture(autouse=True)
 def _no_rate_limit(settings):
     settings.RATE_LIMIT_PER_MINUTE = 1_000_000
+
+
+@pytest.fixture(autouse=True)
+def _source_folder(settings, tmp_path, world):
+    """A folder sources may read (one small file), for the sources' routes and admin."""
+    (tmp_path / "share").mkdir()
+    (tmp_path / "share" / "probe.md").write_text("# Probe\n\nA folder source probe document.\n")
+    settings.SOURCES_FOLDER_ROOTS = [str(tmp_path)]
+    world.source_folder = str(tmp_path / "share")
 
 
 @pytest.mark.parametrize("edge", ["api", "admin"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -320,3 +321,34 @@ def test_reembed_corpora_from_the_admin(admin_client, world, django_capture_on_c
         assert IngestJob.objects.for_scope(whole_tenant(world.a)).filter(corpus=corpus, kind="reembed", status="done").exists()
     with activate(whole_tenant(world.b)):  # the foreign id in the POST was ignored
         assert Corpus.objects.for_scope(whole_tenant(world.b)).get(pk=world.b_corpus.id).embedding_dim != 16
+
+
+def test_the_playground_shows_each_providers_probed_capabilities(admin_client, world, settings):
+    """What /healthz reports is in the admin too: here a server whose chat template drops the system
+    message and the tool declarations (tests.fakes.fake_openai), probed as at start-up."""
+    from agents.providers.capabilities import probe
+    from agents.providers.openai_compat import OpenAICompatProvider
+    from tests.fakes.fake_openai import FakeOpenAI, reply
+
+    with FakeOpenAI([], when_exhausted=reply('{"ok": true, "n": 3}'), drop_system=True, ignore_tools=True) as fake:
+        settings.OPENAI_COMPAT_BASE_URL, settings.OPENAI_COMPAT_MODEL = fake.base_url, "tiny"
+        probe(OpenAICompatProvider(base_url=fake.base_url, model="tiny", backoff_s=0))
+        page = admin_client.get("/admin/agents/run/ask/").content.decode()
+    table = page[page.index('id="providers"'):page.index("</table>", page.index('id="providers"'))]
+    rows = {cells[0].split()[0]: cells for cells in (re.findall(r"<td>(.*?)</td>", r) for r in table.split("<tr>")[2:])}
+    assert rows["offline"][2:6] == ["declared", "yes", "yes", "yes"], rows
+    assert rows["openai"][1:6] == ["tiny", "probed", "no", "no", "yes"], rows  # the system message and tools dropped
+    assert float(rows["openai"][6]) > 0, rows  # its measured prompt speed
+
+
+def test_audit_review_shows_the_cited_text_and_version_after_the_document_changed(client, world):
+    from tests.api.conftest import ingest
+
+    run = world.client("a-reader").post("/api/v1/ask/", {"question": "What is the hotel limit per night?", "strategy": "classic"},
+                                        format="json").json()
+    assert run["citations"], run
+    ingest(world.shared, "Travel policy", "Employees may book hotels up to 210 EUR per night.")
+    client.force_login(staff(world, "auditor"))
+    detail = client.get(f"/admin/agents/run/{run['id']}/change/").content.decode()
+    cell = detail[detail.index('class="evidence"'):]
+    assert "version 1" in cell and "changed (now version 2) since" in cell and "150 EUR" in cell, cell[:800]

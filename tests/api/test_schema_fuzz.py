@@ -13,7 +13,7 @@ from schemathesis.checks import not_a_server_error
 
 from agents.models import Run
 from api.views import agents as agent_views
-from kb.models import Document, IngestJob
+from kb.models import Document, IngestJob, Source
 from tenants.models import ApiKey
 from tenants.scope import activate
 from tests.api.conftest import CANARY
@@ -26,21 +26,25 @@ schema = schemathesis.openapi.from_wsgi("/api/v1/schema/?format=json", get_wsgi_
 
 @pytest.fixture
 def foreign(world, monkeypatch, settings):
-    """Tenant B's ids per path parameter, and one of B's runs so the runs endpoints have something to hide."""
+    """Tenant B's ids per path parameter (a source of B's included), and one of B's runs so the runs endpoints have
+    something to hide."""
     settings.RATE_LIMIT_PER_MINUTE = 100_000
     monkeypatch.setattr(agent_views, "start_background", lambda target: target())
     world.client("b-reader").post("/api/v1/ask/", {"question": f"What is the Globex hotel limit {CANARY}?"}, format="json")
+    conversation = world.client("b-reader").post("/api/v1/conversations/", {"title": CANARY}, format="json").json()
     b = whole_tenant(world.b)
     with activate(b):
         doc = Document.objects.for_scope(b).first()
         job = IngestJob.objects.for_scope(b).first()
         run = Run.objects.for_scope(b).first()
         key = ApiKey.objects.filter(tenant=world.b).first()
+        source = Source.objects.create(tenant_id=world.b.id, corpus=world.b_corpus, name=f"globex source {CANARY}", kind="folder",
+                                       config={"path": f"/srv/{CANARY}"}, schedule_minutes=0)
     from django.contrib.auth import get_user_model
 
     member = make_membership(get_user_model().objects.create(username=f"user-{CANARY}"), world.b, "admin")
     return {"corpus_id": world.b_corpus.id, "document_id": doc.id, "job_id": job.id, "run_id": run.id,
-            "key_id": key.id, "member_id": member.id}
+            "key_id": key.id, "member_id": member.id, "source_id": source.id, "conversation_id": conversation["id"]}
 
 
 @pytest.fixture

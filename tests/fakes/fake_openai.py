@@ -15,7 +15,9 @@ a reply is a dict made by the helpers below, or a callable taking the request bo
 Like a llama.cpp server with one slot, it generates one reply at a time (`single_slot`), so a reply
 nobody stopped delays every request after it. `drop_system=True` / `ignore_tools=True` model a chat
 template that loses the system message and the tool declarations: the script's callables receive
-the body as the model would see it. Counters: `active` (replies being generated), `abandoned`
+the body as the model would see it. `read_chars_per_s` models prompt processing: before replying,
+the server reads the prompt silently at that speed (writing nothing, so it cannot notice a client
+that left) and reports prompt_tokens as characters / 4. Counters: `active` (replies being generated), `abandoned`
 (replies whose client closed the connection mid-stream), `last_idle` (monotonic time the server
 last became idle).
 """
@@ -23,6 +25,8 @@ last became idle).
 from __future__ import annotations
 
 import json
+import select
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -49,6 +53,12 @@ def last_user_text(body: dict) -> str:
     return users[-1] if users else ""
 
 
+def prompt_chars(body: dict) -> int:
+    """Characters of the messages and tool declarations a model reads."""
+    text = sum(len(m.get("content") or "") for m in body.get("messages", []))
+    return text + (len(json.dumps(body["tools"])) if body.get("tools") else 0)
+
+
 def echo(body: dict) -> Reply:
     return reply(last_user_text(body)[:400])
 
@@ -71,13 +81,15 @@ def status(code: int) -> Reply:
 
 class FakeOpenAI:
     def __init__(self, script: list[ScriptItem], *, when_exhausted: ScriptItem | None = None, single_slot: bool = True,
-                 drop_system: bool = False, ignore_tools: bool = False) -> None:
+                 drop_system: bool = False, ignore_tools: bool = False, read_chars_per_s: float | None = None) -> None:
         self.script = list(script)
+        self.read_chars_per_s = read_chars_per_s
         self.when_exhausted = when_exhausted or reply("fake script exhausted")
         self.single_slot, self.drop_system, self.ignore_tools = single_slot, drop_system, ignore_tools
         self.requests: list[dict] = []
         self.active = 0
         self.abandoned = 0
+        self.read_for_nobody = 0  # prompts read to the end after their client had gone (read_chars_per_s)
         self.last_idle = time.monotonic()
         self.slot = threading.Lock()
         self._lock = threading.Lock()
@@ -149,6 +161,11 @@ class FakeOpenAI:
                 with fake._lock:
                     fake.active += 1
                 try:
+                    if fake.read_chars_per_s:
+                        time.sleep(prompt_chars(body) / fake.read_chars_per_s)
+                        if self._client_left():
+                            with fake._lock:
+                                fake.read_for_nobody += 1
                     self._reply(body)
                 except OSError:  # the client went before the reply was written (e.g. its deadline passed)
                     self.close_connection = True
@@ -156,6 +173,10 @@ class FakeOpenAI:
                     with fake._lock:
                         fake.active -= 1
                         fake.last_idle = time.monotonic()
+
+            def _client_left(self) -> bool:
+                readable, _, _ = select.select([self.connection], [], [], 0)
+                return bool(readable) and not self.connection.recv(1, socket.MSG_PEEK)
 
             def _reply(self, body: dict) -> None:
                 item = fake.next_reply(body)
@@ -171,6 +192,8 @@ class FakeOpenAI:
                 if "forever" in item:
                     return self._forever(item, streamed)
                 prompt, completion = item.get("usage", (0, 0))
+                if fake.read_chars_per_s:
+                    prompt = prompt_chars(body) // 4
                 message: dict[str, Any] = {"role": "assistant", "content": item.get("content")}
                 if item.get("tool_calls"):
                     message["tool_calls"] = item["tool_calls"]

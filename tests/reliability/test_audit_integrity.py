@@ -62,7 +62,8 @@ def one_byte_changed(value):
     raise TypeError(f"no one-byte change for {type(value).__name__}")
 
 
-def _tamper_and_verify(table: str, column: str, row_id: int, tenant_id: int, is_json: bool) -> tuple[bool, object]:
+def _tamper_and_verify(table: str, column: str, row_id: int, tenant_id: int, is_json: bool,
+                       is_int: bool = False) -> tuple[bool, object]:
     """Change one byte of row `row_id`.`column` as the superuser, verify the chain, roll back.
 
     Returns (detected, break). (True, None) if the database itself refused the change."""
@@ -77,7 +78,7 @@ def _tamper_and_verify(table: str, column: str, row_id: int, tenant_id: int, is_
                     value = json.loads(value)
                 changed = one_byte_changed(value)
                 if changed is None:  # NULL column: setting a value is the smallest change
-                    changed = 0 if column.endswith("_id") else "x"
+                    changed = 0 if column.endswith("_id") else 1 if is_int else "x"
                 cur.execute(f'UPDATE {table} SET "{column}" = %s WHERE id = %s',
                             [Jsonb(changed) if isinstance(changed, dict | list) else changed, row_id])
             report = verify_tenant_chain(tenant_id, using="owner")
@@ -110,7 +111,8 @@ def test_one_byte_change_in_any_trace_column_breaks_the_chain(reliability):
     for model, row_id in ((Run, target.id), (RunStep, step.id), (Citation, citation.id)):
         for f in model._meta.concrete_fields:
             tried += 1
-            detected, brk = _tamper_and_verify(model._meta.db_table, f.column, row_id, tenant.id, f.get_internal_type() == "JSONField")
+            detected, brk = _tamper_and_verify(model._meta.db_table, f.column, row_id, tenant.id, f.get_internal_type() == "JSONField",
+                                               f.get_internal_type().endswith("IntegerField"))
             if not detected:
                 undetected.append(f"{model._meta.db_table}.{f.column}")
             elif brk is not None and brk.run_id == target.id:

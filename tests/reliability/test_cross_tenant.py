@@ -149,6 +149,23 @@ def probe_member_create(w: CanaryWorld, side: Side, method: str) -> list[Req]:
                                    what=f"member in department {d}") for d in side.department_ids]
 
 
+def probe_source_create(w: CanaryWorld, side: Side, method: str) -> list[Req]:
+    base = {"kind": "s3", "config": {"bucket": "probe"}, "schedule_minutes": 0}
+    return [Req("post", "/api/v1/sources/", {**base, "name": f"probe {c}", "corpus": c}, what=f"source on corpus {c}")
+            for c in side.corpus_ids] + \
+        [Req("post", "/api/v1/sources/", {**base, "name": f"probe rule {d}", "corpus": w.a_own.corpus_ids[0],
+                                           "department_rules": [{"prefix": "", "department": d}]}, what=f"rule into department {d}")
+         for d in side.department_ids]
+
+
+def probe_source_items(w: CanaryWorld, side: Side, method: str) -> list[Req]:
+    """Foreign sources' items, and (for the department side) the items of A's own tenant-wide source,
+    some of which map into Engineering."""
+    own = [Req("get", f"/api/v1/sources/{w.a_own.source_ids[0]}/items/", what="own tenant-wide source's items")] \
+        if side is w.e_side else []
+    return _path_probe("/api/v1/sources/{id}/items/", "source_ids")(w, side, method) + own
+
+
 def probe_static(path: str) -> Callable[[CanaryWorld, Side, str], list[Req]]:
     return lambda w, side, method: [Req(method, path, what="no ids")]
 
@@ -169,6 +186,7 @@ API_PROBES: dict[str, dict[str, Callable[[CanaryWorld, Side, str], list[Req]]]] 
     "document-detail": {"get": _path_probe("/api/v1/documents/{id}/", "document_ids"),
                         "delete": _path_probe("/api/v1/documents/{id}/", "document_ids")},
     "document-reingest": {"post": _path_probe("/api/v1/documents/{id}/reingest/", "document_ids")},
+    "document-file": {"get": _path_probe("/api/v1/documents/{id}/file/", "document_ids")},
     "job-list": {"get": probe_list("/api/v1/jobs/", "job_ids", lambda s: [{}, *({"document": d} for d in s.document_ids)])},
     "job-detail": {"get": _path_probe("/api/v1/jobs/{id}/", "job_ids")},
     "search": {"post": probe_search},
@@ -181,6 +199,26 @@ API_PROBES: dict[str, dict[str, Callable[[CanaryWorld, Side, str], list[Req]]]] 
     "key-list": {"get": probe_list("/api/v1/keys/", "key_ids", lambda s: [{}]), "post": probe_key_create},
     "key-detail": {"get": _path_probe("/api/v1/keys/{id}/", "key_ids"), "delete": _path_probe("/api/v1/keys/{id}/", "key_ids")},
     "member-list": {"get": probe_list("/api/v1/members/", "member_ids", lambda s: [{}]), "post": probe_member_create},
+    "source-list": {"get": probe_list("/api/v1/sources/", "source_ids", lambda s: [{}, *({"corpus": c} for c in s.corpus_ids)]),
+                    "post": probe_source_create},
+    "source-detail": {"get": _path_probe("/api/v1/sources/{id}/", "source_ids"),
+                      "patch": _path_probe("/api/v1/sources/{id}/", "source_ids", {"paused": True, "schedule_minutes": 1}),
+                      "delete": _path_probe("/api/v1/sources/{id}/", "source_ids")},
+    "source-sync": {"post": _path_probe("/api/v1/sources/{id}/sync/", "source_ids")},
+    "source-sync-list": {"get": _path_probe("/api/v1/sources/{id}/syncs/", "source_ids")},
+    "source-item-list": {"get": probe_source_items},
+    "chat": {"get": probe_static("/")},
+    "login": {"get": probe_static("/login/"), "post": probe_static("/login/"), "put": probe_static("/login/")},
+    "logout": {"get": probe_static("/logout/"), "post": probe_static("/logout/")},
+    "conversation-list": {"get": probe_list("/api/v1/conversations/", "conversation_ids", lambda s: [{}]),
+                          "post": probe_static("/api/v1/conversations/")},
+    "conversation-detail": {"get": _path_probe("/api/v1/conversations/{id}/", "conversation_ids"),
+                            "delete": _path_probe("/api/v1/conversations/{id}/", "conversation_ids")},
+    "conversation-messages": {"post": _path_probe("/api/v1/conversations/{id}/messages/", "conversation_ids", {"message": "and then?"})},
+    "conversation-messages-stream": {"post": _path_probe("/api/v1/conversations/{id}/messages/stream/", "conversation_ids",
+                                                         {"message": "and then?"})},
+    "run-feedback": {"post": _path_probe("/api/v1/runs/{id}/feedback/", "run_ids", {"rating": "up", "comment": "probe"})},
+    "feedback-list": {"get": probe_list("/api/v1/feedback/", "feedback_ids", lambda s: [{}, {"rating": "down"}])},
     "member-detail": {"get": _path_probe("/api/v1/members/{id}/", "member_ids"),
                       "patch": _path_probe("/api/v1/members/{id}/", "member_ids", {"role": "admin"}),
                       "delete": _path_probe("/api/v1/members/{id}/", "member_ids")},
@@ -212,13 +250,15 @@ def returned_ids(payload, key: str) -> set[int]:
 
 
 def e_snapshot(w: CanaryWorld) -> str:
-    """A's Engineering rows (corpus, document, chunks, job, key, membership)."""
+    """A's Engineering rows (corpus, document, chunks, job, key, membership, conversation)."""
     from tests.reliability.world import _rows
 
     s, parts = w.e_side, []
     for table, column, ids in (("kb_corpus", "id", s.corpus_ids), ("kb_document", "id", s.document_ids),
                                ("kb_chunk", "document_id", s.document_ids), ("kb_ingestjob", "id", s.job_ids),
-                               ("tenants_apikey", "id", s.key_ids), ("tenants_membership", "id", s.member_ids)):
+                               ("tenants_apikey", "id", s.key_ids), ("tenants_membership", "id", s.member_ids),
+                               ("kb_source", "id", s.source_ids), ("kb_sourceitem", "source_id", s.source_ids),
+                               ("agents_conversation", "id", s.conversation_ids)):
         rows = _rows(f"SELECT t::text FROM {table} t WHERE {column} = ANY(%s) ORDER BY 1", [ids], w.a.id)
         assert rows, f"no {table} rows of A-Engineering visible"
         parts += rows
@@ -318,9 +358,9 @@ def test_api_routes_answer_not_found_and_leak_nothing(canary_world, captured_log
     new_runs = run_ids_of(w.a.id) - a_runs_before
     stored = trace_text(w.a.id, new_runs)
     # Runs by whole-tenant keys may see A-Engineering; B's canaries must be in none of them.
-    if found := leaks(stored, ("CNRYB",)):
+    if found := leaks(stored, ("CNRYB", "CNRYK")):
         failures.append(f"canary of B in A's stored traces: {found[:2]}")
-    if found := leaks("\n".join(captured_logs), ("CNRYB",)):
+    if found := leaks("\n".join(captured_logs), ("CNRYB", "CNRYK")):
         failures.append(f"canary of B in log lines: {found[:2]}")
     if snapshot(w.b.id) != before_b:
         failures.append("tenant B's rows changed")
@@ -413,7 +453,7 @@ def test_every_tool_with_foreign_ids_returns_nothing_of_theirs(canary_world, cap
                         failures.append(f"{label}: foreign chunks {sorted(back)} retrieved")
                     if name == "check_grounding" and '"verified"' in text and "not_retrieved" not in text:
                         failures.append(f"{label}: a foreign chunk was accepted as a citation: {text[:200]}")
-    if found := leaks("\n".join(captured_logs), ("CNRYB",)):
+    if found := leaks("\n".join(captured_logs), ("CNRYB", "CNRYK")):
         failures.append(f"canary of B in log lines: {found[:2]}")
     reliability.tried(n, "tool calls")
     reliability.tried(len(TOOLS), "tools")
@@ -433,6 +473,9 @@ def task_probes(w: CanaryWorld) -> dict[str, list[tuple]]:
         "kb.ingest_document": [(j, w.a.id) for j in b.job_ids] + [(j, w.a.id) for j in w.e_side.job_ids] + [(10**9, w.a.id)],
         "kb.reembed_corpus": [(j, w.a.id) for j in b.job_ids] + [(10**9, w.a.id)],
         "kb.reap_stuck_jobs": [(600,)],
+        "kb.sync_source": [(i, w.a.id) for i in b.source_sync_ids] + [(i, w.a.id) for i in w.e_side.source_sync_ids]
+        + [(10**9, w.a.id)],
+        "kb.schedule_source_syncs": [()],  # across tenants by design; every planted source is on demand only
     }
 
 
@@ -452,11 +495,12 @@ def test_every_celery_task_with_foreign_ids_touches_nothing_of_theirs(canary_wor
             text = f"{result.state} {result.result!r}"
             if found := leaks(text, ("CNRYB",)):
                 failures.append(f"{name}{args}: canary in result {found[:1]}")
-            if name != "kb.reap_stuck_jobs" and result.result not in ("skipped", "busy", None) and result.state == "SUCCESS":
+            across_tenants = name in ("kb.reap_stuck_jobs", "kb.schedule_source_syncs")
+            if not across_tenants and result.result not in ("skipped", "busy", None) and result.state == "SUCCESS":
                 failures.append(f"{name}{args}: worked on another tenant's job: {result.result!r}")
     if snapshot(w.b.id) != before_b:
         failures.append("tenant B's rows changed")
-    if found := leaks("\n".join(captured_logs), ("CNRYB",)):
+    if found := leaks("\n".join(captured_logs), ("CNRYB", "CNRYK")):
         failures.append(f"canary of B in log lines: {found[:2]}")
     reliability.tried(n, "task calls")
     reliability.tried(len(probes), "tasks")
@@ -467,8 +511,10 @@ def test_every_celery_task_with_foreign_ids_touches_nothing_of_theirs(canary_wor
 
 ADMIN_MODEL_IDS = {  # admin URL name prefix -> the Side attribute holding that model's ids
     "kb_corpus": "corpus_ids", "kb_document": "document_ids", "kb_chunk": "chunk_ids", "kb_ingestjob": "job_ids",
-    "agents_run": "run_ids", "tenants_apikey": "key_ids", "tenants_membership": "member_ids", "auth_user": "user_ids",
+    "agents_run": "run_ids", "agents_feedback": "feedback_ids", "tenants_apikey": "key_ids", "tenants_membership": "member_ids",
+    "auth_user": "user_ids",
     "tenants_department": "department_ids", "tenants_tenant": "tenant_id", "auth_group": "group_ids",
+    "kb_source": "source_ids",
 }
 ADMIN_QUERIES = ["", "?q={canary_word}", "?corpus={corpus}&document={document}&run={run}", "?corpus__id__exact={corpus}",
                  "?department={department}&tenant={tenant}"]
@@ -555,7 +601,7 @@ def test_admin_pages_with_foreign_ids_leak_nothing(canary_world, captured_logs, 
         failures.append("tenant B's rows changed through the admin")
     if e_snapshot(w) != before_e:
         failures.append("A-Engineering's rows changed through a Sales-only admin")
-    if found := leaks("\n".join(captured_logs), ("CNRYB",)):
+    if found := leaks("\n".join(captured_logs), ("CNRYB", "CNRYK")):
         failures.append(f"canary of B in log lines: {found[:2]}")
     reliability.tried(n, "admin requests")
     reliability.figure("add forms crashing with ScopeRequired", sorted(set(add_crashes)))

@@ -17,15 +17,20 @@ from dataclasses import dataclass, field
 from django.contrib.auth import get_user_model
 from django.db import connections
 
+from agents.conversations import send_message, start_conversation
+from agents.feedback import give_feedback
 from agents.services import ask
 from kb.ingest import run_ingest_job, upload_document
-from kb.models import Chunk, Corpus, Document, IngestJob
+from kb.models import Chunk, Corpus, Document, IngestJob, SourceChange, SourceItem, SourceSync
+from kb.sources.crypto import encrypt_secret
+from kb.sources.models import Source
 from tenants.models import ApiKey, Department, Tenant
 from tenants.scope import Scope, activate
 from tests.factories import department, departments_of, make_membership, make_tenant, whole_tenant
 
 B_PREFIX = "CNRYB"
 E_PREFIX = "CNRYE"  # tenant A, Engineering department
+K_PREFIX = "CNRYK"  # source credentials (of every tenant): never in any response, log or trace, not even their own
 
 # Words B's and A-Engineering's documents share with the probes' questions (the canary never is in a request).
 B_QUESTION = "What is the Globex secret hotel limit per night?"
@@ -50,6 +55,10 @@ class Side:
     key_ids: list[int] = field(default_factory=list)
     member_ids: list[int] = field(default_factory=list)
     user_ids: list[int] = field(default_factory=list)
+    source_ids: list[int] = field(default_factory=list)
+    source_sync_ids: list[int] = field(default_factory=list)
+    conversation_ids: list[int] = field(default_factory=list)
+    feedback_ids: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -66,7 +75,7 @@ class CanaryWorld:
 
     def forbidden(self, who: str) -> tuple[str, ...]:
         """Canary prefixes the principal `who` must never see."""
-        return (B_PREFIX, E_PREFIX) if "sales" in who else (B_PREFIX,)
+        return (B_PREFIX, E_PREFIX, K_PREFIX) if "sales" in who else (B_PREFIX, K_PREFIX)
 
     def foreign(self, who: str) -> list[Side]:
         return [self.b_side, self.e_side] if "sales" in who else [self.b_side]
@@ -96,6 +105,34 @@ def _plant(tenant: Tenant, department: Department | None, prefix: str, side: Sid
     side.job_ids.append(job.id)
     with activate(scope):
         side.chunk_ids += list(Chunk.objects.for_scope(scope).filter(document=doc).values_list("id", flat=True))
+    _plant_source(scope, corpus, doc, prefix, side, planted, label, department.id if department else None)
+
+
+def _plant_source(scope: Scope, corpus: Corpus, doc: Document, prefix: str, side: Side, planted: list[str], label: str,
+                  department_id: int | None) -> None:
+    """A source of `corpus` with canaries in its name, config, credentials, item keys and errors, and a
+    finished sync (on demand only: the scheduler never runs it)."""
+    c = {k: canary(prefix, k) for k in ("source", "bucket", "item", "error")}
+    planted += c.values()
+    key = canary(K_PREFIX, "secret")
+    planted.append(key)
+    with activate(scope):
+        source = Source.objects.create(
+            tenant_id=scope.tenant_id, corpus=corpus, name=f"{label} source {c['source']}", kind="s3",
+            config={"bucket": c["bucket"], "prefix": "", "endpoint_url": "", "region": "us-east-1"},
+            secret=encrypt_secret({"access_key_id": "AKIACANARY", "secret_access_key": key}), schedule_minutes=0,
+            department_rules=[{"prefix": "", "department": department_id}])
+        sync = SourceSync.objects.create(tenant_id=scope.tenant_id, source=source, status="done", added=1, failed=1,
+                                         error=f"partly failed {c['error']}")
+        Source.objects.for_scope(scope).filter(pk=source.pk).update(last_sync=sync)
+        for name, state, doc_id in ((f"{c['item']}.md", "present", doc.id), (f"{c['item']}-bad.pdf", "failed", None)):
+            SourceItem.objects.create(tenant_id=scope.tenant_id, source=source, key=name, document_id=doc_id,
+                                      department_id=department_id, state=state, sha256="0" * 64, last_seen_sync_id=sync.id,
+                                      error="" if doc_id else f"parse error {c['error']}")
+            SourceChange.objects.create(tenant_id=scope.tenant_id, sync=sync, key=name, action="added" if doc_id else "failed",
+                                        document_id=doc_id, document_version=1 if doc_id else None, department_id=department_id)
+    side.source_ids.append(source.id)
+    side.source_sync_ids.append(sync.id)
 
 
 def _issue(tenant: Tenant, role: str, name: str, departments: list[Department] | None = None) -> tuple[ApiKey, str]:
@@ -129,6 +166,17 @@ def build_world() -> CanaryWorld:
         doc, job = _doc(scope_a, corpus, title, body, f"{title.lower()}.md", {"category": "acme"})
         a_own.document_ids.append(doc.id)
         a_own.job_ids.append(job.id)
+        # A's own sources: their credentials (K canaries) must never come back, not even to A's admin.
+        _plant_source(scope_a, corpus, doc, "Acme", a_own, planted, f"Acme {title}", corpus.department_id)
+    # A tenant-wide source whose items map into Engineering: a Sales-only caller must not see those items.
+    with activate(scope_a):
+        mixed = Source.objects.for_scope(scope_a).get(corpus=shared)
+        eng_item = canary(E_PREFIX, "srcitem")
+        planted.append(eng_item)
+        SourceItem.objects.create(tenant_id=a.id, source=mixed, key=f"eng/{eng_item}.md", department_id=a_eng.id,
+                                  state="failed", error=f"parse error {eng_item}")
+        SourceChange.objects.create(tenant_id=a.id, sync_id=mixed.last_sync_id, key=f"eng/{eng_item}.md", action="failed",
+                                    department_id=a_eng.id, error=f"parse error {eng_item}")
 
     keys: dict[str, str] = {}
     for role in ("admin", "editor", "reader", "auditor"):
@@ -168,12 +216,21 @@ def build_world() -> CanaryWorld:
     planted.append(e_run.question.split()[-1])
     e_side.run_ids.append(e_run.id)
     assert any(B_PREFIX in r.answer for r in b_runs), "B's own runs should quote its canary (the world is wrong otherwise)"
+    # A conversation with a turn, and feedback, on each side.
+    for side, scope, question, run in ((b_side, whole_tenant(b), B_QUESTION, b_runs[0]), (e_side, e_scope, E_QUESTION, e_run)):
+        conversation = start_conversation(scope=scope, title=canary(B_PREFIX if side is b_side else E_PREFIX, "conv"))
+        planted.append(conversation.title)
+        send_message(scope=scope, conversation_id=conversation.id, message=question, provider="offline")
+        side.conversation_ids.append(conversation.id)
+        side.feedback_ids.append(give_feedback(scope=scope, run_id=run.id, rating="down", comment=conversation.title).id)
     return CanaryWorld(a=a, b=b, a_sales=a_sales, a_eng=a_eng, keys=keys, b_side=b_side, e_side=e_side, a_own=a_own,
                        planted=planted)
 
 
 TENANT_TABLES = ("kb_corpus", "kb_document", "kb_documentcontent", "kb_chunk", "kb_ingestjob", "kb_embeddingcache",
-                 "agents_run", "agents_runstep", "agents_citation", "tenants_apikey", "tenants_membership", "tenants_department")
+                 "kb_source", "kb_sourcesync", "kb_sourceitem", "kb_sourcechange",
+                 "agents_run", "agents_runstep", "agents_citation", "agents_conversation", "agents_feedback", "tenants_apikey",
+                 "tenants_membership", "tenants_department")
 
 
 def _rows(sql: str, params: list, tenant_id: int) -> list[str]:

@@ -65,3 +65,35 @@ def test_live_holder_is_not_treated_as_stale(data_dir):
     finally:
         proc.terminate()
         proc.wait()
+
+
+QUERIER = """
+import os, sys
+os.environ["GROUNDED_DATA_DIR"] = sys.argv[1]
+import psycopg
+from kb.embedded_db import ensure_server
+for line in sys.stdin:  # one query per line read, each on a new connection (CONN_MAX_AGE 0, as the web workers)
+    with psycopg.connect(host=ensure_server(), user="postgres", dbname="postgres") as conn:
+        print("answer", conn.execute("SELECT 41 + 1").fetchone()[0], flush=True)
+"""
+
+
+def test_a_stopped_server_is_started_again_by_the_next_connection(data_dir):
+    """Issue 29: after the embedded PostgreSQL stops, a running process reconnects on its next request
+    instead of failing until it is restarted."""
+    proc = subprocess.Popen([sys.executable, "-c", QUERIER, str(data_dir)], cwd=ROOT, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "answer 42"
+        first = embedded_db._postmaster_pid(data_dir)
+        assert embedded_db.stop_server(data_dir) == first and not psutil.pid_exists(first)
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "answer 42"
+        again = embedded_db._postmaster_pid(data_dir)
+        assert again and again != first and psutil.pid_exists(again)
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=60)

@@ -1,0 +1,175 @@
+"""Chain digests: each tenant's chain tip, signed with a key that is not in the database, kept outside it.
+
+The hash chain (agents.chain) detects a run changed in place, but someone with the database owner's
+rights can rewrite a chain consistently (recompute every hash after an edit) or delete its newest
+runs, and the chain alone cannot tell. A digest anchors the chain outside the database, as AWS
+CloudTrail's digest files anchor its logs:
+
+    {"version": 1, "tenant_id": 3, "tenant_slug": "kestrel", "seq": 41, "hash": "<run 41's hash>",
+     "signed_at": "2026-12-03T17:00:00+00:00", "previous_digest": "<sha256 of this tenant's previous digest file>",
+     "key_id": "<sha256 of the public key, 16 hex>", "signature": "<base64 Ed25519 signature>"}
+
+The signature covers the canonical JSON of every other field. Digests are written per tenant to
+`CHAIN_DIGEST_DIR/<tenant id>/<seq, 12 digits>-<UTC time>.json` by `manage.py write_chain_digests`
+(on demand) and by the Celery beat entry `agents.write_chain_digests` (every CHAIN_DIGEST_INTERVAL_S);
+copy the folder anywhere (a bucket with object lock is the production choice). The Ed25519 key is
+CHAIN_SIGNING_KEY (base64 of the 32-byte private key) or the file CHAIN_SIGNING_KEY_FILE, created
+once with mode 0600 when neither is set. `verify_digests` checks each digest's signature against
+the public key (a digest signed with another key is rejected) and the database against each digest:
+a digest's run must still exist with the same hash.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from django.conf import settings
+
+from agents.chain import GENESIS
+from agents.models import Run
+
+DIGEST_VERSION = 1
+
+
+def signing_key() -> Ed25519PrivateKey:
+    """The configured private key: CHAIN_SIGNING_KEY, else CHAIN_SIGNING_KEY_FILE (created once, 0600)."""
+    if settings.CHAIN_SIGNING_KEY:
+        return Ed25519PrivateKey.from_private_bytes(base64.b64decode(settings.CHAIN_SIGNING_KEY))
+    path = Path(settings.CHAIN_SIGNING_KEY_FILE)
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        raw = Ed25519PrivateKey.generate().private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
+                                                         serialization.NoEncryption())
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(base64.b64encode(raw).decode())
+    return Ed25519PrivateKey.from_private_bytes(base64.b64decode(path.read_text().strip()))
+
+
+def public_key_pem(key: Ed25519PrivateKey | Ed25519PublicKey) -> str:
+    public = key.public_key() if isinstance(key, Ed25519PrivateKey) else key
+    return public.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+
+
+def load_public_key(pem: str) -> Ed25519PublicKey:
+    key = serialization.load_pem_public_key(pem.encode())
+    if not isinstance(key, Ed25519PublicKey):
+        raise ValueError("not an Ed25519 public key")
+    return key
+
+
+def key_id(public: Ed25519PublicKey) -> str:
+    return hashlib.sha256(public_key_pem(public).encode()).hexdigest()[:16]
+
+
+def _signed_bytes(digest: dict) -> bytes:
+    body = {k: v for k, v in digest.items() if k != "signature"}
+    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+
+
+def write_digest(tenant_id: int, tenant_slug: str, folder: Path | str | None = None, *, using: str = "owner") -> Path:
+    """Sign tenant `tenant_id`'s chain tip now and write it as a new file; returns its path.
+
+    Reads as the owner (a maintenance read across RLS). A tenant with no runs gets seq 0 and the
+    genesis hash, so removing every run is detected too."""
+    folder = Path(folder or settings.CHAIN_DIGEST_DIR)
+    key = signing_key()
+    tip = Run.objects.unscoped_dangerously(using).filter(tenant_id=tenant_id).order_by("-seq").values_list("seq", "hash").first()
+    seq, tip_hash = tip if tip else (0, GENESIS)
+    tenant_dir = folder / str(tenant_id)
+    tenant_dir.mkdir(parents=True, exist_ok=True)
+    earlier = sorted(tenant_dir.glob("*.json"))
+    now = datetime.now(UTC)
+    digest = {"version": DIGEST_VERSION, "tenant_id": tenant_id, "tenant_slug": tenant_slug, "seq": seq, "hash": tip_hash,
+              "signed_at": now.isoformat(), "key_id": key_id(key.public_key()),
+              "previous_digest": hashlib.sha256(earlier[-1].read_bytes()).hexdigest() if earlier else ""}
+    digest["signature"] = base64.b64encode(key.sign(_signed_bytes(digest))).decode()
+    path = tenant_dir / f"{seq:012d}-{now.strftime('%Y%m%dT%H%M%S%fZ')}.json"
+    path.write_text(json.dumps(digest, indent=1, sort_keys=True))
+    (folder / "public_key.pem").write_text(public_key_pem(key))
+    return path
+
+
+def write_all_digests(folder: Path | str | None = None) -> list[Path]:
+    """A digest for every tenant (what the beat schedule and `manage.py write_chain_digests` run)."""
+    from tenants.models import Tenant
+
+    return [write_digest(t.id, t.slug, folder) for t in Tenant.objects.using("owner").order_by("id")]
+
+
+@dataclass(frozen=True)
+class DigestProblem:
+    tenant_id: int
+    path: str
+    seq: int | None  # the first bad sequence number where one can be named
+    reason: str
+
+    def __str__(self) -> str:
+        at = f" (first bad seq {self.seq})" if self.seq is not None else ""
+        return f"tenant {self.tenant_id}: {Path(self.path).name}{at}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class DigestReport:
+    tenant_id: int
+    digests_checked: int
+    problems: list[DigestProblem]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def verify_digests(tenant_id: int, folder: Path | str, public: Ed25519PublicKey, *, using: str = "owner") -> DigestReport:
+    """Check tenant `tenant_id`'s digests in `folder` against `public` and the database.
+
+    Per digest, in sequence order: its signature must verify with `public` (else it was signed with
+    another key or altered), it must link to the digest before it, and the run it names must still
+    exist with the signed hash: a missing run means runs were removed (the first missing seq is
+    named), a different hash means the chain was rewritten at or before that seq."""
+    files = sorted((Path(folder) / str(tenant_id)).glob("*.json"))
+    problems: list[DigestProblem] = []
+    runs = Run.objects.unscoped_dangerously(using).filter(tenant_id=tenant_id)
+    newest = runs.order_by("-seq").values_list("seq", flat=True).first() or 0
+    previous_bytes: bytes | None = None
+    last_good_seq = 0
+    for path in files:
+        raw = path.read_bytes()
+        try:
+            digest = json.loads(raw)
+            public.verify(base64.b64decode(digest["signature"]), _signed_bytes(digest))
+        except (InvalidSignature, ValueError, KeyError, TypeError):
+            problems.append(DigestProblem(tenant_id, str(path), None,
+                                          "the signature does not verify with this public key (signed with another key, or altered)"))
+            previous_bytes = raw
+            continue
+        if previous_bytes is not None and digest.get("previous_digest") != hashlib.sha256(previous_bytes).hexdigest():
+            problems.append(DigestProblem(tenant_id, str(path), None, "does not link to the digest before it (a digest was removed)"))
+        previous_bytes = raw
+        seq, signed_hash = int(digest["seq"]), digest["hash"]
+        if digest["tenant_id"] != tenant_id:
+            problems.append(DigestProblem(tenant_id, str(path), None, f"names tenant {digest['tenant_id']}"))
+            continue
+        if seq == 0:
+            continue
+        found = runs.filter(seq=seq).values_list("hash", flat=True).first()
+        if found is None:
+            problems.append(DigestProblem(tenant_id, str(path), newest + 1,
+                                          f"run seq {seq} signed at {digest['signed_at']} is gone: the newest run now is seq "
+                                          f"{newest}, so runs {newest + 1}-{seq} were removed"))
+        elif found != signed_hash:
+            problems.append(DigestProblem(tenant_id, str(path), last_good_seq + 1,
+                                          f"run seq {seq} no longer has the hash signed at {digest['signed_at']}: the chain was "
+                                          f"rewritten between seq {last_good_seq + 1} and {seq}"))
+        else:
+            last_good_seq = seq
+    return DigestReport(tenant_id, len(files), problems)

@@ -1,0 +1,13 @@
+"""Celery tasks of the agents app: thin wrappers over plain functions."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+
+@shared_task(name="agents.write_chain_digests")
+def write_chain_digests() -> list[str]:
+    """Sign and write every tenant's chain tip (agents.digests); returns the files written."""
+    from agents.digests import write_all_digests
+
+    return [str(p) for p in write_all_digests()]

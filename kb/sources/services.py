@@ -1,0 +1,141 @@
+"""Adding, changing, pausing and deleting sources; checked by kb.access (same roles as corpora)."""
+
+from __future__ import annotations
+
+from django.db import IntegrityError, transaction
+
+from kb import access
+from kb.metadata import json_problem, text_problem
+from kb.models import Corpus
+from kb.sources import folder, s3, website
+from kb.sources.base import SourceError
+from kb.sources.crypto import encrypt_secret
+from kb.sources.models import Source, SourceKind
+from kb.sources.rules import normalise_rules
+from tenants.models import Department
+from tenants.scope import NotAllowed, Scope, activate
+
+_CHECKS = {SourceKind.FOLDER: folder.check_config, SourceKind.S3: s3.check_config, SourceKind.WEBSITE: website.check_config}
+MAX_SCHEDULE_MINUTES = 60 * 24 * 31
+
+
+def check_source_config(kind: str, config: object) -> dict:
+    if kind not in _CHECKS:
+        raise NotAllowed(f"kind must be one of {', '.join(SourceKind.values)}", field="kind")
+    if not isinstance(config, dict):
+        raise NotAllowed("config must be an object", field="config")
+    if problem := json_problem(config, max_depth=3, max_string=2000, check_text=True):
+        raise NotAllowed(f"config: {problem}", field="config")
+    try:
+        return _CHECKS[kind](config)
+    except SourceError as exc:
+        raise NotAllowed(str(exc), field="config") from None
+    except (ValueError, UnicodeError):  # a malformed URL or path
+        raise NotAllowed("config: a malformed URL or path", field="config") from None
+
+
+def check_source_secret(kind: str, secret: object) -> dict:
+    if secret in (None, {}):
+        return {}
+    if not isinstance(secret, dict) or not all(isinstance(v, str) for v in secret.values()):
+        raise NotAllowed("credentials must be an object of strings", field="credentials")
+    if json_problem(secret, max_depth=2, max_string=4000, check_text=True):
+        raise NotAllowed("credentials: strings of at most 4000 characters, no NUL", field="credentials")
+    try:
+        if kind == SourceKind.S3:
+            return s3.check_secret(secret)
+        if kind == SourceKind.WEBSITE and set(secret) <= {"authorization"}:
+            return dict(secret)
+    except SourceError as exc:
+        raise NotAllowed(str(exc), field="credentials") from None
+    raise NotAllowed(f"a {kind} source takes no such credentials", field="credentials")
+
+
+def _rules(scope: Scope, corpus: Corpus, rules: object) -> list[dict]:
+    if problem := json_problem(rules, max_depth=3, max_string=1000, check_text=True):
+        raise NotAllowed(f"department rules: {problem}", field="department_rules")
+    if isinstance(rules, list) and len(rules) > 200:
+        raise NotAllowed("at most 200 department rules", field="department_rules")
+    try:
+        normalised = normalise_rules(rules)
+    except ValueError as exc:
+        raise NotAllowed(str(exc), field="department_rules") from None
+    wanted = {r["department"] for r in normalised}
+    known = set(Department.objects.filter(tenant_id=scope.tenant_id, pk__in=wanted - {None}).values_list("pk", flat=True))
+    if (wanted - {None}) - known:
+        raise NotAllowed("a mapping rule names an unknown department", field="department_rules")
+    access.check_may_manage_source(scope, corpus, wanted)
+    return normalised
+
+
+def source_create(*, scope: Scope, corpus: Corpus, name: str, kind: str, config: dict, credentials: dict | None = None,
+                  department_rules: list | None = None, schedule_minutes: int = 60, paused: bool = False) -> Source:
+    """A new source of `corpus` (checked: role, corpus, rules, config). Credentials are encrypted here
+    and never returned."""
+    with activate(scope):
+        access.check_may_manage_source(scope, corpus, set())
+        name = (name or "").strip()
+        if not name or len(name) > 200 or text_problem(name):
+            raise NotAllowed("a name of 1 to 200 characters is required", field="name")
+        _check_schedule(schedule_minutes)
+        clean = check_source_config(kind, config)
+        secret = check_source_secret(kind, credentials)
+        rules = _rules(scope, corpus, department_rules)
+        try:
+            with transaction.atomic():
+                return Source.objects.create(tenant_id=scope.tenant_id, corpus=corpus, name=name, kind=kind, config=clean,
+                                             secret=encrypt_secret(secret), department_rules=rules,
+                                             schedule_minutes=schedule_minutes, paused=paused,
+                                             created_by=scope.principal[:200])
+        except IntegrityError:
+            raise NotAllowed("a source with this name already exists", field="name") from None
+
+
+_UNCHANGED = object()
+
+
+def source_update(*, scope: Scope, source: Source, name: object = _UNCHANGED, config: object = _UNCHANGED,
+                  credentials: object = _UNCHANGED, department_rules: object = _UNCHANGED,
+                  schedule_minutes: object = _UNCHANGED, paused: object = _UNCHANGED) -> Source:
+    """Change a source; only the fields given. New credentials replace the old ones (an empty
+    object removes them); rule changes move documents on the next sync."""
+    with activate(scope):
+        locked = Source.objects.for_scope(scope).select_for_update().select_related("corpus").get(pk=source.pk)
+        access.check_may_manage_source(scope, locked.corpus, {r["department"] for r in locked.department_rules or []})
+        if name is not _UNCHANGED:
+            name = str(name or "").strip()
+            if not name or len(name) > 200 or text_problem(name):
+                raise NotAllowed("a name of 1 to 200 characters is required", field="name")
+            locked.name = name
+        if config is not _UNCHANGED:
+            locked.config = check_source_config(locked.kind, config)
+        if credentials is not _UNCHANGED:
+            locked.secret = encrypt_secret(check_source_secret(locked.kind, credentials))
+        if department_rules is not _UNCHANGED:
+            locked.department_rules = _rules(scope, locked.corpus, department_rules)
+        if schedule_minutes is not _UNCHANGED:
+            _check_schedule(schedule_minutes)
+            locked.schedule_minutes = schedule_minutes
+            locked.next_sync_at = None  # due at the next scheduler pass, then every schedule_minutes
+        if paused is not _UNCHANGED:
+            locked.paused = bool(paused)
+        try:
+            with transaction.atomic():
+                locked.save()
+        except IntegrityError:
+            raise NotAllowed("a source with this name already exists", field="name") from None
+        return locked
+
+
+def source_delete(*, scope: Scope, source: Source) -> None:
+    """Delete a source and its sync history. Its documents stay in the corpus (delete them, or
+    remove the items upstream and sync, to take them out)."""
+    with activate(scope):
+        locked = Source.objects.for_scope(scope).select_for_update().select_related("corpus").get(pk=source.pk)
+        access.check_may_manage_source(scope, locked.corpus, {r["department"] for r in locked.department_rules or []})
+        locked.delete()
+
+
+def _check_schedule(minutes: object) -> None:
+    if isinstance(minutes, bool) or not isinstance(minutes, int) or not 0 <= minutes <= MAX_SCHEDULE_MINUTES:
+        raise NotAllowed(f"schedule_minutes must be a whole number from 0 to {MAX_SCHEDULE_MINUTES}", field="schedule_minutes")

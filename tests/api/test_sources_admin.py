@@ -1,0 +1,71 @@
+"""Sources in the admin: add (credentials typed once, never shown again), sync now, the last-sync
+summary and failures on the change page, pause, another tenant's source not reachable; the audit
+review names the sync that produced a cited document's version."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agents.services import ask
+from kb.models import Source, SourceSync
+from tenants.scope import activate
+from tests.api.test_admin import staff
+from tests.factories import whole_tenant
+from tests.kb import _transactional  # noqa: F401  (flush transactional tests as owner)
+
+pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "owner"])
+SECRET = "admin-secret-canary-5e6f7a8b"
+
+
+@pytest.fixture
+def share(settings, tmp_path):
+    settings.SOURCES_FOLDER_ROOTS = [str(tmp_path)]
+    settings.SOURCES_ALLOW_PRIVATE_HOSTS = True
+    (tmp_path / "handbook.md").write_text("# Handbook\n\nThe parking allowance is 12 EUR per day, says the handbook.")
+    (tmp_path / "broken.pdf").write_bytes(b"%PDF-1.4 broken")
+    return tmp_path
+
+
+def test_admin_adds_syncs_pauses_and_never_shows_credentials(client, world, share):
+    client.force_login(staff(world, "admin"))
+    r = client.post("/admin/kb/source/add/", {
+        "name": "Share", "corpus": world.shared.id, "kind": "folder", "config": json.dumps({"path": str(share)}),
+        "department_rules": "[]", "schedule_minutes": 60})
+    assert r.status_code == 302, r.content.decode()[:3000]
+    r = client.post("/admin/kb/source/add/", {
+        "name": "Bucket", "corpus": world.shared.id, "kind": "s3",
+        "config": json.dumps({"bucket": "b", "endpoint_url": "http://127.0.0.1:9"}),
+        "credentials": json.dumps({"access_key_id": "AKIA", "secret_access_key": SECRET}), "department_rules": "[]",
+        "schedule_minutes": 0})
+    assert r.status_code == 302, r.content.decode()[:3000]
+    with activate(whole_tenant(world.a)):
+        share_source = Source.objects.for_scope(whole_tenant(world.a)).get(name="Share")
+        bucket = Source.objects.for_scope(whole_tenant(world.a)).get(name="Bucket")
+    assert bucket.secret and SECRET not in bucket.secret
+    page = client.get(f"/admin/kb/source/{bucket.pk}/change/").content.decode()
+    assert SECRET not in page and "credentials stored" in page.lower()
+    r = client.post("/admin/kb/source/", {"action": "sync_now", "_selected_action": [share_source.pk]})
+    assert r.status_code == 302
+    listing = client.get("/admin/kb/source/").content.decode()
+    assert "done: +1" in listing and "!1" in listing and SECRET not in listing
+    page = client.get(f"/admin/kb/source/{share_source.pk}/change/").content.decode()
+    assert "Recent syncs" in page and "broken.pdf" in page and "parse error" in page
+    client.post("/admin/kb/source/", {"action": "pause", "_selected_action": [share_source.pk]})
+    with activate(whole_tenant(world.a)):
+        assert Source.objects.for_scope(whole_tenant(world.a)).get(pk=share_source.pk).paused
+
+    # the audit review names the sync that produced the cited version
+    run = ask(scope=whole_tenant(world.a), question="What is the parking allowance per day?", strategy="classic",
+              provider="offline")
+    with activate(whole_tenant(world.a)):
+        sync = SourceSync.objects.for_scope(whole_tenant(world.a)).get(source=share_source)
+    trace = client.get(f"/admin/agents/run/{run.id}/change/").content.decode()
+    assert f"from source Share sync {sync.pk}" in trace
+
+    other = client.get(f"/admin/kb/source/{bucket.pk}/change/")
+    client.force_login(staff(world, "admin", tenant=world.b))
+    assert client.get(f"/admin/kb/source/{bucket.pk}/change/").status_code in (302, 404)
+    assert "Share" not in client.get("/admin/kb/source/").content.decode()
+    assert other.status_code == 200

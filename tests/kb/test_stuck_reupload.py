@@ -1,0 +1,59 @@
+"""Re-uploading a stuck document's bytes resumes it (issue 29): a worker killed mid-ingest, or a
+database stopped between the upload and its job, no longer leaves it `processing` for good."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from kb.ingest import upload_document
+from kb.models import Chunk, Corpus, Document, DocumentStatus, IngestJob, JobStatus
+from tenants.scope import activate
+
+pytestmark = pytest.mark.django_db(databases=["default", "owner"])
+BODY = b"# Travel\n\nHotel nights are reimbursed up to 180 EUR.\n\n# Leave\n\nEmployees get 25 days of annual leave.\n"
+
+
+@pytest.fixture
+def corpus(tenant, scope):
+    with activate(scope):
+        return Corpus.objects.create(tenant=tenant, name="Policies", embedding_model="hash", embedding_dim=64,
+                                     chunk_target_tokens=40, chunk_overlap_tokens=0)
+
+
+def _upload(scope, corpus, capture):
+    with capture(execute=True):
+        return upload_document(scope=scope, corpus=corpus, filename="policy.md", data=BODY)
+
+
+def _state(scope, document):
+    with activate(scope):
+        doc = Document.objects.for_scope(scope).get(pk=document.pk)
+        return doc.status, Chunk.objects.for_scope(scope).filter(document_id=doc.pk).count()
+
+
+def test_the_same_bytes_again_resume_a_document_whose_worker_died(scope, corpus, django_capture_on_commit_callbacks):
+    # The upload's job is sent nowhere (as if the worker took it and was killed mid-ingest).
+    with activate(scope):
+        document, job = upload_document(scope=scope, corpus=corpus, filename="policy.md", data=BODY)
+        IngestJob.objects.for_scope(scope).filter(pk=job.pk).update(
+            status=JobStatus.RUNNING, attempts=1, stage="embed", heartbeat_at=timezone.now() - timedelta(minutes=20))
+        Document.objects.for_scope(scope).filter(pk=document.pk).update(status=DocumentStatus.PROCESSING)
+    assert _state(scope, document) == (DocumentStatus.PROCESSING, 0)
+    again, resumed = _upload(scope, corpus, django_capture_on_commit_callbacks)
+    assert again.pk == document.pk and resumed is not None and resumed.pk == job.pk  # the job, not null
+    status, chunks = _state(scope, document)
+    assert status == DocumentStatus.READY and chunks == 2
+    again, job_again = _upload(scope, corpus, django_capture_on_commit_callbacks)
+    assert job_again is None and _state(scope, document) == (DocumentStatus.READY, 2)  # ready: a no-op, chunks once
+
+
+def test_the_same_bytes_again_queue_a_job_for_a_document_left_without_one(scope, corpus, django_capture_on_commit_callbacks):
+    with activate(scope):
+        document, job = upload_document(scope=scope, corpus=corpus, filename="policy.md", data=BODY)
+        IngestJob.objects.for_scope(scope).filter(pk=job.pk).delete()  # the database stopped before the job was stored
+    again, resumed = _upload(scope, corpus, django_capture_on_commit_callbacks)
+    assert resumed is not None and resumed.pk != job.pk
+    assert _state(scope, document) == (DocumentStatus.READY, 2)
