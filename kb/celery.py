@@ -11,11 +11,13 @@ app = Celery("grounded")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
-# `celery -A kb beat` re-enqueues ingestion jobs whose worker died (heartbeat older than 10 min),
+# `celery -A kb beat` re-enqueues ingestion jobs whose worker died (a running job silent for 90 s: it
+# beats at every progress step; a queued one untouched for 10 min),
 # signs every tenant's chain tip into CHAIN_DIGEST_DIR (agents/digests.py), and every minute queues a
 # sync of each source whose schedule is due (kb.sources.sync.schedule_due_sources).
 app.conf.beat_schedule = {
-    "reap-stuck-ingest-jobs": {"task": "kb.reap_stuck_jobs", "schedule": 300.0, "kwargs": {"older_than": 600}},
+    "reap-stuck-ingest-jobs": {"task": "kb.reap_stuck_jobs", "schedule": 30.0,
+                               "kwargs": {"older_than": 600, "running_older_than": 90}},
     "write-chain-digests": {"task": "agents.write_chain_digests",
                             "schedule": float(os.environ.get("CHAIN_DIGEST_INTERVAL_S") or 3600)},
     "schedule-source-syncs": {"task": "kb.schedule_source_syncs", "schedule": 60.0},

@@ -32,8 +32,8 @@ def reembed_corpus_task(job_id: int, tenant_id: int) -> str:
 
 
 @shared_task(name="kb.reap_stuck_jobs", acks_late=True)
-def reap_stuck_jobs_task(older_than: float = 600) -> int:
-    return len(ingest.resume_stuck_jobs(older_than=older_than))
+def reap_stuck_jobs_task(older_than: float = 600, running_older_than: float | None = None) -> int:
+    return len(ingest.resume_stuck_jobs(older_than=older_than, running_older_than=running_older_than))
 
 
 @shared_task(name="kb.sync_source", **_RETRY)

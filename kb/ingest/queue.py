@@ -83,17 +83,20 @@ def _run_in_process(kind: str, job_id: int, tenant_id: int) -> None:
             time.sleep(min(2.0, 0.05 * 2**attempt) * random.uniform(0.5, 1.0))
 
 
-def resume_stuck_jobs(*, older_than: float = 600, limit: int = 500) -> list[int]:
-    """Resend jobs whose worker died (running, heartbeat older than `older_than` seconds) or whose
-    message was lost (queued and untouched as long). Across tenants: maintenance, owner connection.
+def resume_stuck_jobs(*, older_than: float = 600, running_older_than: float | None = None, limit: int = 500) -> list[int]:
+    """Resend jobs whose worker died (running, heartbeat older than `running_older_than` seconds,
+    default `older_than`) or whose message was lost (queued and untouched for `older_than`). A running
+    job beats at every progress step, so its silence says more, sooner, than a queued job's (which may
+    just be waiting its turn). Across tenants: maintenance, owner connection.
 
     Resending is always safe: a job still alive holds its lease and the duplicate returns "busy".
     """
     now = timezone.now()
-    cutoff = now - timedelta(seconds=older_than)
+    queued_cutoff = now - timedelta(seconds=older_than)
+    running_cutoff = now - timedelta(seconds=older_than if running_older_than is None else running_older_than)
     stale = (IngestJob.objects.unscoped_dangerously(using="owner")
              .annotate(last_seen=Coalesce("heartbeat_at", "started_at", "created_at"))
-             .filter(Q(status__in=[JobStatus.RUNNING, JobStatus.QUEUED]), last_seen__lt=cutoff)
+             .filter(Q(status=JobStatus.RUNNING, last_seen__lt=running_cutoff) | Q(status=JobStatus.QUEUED, last_seen__lt=queued_cutoff))
              .order_by("last_seen"))
     jobs = list(stale.values_list("id", "tenant_id", "kind")[:limit])
     if not jobs:

@@ -8,6 +8,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+import tests.kb._transactional  # noqa: F401 - flush through the owner after transactional tests
 from kb.ingest import upload_document
 from kb.models import Chunk, Corpus, Document, DocumentStatus, IngestJob, JobStatus
 from tenants.scope import activate
@@ -57,3 +58,22 @@ def test_the_same_bytes_again_queue_a_job_for_a_document_left_without_one(scope,
     again, resumed = _upload(scope, corpus, django_capture_on_commit_callbacks)
     assert resumed is not None and resumed.pk != job.pk
     assert _state(scope, document) == (DocumentStatus.READY, 2)
+
+
+@pytest.mark.django_db(databases=["default", "owner"], transaction=True)
+def test_the_reaper_resends_a_silent_running_job_sooner_than_a_waiting_queued_one(scope, corpus):
+    from kb.ingest import resume_stuck_jobs
+
+    with activate(scope):
+        _, running = upload_document(scope=scope, corpus=corpus, filename="a.md", data=BODY)
+        other = Corpus.objects.create(tenant_id=scope.tenant_id, name="Other", embedding_model="hash", embedding_dim=64)
+        _, waiting = upload_document(scope=scope, corpus=other, filename="b.md", data=BODY)  # (not taken along with the first)
+    with activate(scope):  # (eager here: both ingested at the commit above; now made to look stuck and waiting)
+        old = timezone.now() - timedelta(seconds=100)
+        IngestJob.objects.for_scope(scope).filter(pk=running.pk).update(status=JobStatus.RUNNING, heartbeat_at=old)
+        IngestJob.objects.for_scope(scope).filter(pk=waiting.pk).update(status=JobStatus.QUEUED, heartbeat_at=old)
+    print(list(IngestJob.objects.unscoped_dangerously("owner").values("id", "status", "heartbeat_at", "started_at")), timezone.now())
+    assert resume_stuck_jobs(older_than=600, running_older_than=90) == [running.pk]  # resent (and, eager here, run)
+    with activate(scope):
+        assert IngestJob.objects.for_scope(scope).get(pk=running.pk).status == JobStatus.DONE
+    assert resume_stuck_jobs(older_than=50) == [waiting.pk]  # a queued job only after its own, longer wait
