@@ -57,6 +57,17 @@ def enqueue_job(job_id: int, tenant_id: int, kind: str) -> None:
 _warned: list[int] = []  # once per process
 
 
+def run_jobs_here_without_a_worker() -> bool:
+    """For commands that wait for their jobs (ingest_folder --wait, load_demo, evaluate, reembed_corpus
+    --wait): when the embedded broker is not running (no `scripts/run` beside them), run the jobs in
+    this process rather than queue them for a worker that is not there. True if it switched."""
+    if celery_app.conf.task_always_eager or not _embedded_broker_down():
+        return False
+    celery_app.conf.task_always_eager = True
+    logger.info("no embedded broker running: jobs run in this process")
+    return True
+
+
 def _embedded_broker_down() -> bool:
     """The broker is a unix socket (the embedded Redis) that does not exist: sending would only wait
     out kombu's retries. The job stays queued; a worker started later gets it from the reaper."""

@@ -77,3 +77,27 @@ def test_the_reaper_resends_a_silent_running_job_sooner_than_a_waiting_queued_on
     with activate(scope):
         assert IngestJob.objects.for_scope(scope).get(pk=running.pk).status == JobStatus.DONE
     assert resume_stuck_jobs(older_than=50) == [waiting.pk]  # a queued job only after its own, longer wait
+
+
+@pytest.mark.django_db(databases=["default", "owner"], transaction=True)
+def test_a_command_that_waits_for_its_jobs_runs_them_itself_when_no_worker_runs(tmp_path, tenant, scope):
+    """`manage.py ingest_folder` (and load_demo, evaluate, reembed_corpus) outside `scripts/run`: the
+    embedded broker is not running, so its jobs run in the command instead of waiting for no worker."""
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    from kb.celery import app
+
+    eager, broker = app.conf.task_always_eager, app.conf.broker_url
+    app.conf.task_always_eager, app.conf.broker_url = False, f"redis+socket://{tmp_path}/no-broker.sock"  # a command on its own
+    try:
+        (tmp_path / "docs").mkdir()
+        (tmp_path / "docs" / "leave.md").write_text("# Leave\n\nTwenty-five days of paid leave per year.")
+        call_command("ingest_folder", str(tmp_path / "docs"), tenant=tenant.slug, corpus="Handbook", create=True,
+                     model="hash:16", no_progress=True, wait=True, stdout=StringIO())
+        assert app.conf.task_always_eager
+    finally:
+        app.conf.task_always_eager, app.conf.broker_url = eager, broker
+    with activate(scope):
+        assert list(Document.objects.for_scope(scope).values_list("status", flat=True)) == [DocumentStatus.READY]

@@ -29,6 +29,7 @@ from agents.evaluation.report import write_report, write_suite_report
 from agents.evaluation.runner import EvaluationError, check_strategies, ensure_corpus, facet_sources, run_one
 from agents.evaluation.suite import DEFAULT_SET, CorpusProfile, profile_for, select
 from agents.evaluation.summary import QuestionResult, summarise
+from kb.ingest.queue import run_jobs_here_without_a_worker
 
 DEFAULT_STRATEGIES = "classic,pipeline,agentic,auto"
 
@@ -70,6 +71,7 @@ class Command(BaseCommand):
                             help="do not run: combine the records.jsonl of these shard output dirs into one report in --out")
 
     def handle(self, *args, **opts) -> None:
+        run_jobs_here_without_a_worker()  # no scripts/run beside this command: its jobs run here
         if opts["merge"]:
             return self._merge(opts)
         if opts["suite"] or opts["sets"]:

@@ -7,6 +7,7 @@ from django.core.management.base import BaseCommand
 from agents.demo import DEMO_QUESTION, demo_scope, load_demo
 from agents.management.commands.ask import print_run
 from agents.services import ask
+from kb.ingest.queue import run_jobs_here_without_a_worker
 
 
 class Command(BaseCommand):
@@ -20,6 +21,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, no_ask: bool = False, provider: str | None = None, strategy: str = "auto", wait: float = 300.0,
                **options) -> None:
+        run_jobs_here_without_a_worker()  # no scripts/run beside this command: its jobs run here
         tenant = load_demo(wait_seconds=wait, log=self.stdout.write)
         self.stdout.write(f"Demo tenant {tenant.slug!r} ready (users: ada = Engineering, sam = Sales).")
         if no_ask:

@@ -16,6 +16,7 @@ from tqdm import tqdm
 
 from kb.embedding import default_model_key, get_embedder
 from kb.ingest import UploadRejected, group_max_jobs, source_name_for, upload_document
+from kb.ingest.queue import run_jobs_here_without_a_worker
 from kb.models import Corpus, Document, IngestJob, JobStatus
 from kb.parsing import SUPPORTED_TYPES
 from tenants.models import Department, Tenant
@@ -37,6 +38,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, folder: str, tenant: str, corpus: str, department: str | None, create: bool,
                model: str | None, wait: bool, no_progress: bool, **options) -> None:
+        run_jobs_here_without_a_worker()  # no scripts/run beside this command: its jobs run here
         root = Path(folder).expanduser().resolve()
         if not root.is_dir():
             raise CommandError(f"{folder!r} is not a folder")

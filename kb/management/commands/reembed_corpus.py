@@ -11,6 +11,7 @@ import time
 from django.core.management.base import BaseCommand, CommandError
 
 from kb.ingest import start_reembed
+from kb.ingest.queue import run_jobs_here_without_a_worker
 from kb.models import Corpus, IngestJob, JobStatus
 from tenants.models import Tenant
 from tenants.scope import Scope, activate
@@ -26,6 +27,7 @@ class Command(BaseCommand):
         parser.add_argument("--wait", action="store_true", help="wait for the job to finish")
 
     def handle(self, *args, tenant: str, corpus: str, model: str, wait: bool, **options) -> None:
+        run_jobs_here_without_a_worker()  # no scripts/run beside this command: its jobs run here
         found = Tenant.objects.filter(slug=tenant).first()
         if found is None:
             raise CommandError(f"no tenant with slug {tenant!r}")
