@@ -10,7 +10,10 @@ from django.contrib.admin.forms import AdminAuthenticationForm
 from api import ratelimit
 
 
-class LockoutAuthenticationForm(AdminAuthenticationForm):
+class SignInLockout:
+    """A sign-in form's clean() with the API's lockout per client address (api.ratelimit): refused while
+    the address is locked out, and every failure counted. Mixed into the admin's and the chat's forms."""
+
     def clean(self):
         address = ratelimit.client_address(self.request)
         locked = ratelimit.auth_failures_exceeded(address)
@@ -22,3 +25,7 @@ class LockoutAuthenticationForm(AdminAuthenticationForm):
         except forms.ValidationError:
             ratelimit.record_auth_failure(address)
             raise
+
+
+class LockoutAuthenticationForm(SignInLockout, AdminAuthenticationForm):
+    pass

@@ -5,33 +5,20 @@ rule is the API's. A member of several tenants picks one (`?tenant=<slug>`, sent
 
 from __future__ import annotations
 
-from django import forms
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.forms import AuthenticationForm
 from django.contrib.auth.views import LoginView, LogoutView
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from api import ratelimit
+from api.admin_login import SignInLockout
 from tenants.principals import TenantChoiceRequired, choose_tenant, tenants_of_user
 
 LOGIN_URL = "/login/"
 
 
-class ChatLoginForm(AuthenticationForm):
-    """Django's sign-in with the API's lockout per client address (api.ratelimit), like the admin's."""
-
-    def clean(self):
-        address = ratelimit.client_address(self.request)
-        locked = ratelimit.auth_failures_exceeded(address)
-        if locked is not None:
-            raise forms.ValidationError(f"Too many failed sign-ins from this address: try again in {locked.retry_after} s.",
-                                        code="locked")
-        try:
-            return super().clean()
-        except forms.ValidationError:
-            ratelimit.record_auth_failure(address)
-            raise
+class ChatLoginForm(SignInLockout, AuthenticationForm):
+    """Django's sign-in with the API's lockout per client address, like the admin's."""
 
 
 login_view = LoginView.as_view(template_name="chat/login.html", authentication_form=ChatLoginForm, redirect_authenticated_user=True)
