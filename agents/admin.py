@@ -24,6 +24,7 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 
 from agents import evidence
+from agents.admin_base import ReadOnlyAuditAdmin, csv_cell
 from agents.chain import GENESIS, run_hash
 from agents.feedback_admin import RunFeedbackFilter
 from agents.models import Citation, Feedback, Outcome, Run, RunStep, Verdict
@@ -31,11 +32,10 @@ from agents.review import principal_names, search_runs
 from kb.models import Chunk, SourceChange
 from kb.sources.selectors import version_origins
 from tenants.access import ROLE_GRANTS, visible_api_keys, visible_memberships
-from tenants.admin_base import TenantScopedAdmin, admin_role, admin_scope, scoped, scoped_filter, scoped_queryset, scoped_view
+from tenants.admin_base import admin_role, admin_scope, scoped, scoped_filter, scoped_queryset, scoped_view
 from tenants.models import ApiKey, Department, Membership, Tenant
 from tenants.scope import Scope, activate
 
-AUDITORS = frozenset({"auditor", "admin"})
 UNVERIFIED = [v for v in Verdict.values if v != Verdict.VERIFIED]
 
 
@@ -82,11 +82,6 @@ class UnverifiedFilter(admin.SimpleListFilter):
             return queryset.filter(n_unverified=0)
         return queryset
 
-
-def _cell(value) -> str:
-    """CSV cell safe to open in a spreadsheet (no formula injection)."""
-    text = "" if value is None else str(value)
-    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
 
 
 def name_principals(request, runs) -> None:
@@ -143,7 +138,7 @@ def _origin(origins: dict, kept, chunk) -> dict | None:
 
 
 @admin.register(Run)
-class RunAdmin(TenantScopedAdmin):
+class RunAdmin(ReadOnlyAuditAdmin):
     """Read-only audit review with filters, a per-run timeline and CSV/JSONL export."""
 
     list_display = ["id", "created_at", "tenant", "asked_by", "short_question", "strategy", "outcome", "citations_col",
@@ -152,19 +147,6 @@ class RunAdmin(TenantScopedAdmin):
                    "outcome", "strategy", UnverifiedFilter, RunFeedbackFilter]
     search_fields = ["question", "answer"]
     date_hierarchy = None
-    actions = None
-    view_roles = AUDITORS
-    edit_roles = frozenset()
-    list_per_page = 50
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
 
     def get_list_filter(self, request):
         filters = list(super().get_list_filter(request))
@@ -267,7 +249,7 @@ class RunAdmin(TenantScopedAdmin):
                 comment="").order_by("created_at").values_list("run_id", "rating", "comment"):
             comments.setdefault(run_id, []).append(f"{rating}: {comment}")
         for run in runs:
-            writer.writerow([*(_cell(getattr(run, c)) for c in cols), _cell(" | ".join(comments.get(run.id, [])))])
+            writer.writerow([*(csv_cell(getattr(run, c)) for c in cols), csv_cell(" | ".join(comments.get(run.id, [])))])
         response = HttpResponse(out.getvalue(), content_type="text/csv; charset=utf-8")
         response["Content-Disposition"] = 'attachment; filename="runs.csv"'
         return response

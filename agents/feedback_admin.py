@@ -16,19 +16,12 @@ from django.http import HttpResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 
+from agents.admin_base import ReadOnlyAuditAdmin, csv_cell
 from agents.feedback import feedback_per_corpus, run_corpora
 from agents.models import Citation, Feedback, Rating
 from agents.review import principal_names
 from kb.models import Corpus, Document
-from tenants.admin_base import TenantScopedAdmin, admin_scope, scoped_queryset, scoped_view
-
-AUDITORS = frozenset({"auditor", "admin"})
-
-
-def _cell(value) -> str:
-    """CSV cell safe to open in a spreadsheet (no formula injection)."""
-    text = "" if value is None else str(value)
-    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+from tenants.admin_base import admin_scope, scoped_queryset, scoped_view
 
 
 class RunFeedbackFilter(admin.SimpleListFilter):
@@ -66,25 +59,12 @@ class CorpusFilter(admin.SimpleListFilter):
 
 
 @admin.register(Feedback)
-class FeedbackAdmin(TenantScopedAdmin):
+class FeedbackAdmin(ReadOnlyAuditAdmin):
     """Thumbs up/down with comments, per answer; read-only (feedback is append-only)."""
 
     list_display = ["id", "created_at", "rating_col", "comment", "run_link", "short_question", "given_by", "corpora"]
     list_filter = ["rating", ("created_at", admin.DateFieldListFilter), CorpusFilter]
     search_fields = ["comment", "run__question"]
-    actions = None
-    view_roles = AUDITORS
-    edit_roles = frozenset()
-    list_per_page = 50
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
 
     def get_queryset(self, request):
         return scoped_queryset(request, Feedback).select_related("run").order_by("-created_at", "-id")
@@ -157,7 +137,7 @@ class FeedbackAdmin(TenantScopedAdmin):
         writer = csv.writer(out)
         writer.writerow(["id", "created_at", "rating", "comment", "principal", "run_id", "question", "outcome", "answer", "corpora"])
         for f in rows:
-            writer.writerow([_cell(v) for v in (f.id, f.created_at.isoformat(), f.rating, f.comment, f.principal, f.run_id,
+            writer.writerow([csv_cell(v) for v in (f.id, f.created_at.isoformat(), f.rating, f.comment, f.principal, f.run_id,
                                                 f.run.question, f.run.outcome, f.run.answer, "; ".join(names.get(f.run_id, [])))])
         response = HttpResponse(out.getvalue(), content_type="text/csv; charset=utf-8")
         response["Content-Disposition"] = 'attachment; filename="feedback.csv"'
