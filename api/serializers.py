@@ -318,8 +318,33 @@ class AskRequestSerializer(serializers.Serializer):
     strategy = serializers.ChoiceField(choices=list(STRATEGIES), default="auto")
 
 
+@extend_schema_field({"type": "object", "additionalProperties": True})
+class ObjectField(serializers.JSONField):
+    """A stored JSON object, typed as one in the OpenAPI schema."""
+
+
+@extend_schema_field({"type": "array", "items": {"type": "string"}})
+class StringListField(serializers.JSONField):
+    """A stored JSON list of strings, typed as one in the OpenAPI schema."""
+
+
+@extend_schema_field({"type": "array", "items": {"type": "integer"}})
+class IntegerListField(serializers.JSONField):
+    """A stored JSON list of integers, typed as one in the OpenAPI schema."""
+
+
+@extend_schema_field({"type": "object", "properties": {
+    "tenant_id": {"type": "integer"}, "department_ids": {"type": "array", "items": {"type": "integer"}},
+    "all_departments": {"type": "boolean"}, "role": {"type": "string"}, "principal": {"type": "string"}}})
+class ScopeField(serializers.JSONField):
+    """A run's scope (tenants.scope.Scope.as_dict())."""
+
+
 class RunSerializer(serializers.ModelSerializer):
     unverified_citations = serializers.IntegerField(read_only=True, default=0)
+    scope = ScopeField(read_only=True, help_text="The scope the run was confined to.")
+    budgets = ObjectField(read_only=True, help_text="The budgets the run had (agents.budgets.Budgets).")
+    missing = StringListField(read_only=True, help_text="Parts of the question no evidence was found for.")
     principal_name = serializers.SerializerMethodField(
         help_text="The principal with each key and user named: '<key name> (key)', '<username> (user)'.")
 
@@ -336,6 +361,11 @@ class RunSerializer(serializers.ModelSerializer):
 
 
 class RunStepSerializer(serializers.ModelSerializer):
+    arguments = ObjectField(read_only=True, help_text="The call's arguments (a model call's: provider, model, caps, tool calls).")
+    effective_filter = ObjectField(read_only=True, help_text="Scope and narrowing a search actually applied.")
+    chunk_ids = IntegerListField(read_only=True)
+    content_hashes = StringListField(read_only=True)
+
     class Meta:
         model = RunStep
         fields = ["ordinal", "kind", "name", "arguments", "effective_filter", "chunk_ids", "content_hashes", "output", "cached",
