@@ -364,8 +364,11 @@ def _actors(request):
 
 
 def playground_choices(request) -> list[tuple[str, str]]:
+    """Who the playground may ask as, the signed-in user's own membership first (the default choice)."""
     members, keys = _actors(request)
-    return ([(f"member:{m.pk}", f"member {m.user} ({m.role}) @ {m.tenant.slug}") for m in members]
+    members = sorted(members, key=lambda m: m.user_id != request.user.pk)  # stable: the rest keep their order
+    return ([(f"member:{m.pk}", f"member {m.user} ({m.role}) @ {m.tenant.slug}" + (" (you)" if m.user_id == request.user.pk else ""))
+             for m in members]
             + [(f"key:{k.pk}", f"key {k.name} ({k.role}) @ {k.tenant.slug}") for k in keys])
 
 

@@ -38,7 +38,14 @@ def progress_bar(job: IngestJob | None) -> str:
     if job is None:
         return "—"
     pct = 100 if job.status == "done" else (int(100 * job.chunks_done / job.chunks_total) if job.chunks_total else 0)
-    return format_html('<progress max="100" value="{}"></progress> {}% <small>{} {}</small>', pct, pct, job.status, job.stage)
+    # "done", not "100% done done"; a running job names its stage and counts ("embed 23/92").
+    if job.status == "done":
+        label = "done"
+    elif job.status == "running" and job.chunks_total:
+        label = f"{job.stage or 'running'} {job.chunks_done}/{job.chunks_total}"
+    else:
+        label = job.stage if job.stage and job.stage != job.status else job.status
+    return format_html('<progress max="100" value="{}" aria-label="{}% done"></progress> <small>{}</small>', pct, pct, label)
 
 
 class CorpusForm(forms.ModelForm):
@@ -170,7 +177,8 @@ class UploadForm(forms.Form):
 
 @admin.register(Document)
 class DocumentAdmin(TenantScopedAdmin):
-    list_display = ["title", "corpus", "status", "progress", "version", "chunk_count", "size_bytes", "updated_at"]
+    list_display = ["title", "source_name", "corpus", "status", "progress", "failure", "version", "chunk_count", "size_bytes",
+                    "updated_at"]
     list_filter = ["status", scoped_filter("corpus", Corpus, "corpus")]
     search_fields = ["title", "source_name"]
     readonly_fields = ["corpus", "department", "source_name", "mime_type", "sha256", "size_bytes", "status", "error", "version",
@@ -207,6 +215,10 @@ class DocumentAdmin(TenantScopedAdmin):
             return "—"
         return progress_bar(IngestJob(status=obj.job_status, stage=obj.job_stage or "", chunks_done=obj.job_done or 0,
                                       chunks_total=obj.job_total or 0))
+
+    @admin.display(description="why it failed")
+    def failure(self, obj) -> str:
+        return (obj.error[:200] + ("…" if len(obj.error) > 200 else "")) if obj.status == "failed" and obj.error else ""
 
     @admin.display(description="chunks")
     def chunks_link(self, obj) -> str:

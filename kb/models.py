@@ -149,7 +149,7 @@ class Chunk(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.document_id}#{self.ordinal}"
+        return f"chunk {self.pk} (part {self.ordinal + 1} of document {self.document_id})"
 
 
 class ChunkSentence(models.Model):

@@ -19,6 +19,9 @@ class GroundedAdminConfig(AdminConfig):
 
 class GroundedAdminSite(admin.AdminSite):
     site_header = "grounded administration"
+    site_title = "grounded admin"  # the browser tab's title, not "Django site admin"
+    index_title = "Knowledge base administration"
+    site_url = "/"  # "View site": the chat page
 
     def index(self, request, extra_context=None):
         from tenants.admin_base import admin_tenant_choices, needs_tenant_choice

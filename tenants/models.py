@@ -110,6 +110,9 @@ class ApiKey(models.Model):
     revoked_at = models.DateTimeField(null=True, blank=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
 
+    class Meta:
+        verbose_name = "API key"
+
     def __str__(self) -> str:
         return f"{self.name} ({KEY_PREFIX}{self.public_id}_…)"
 

@@ -352,3 +352,28 @@ def test_audit_review_shows_the_cited_text_and_version_after_the_document_change
     detail = client.get(f"/admin/agents/run/{run['id']}/change/").content.decode()
     cell = detail[detail.index('class="evidence"'):]
     assert "version 1" in cell and "changed (now version 2) since" in cell and "150 EUR" in cell, cell[:800]
+
+
+def test_admin_pages_read_as_their_users_expect(admin_client, world):
+    """Issue 32's walkthrough: the playground asks as the signed-in admin by default; the document list
+    names files and says why one failed; a finished job reads "done" once; keys are "API keys"; chunks
+    are not "8#4"."""
+    import re as _re
+
+    page = admin_client.get("/admin/agents/run/ask/").content.decode()
+    first = _re.search(r'<select name="act_as"[^>]*>\s*<option value="[^"]*"[^>]*>([^<]*)</option>', page)
+    assert first and "(you)" in first.group(1), first and first.group(1)
+    from kb.ingest import upload_document
+    from tests.factories import whole_tenant as _whole
+
+    upload_document(scope=_whole(world.a), corpus=world.shared, filename="broken.pdf", data=b"%PDF-1.4 not really a pdf")
+    listing = admin_client.get("/admin/kb/document/?o=-9").content.decode()
+    text = " ".join(_re.sub(r"<[^>]+>", " ", listing).split())
+    assert "done done" not in text and "why it failed" in text.lower() and "Django site admin" not in text
+    row = next(r for r in listing.split("<tr") if "broken.pdf" in r)
+    assert "failed" in row and 'class="field-failure">-<' not in row, row
+    index = admin_client.get("/admin/").content.decode()
+    assert "API keys" in index and "Api keys" not in index
+    with activate(whole_tenant(world.a)):
+        chunk = Chunk.objects.for_scope(whole_tenant(world.a)).first()
+    assert _re.fullmatch(r"chunk \d+ \(part \d+ of document \d+\)", str(chunk))
