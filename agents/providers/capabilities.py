@@ -12,10 +12,12 @@ The speed lets a run size what it sends to what the server can read before the r
 its prompt leaves the server busy, because a server writes nothing then and cannot notice the
 closed connection.
 
-Results are cached (Django's cache, CAPABILITIES_TTL_S) per provider endpoint and model. Runs read
-only what is cached (`known_capabilities`), never probe inline: a run with a provider found to
-ignore tools skips the agentic strategy (agents.loop.run_strategy). `/healthz` reports the cached
-results and refreshes stale ones in the background (`provider_report`), which with a health check
+Results are cached (Django's cache) per provider endpoint and model and kept until a newer probe
+replaces them (a day at most); after CAPABILITIES_TTL_S they are stale and `/healthz` probes again in
+the background, but runs keep reading the last result meanwhile, so a provider found to ignore
+tools is not forgotten when its result ages. Runs read only what is cached (`known_capabilities`),
+never probe inline: a run with a provider found to ignore tools skips the agentic strategy
+(agents.loop.run_strategy). `/healthz` reports the cached results and refreshes stale ones in the background (`provider_report`), which with a health check
 polling it is the schedule. The offline provider is local and declared capable: it is never probed.
 """
 
@@ -35,7 +37,8 @@ from agents.messages import ModelRequest, ToolSpec, UserMessage
 
 log = logging.getLogger(__name__)
 
-CAPABILITIES_TTL_S = 600.0
+CAPABILITIES_TTL_S = 600.0  # after this, a result is stale: reported, used, and probed again
+KEEP_S = 86_400.0  # how long a result is kept at all
 PROBE_TIMEOUT_S = 60.0  # a small self-hosted model on a busy machine needs a while even for 64 tokens
 CODE_WORD = "PINEAPPLE-7"
 _TIME_TOOL = ToolSpec("get_time", "Returns the current local time in a city.",
@@ -96,7 +99,7 @@ def probe(provider, *, timeout_s: float = PROBE_TIMEOUT_S) -> Capabilities:
     as_json = None if turn is None else _json_object(turn.text) == {"ok": True, "n": 3}
     found = Capabilities(provider.name, provider.model, system, tools, as_json, checked_at=time.time(), error="; ".join(errors),
                          prompt_tokens_per_s=_prompt_speed(provider, timeout_s, errors))
-    cache.set(provider_key(provider), found.as_dict(), CAPABILITIES_TTL_S)
+    cache.set(provider_key(provider), found.as_dict(), KEEP_S)
     return found
 
 
@@ -152,6 +155,8 @@ def provider_report() -> dict:
         found = known_capabilities(provider)
         if found is not None:
             report[name] = {"status": "probed" if found.checked_at else "declared", **found.as_dict()}
+            if found.checked_at and time.time() - found.checked_at > CAPABILITIES_TTL_S:
+                probe_in_background(provider)  # stale: refreshed, the last result used meanwhile
         else:
             report[name] = {"status": "probing", "provider": provider.name, "model": provider.model}
             probe_in_background(provider)

@@ -437,3 +437,24 @@ def test_healthz_reports_each_configured_providers_probed_capabilities(acme, set
     assert report["openai"]["status"] == "probed" and (report["openai"]["system"], report["openai"]["tools"]) == (False, False)
     assert report["openai"]["json"] is True and again == report and requests == 4  # cached: probed once
 
+
+
+def test_a_stale_probe_result_is_still_used_and_refreshed_in_the_background(acme, settings, client):
+    """A provider found to ignore tools is not forgotten when its probe result ages: runs keep using it
+    while /healthz probes again."""
+    from agents.providers.capabilities import CAPABILITIES_TTL_S
+
+    with FakeOpenAI([], when_exhausted=obedient, drop_system=True, ignore_tools=True) as fake:
+        settings.OPENAI_COMPAT_BASE_URL, settings.OPENAI_COMPAT_MODEL = fake.base_url, "tiny"
+        provider = openai(fake)
+        found = probe(provider)
+        aged = {**found.as_dict(), "checked_at": found.checked_at - CAPABILITIES_TTL_S - 1}
+        cache.set(provider_key(provider), aged, 3600)
+        assert known_capabilities(provider).tools is False  # still known
+        sent = len(fake.requests)
+        client.get("/healthz")
+        deadline = time.monotonic() + 10
+        while known_capabilities(provider).checked_at == aged["checked_at"]:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    assert len(fake.requests) - sent == 4 and known_capabilities(provider).tools is False
