@@ -13,12 +13,12 @@ its prompt leaves the server busy, because a server writes nothing then and cann
 closed connection.
 
 Results are cached (Django's cache) per provider endpoint and model and kept until a newer probe
-replaces them (a day at most); after CAPABILITIES_TTL_S they are stale and `/healthz` probes again in
-the background, but runs keep reading the last result meanwhile, so a provider found to ignore
-tools is not forgotten when its result ages. Runs read only what is cached (`known_capabilities`),
-never probe inline: a run with a provider found to ignore tools skips the agentic strategy
-(agents.loop.run_strategy). `/healthz` reports the cached results and refreshes stale ones in the background (`provider_report`), which with a health check
-polling it is the schedule. The offline provider is local and declared capable: it is never probed.
+replaces them (a day at most). After CAPABILITIES_TTL_S they are stale: `/healthz` probes again in the
+background (`provider_report`; a health check polling it is the schedule), but runs keep reading the
+last result meanwhile, so a provider found to ignore tools is not forgotten when its result ages.
+Runs read only what is cached (`known_capabilities`) and never probe inline: a run with a provider
+found to ignore tools skips the agentic strategy (agents.loop.run_strategy). The offline provider
+is local and declared capable: it is never probed.
 """
 
 from __future__ import annotations
