@@ -3,7 +3,6 @@
 import os
 
 from celery import Celery
-from celery.signals import worker_process_init
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kb.settings")
 
@@ -23,12 +22,3 @@ app.conf.beat_schedule = {
     "schedule-source-syncs": {"task": "kb.schedule_source_syncs", "schedule": 60.0},
 }
 
-
-@worker_process_init.connect
-def _warm_up_pool_process(**kwargs) -> None:
-    """Each pool process loads the embedding model and opens its database connection before its
-    first job (kb/warmup.py), not inside it. (The solo pool, used by tests, has no pool processes.)"""
-    from kb import warmup
-
-    if warmup.enabled():
-        warmup.warm_up(web=False)

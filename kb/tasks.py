@@ -7,6 +7,7 @@ worker killed mid-job leaves it for redelivery; the services are idempotent, so 
 from __future__ import annotations
 
 from celery import shared_task
+from celery.signals import worker_process_init
 
 from kb import ingest
 
@@ -48,3 +49,13 @@ def schedule_source_syncs_task() -> int:
     from kb.sources.sync import schedule_due_sources
 
     return len(schedule_due_sources())
+
+
+@worker_process_init.connect
+def _warm_up_pool_process(**kwargs) -> None:
+    """Each pool process loads the embedding model and opens its database connection before its
+    first job (kb/warmup.py), not inside it. (The solo pool, used by tests, has no pool processes.)"""
+    from kb import warmup  # (here, not in kb.celery, which warmup imports)
+
+    if warmup.enabled():
+        warmup.warm_up(web=False)

@@ -51,6 +51,9 @@ def broker():
     queue = f"grounded-test-{uuid.uuid4().hex[:10]}"
     keys = ("task_always_eager", "broker_url", "task_default_queue")
     saved = {k: celery_app.conf[k] for k in keys}
+    # Fresh pools for this URL: an earlier test may have closed the cached ones (a closed pool refuses every send).
+    celery_app._pool = None
+    celery_app.amqp._producer_pool = None
     celery_app.conf.update(task_always_eager=False, broker_url=REDIS_URL, task_default_queue=queue)
     fake_embedders.reset_counts()
     yield queue
