@@ -25,6 +25,7 @@ from kb.ingest import queue as ingest_queue
 from kb.models import Corpus
 from tenants.models import ApiKey
 from tenants.scope import activate
+from tests.celery_pools import reset_celery_pools
 from tests.factories import make_tenant, whole_tenant
 from tests.kb import _transactional  # noqa: F401  (flush transactional tests as owner)
 
@@ -35,10 +36,7 @@ pytestmark = [pytest.mark.worker, pytest.mark.django_db(databases=["default", "o
 
 def _forget_connections() -> None:
     """Close this process's broker connections (the app caches its pools with the URL they were made for)."""
-    if celery_app._pool is not None:
-        celery_app._pool.force_close_all()
-    celery_app._pool = None
-    celery_app.amqp._producer_pool = None
+    reset_celery_pools(close=True)
 
 
 @pytest.fixture

@@ -27,6 +27,7 @@ from kb.models import Chunk, Corpus, Document, IngestJob
 from kb.parsing import parse
 from kb.tasks import ingest_document_task
 from tenants.scope import activate
+from tests.celery_pools import reset_celery_pools
 from tests.factories import make_tenant, whole_tenant
 from tests.fakes import embedders as fake_embedders
 from tests.kb import _transactional  # noqa: F401  (flush transactional tests as owner)
@@ -52,9 +53,8 @@ def broker():
     keys = ("task_always_eager", "broker_url", "task_default_queue")
     saved = {k: celery_app.conf[k] for k in keys}
     # Fresh pools for this URL: an earlier test may have closed the cached ones (a closed pool refuses every send).
-    celery_app._pool = None
-    celery_app.amqp._producer_pool = None
     celery_app.conf.update(task_always_eager=False, broker_url=REDIS_URL, task_default_queue=queue)
+    reset_celery_pools()
     fake_embedders.reset_counts()
     yield queue
     celery_app.conf.update(saved)

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import redis
 
+from tests.celery_pools import reset_celery_pools
+
 ROOT = Path(__file__).resolve().parents[2]
 SHARED_REDIS = os.environ.get("GROUNDED_RELIABILITY_REDIS_URL", "redis://127.0.0.1:6379/6")
 
@@ -123,17 +125,6 @@ def point_celery_at(broker_url: str, queue: str) -> dict:
     app.conf.update(task_always_eager=False, broker_url=broker_url, task_default_queue=queue)
     reset_celery_pools()
     return saved
-
-
-def reset_celery_pools() -> None:
-    """Drop cached broker connections so the next send uses the configured URL (and reconnects after a restart)."""
-    from kombu import pools
-
-    from kb.celery import app
-
-    pools.reset()  # kombu's process-wide producer pools, keyed by connection
-    app._pool = None
-    app.amqp._producer_pool = None
 
 
 def restore_celery(saved: dict) -> None:
