@@ -90,6 +90,15 @@ def markdown(report: dict, *, title: str = "# Evaluation report", level: int = 2
               "short answer in the answer (SQuAD-normalised; a yes/no answer must be stated), over answerable questions. "
               "Answer precision: quoted sentences citing a chunk of a document that holds gold evidence. Accuracy is "
               "shown only for providers that generate answers (the offline provider quotes sentences)."]
+    if meta.get("conversation"):
+        lines += ["", f"{h} Conversation mode: the question as a thread's second turn", "",
+                  "| strategy | questions | second-turn evidence recall | standalone evidence recall | difference (points) | "
+                  "follow-up resolved back to the name |", "|---" * 6 + "|"]
+        lines += [f"| {s} | {c['questions']} | {_fmt(c['second_turn_recall'], 4)} | {_fmt(c['standalone_recall'], 4)} | "
+                  f"{c['difference_points']:+.1f} | {_fmt(c['resolved_back'])} |" for s, c in meta["conversation"].items()]
+        lines += ["", "Each question is asked after a first turn about the thing it names (\"Tell me about <name>.\"), "
+                  "with that name replaced by a pronoun; the follow-up is resolved against the thread before it is searched "
+                  "(agents.evaluation.conversation)."]
     if meta.get("paper_anchors", True):  # a suite set that is not MultiHop-RAG says False
         lines += ["", f"{h} Paper anchors (MultiHop-RAG Table 5, 256-token chunks, top-10 retrieval, all 2,255 non-null questions)", "",
                   "| embedding | MRR@10 | MAP@10 | Hits@10 | Hits@4 |", "|---|---|---|---|---|"]

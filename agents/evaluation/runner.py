@@ -9,6 +9,9 @@ Strategies evaluated side by side, all with a final context of at most 10 chunks
 - "search:<mode>": one `kb.retrieval.search` call with the whole question, k=10 (baselines).
 - "facets:<mode>": the offline provider's facet plan (agents.planning) as one-shot searches,
   using the source values `agents.selectors.metadata_facets` shows the agent.
+- "conversation:<agent strategy>": the question asked as the second turn of a thread
+  (agents.evaluation.conversation), through agents.conversations like the chat and the API; scored
+  on the second turn.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from agents import planning
+from agents.evaluation.conversation import TwoTurns
 from agents.evaluation.dataset import CorpusDoc, Question
 from agents.evaluation.metrics import (
     K_CONTEXT,
@@ -38,6 +42,7 @@ from tenants.scope import Scope, activate
 
 AGENT_STRATEGIES = ("classic", "pipeline", "agentic", "auto")
 SEARCH_MODES = ("keyword", "vector", "hybrid")
+CONVERSATION = "conversation"
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -60,11 +65,12 @@ def check_strategies(names: Iterable[str]) -> list[str]:
     out = []
     for name in names:
         kind, _, mode = name.partition(":")
-        if name in AGENT_STRATEGIES or (kind in ("search", "facets") and mode in SEARCH_MODES):
+        if name in AGENT_STRATEGIES or (kind in ("search", "facets") and mode in SEARCH_MODES) or \
+                (kind == CONVERSATION and mode in AGENT_STRATEGIES):
             out.append(name)
         else:
             raise EvaluationError(f"unknown strategy {name!r}: use {', '.join(AGENT_STRATEGIES)}, search:<mode> or facets:<mode> "
-                                  f"with mode in {', '.join(SEARCH_MODES)}")
+                                  f"with mode in {', '.join(SEARCH_MODES)}, or conversation:<{'|'.join(AGENT_STRATEGIES)}>")
     return out
 
 
@@ -234,6 +240,27 @@ def run_agent(ev: EvalCorpus, q: Question, strategy: str, provider: str | None, 
     from agents.services import ask
 
     run = ask(scope=ev.scope, question=q.question, strategy=strategy, provider=provider)
+    return score_run(ev, q, run, strategy=strategy, generates_text=generates_text)
+
+
+def run_conversation(ev: EvalCorpus, q: Question, strategy: str, provider: str | None, generates_text: bool,
+                     turns: TwoTurns) -> QuestionResult:
+    """`q` as the second turn of a new thread (`strategy` is "conversation:<agent strategy>"); scored on that turn."""
+    from agents.conversations import send_message, start_conversation
+
+    agent_strategy = strategy.partition(":")[2]
+    conversation = start_conversation(scope=ev.scope, title=f"evaluation {q.qid}")
+    send_message(scope=ev.scope, conversation_id=conversation.pk, message=turns.first, strategy=agent_strategy, provider=provider)
+    run = send_message(scope=ev.scope, conversation_id=conversation.pk, message=turns.followup, strategy=agent_strategy,
+                       provider=provider)
+    result = score_run(ev, q, run, strategy=strategy, generates_text=generates_text)
+    # Figures only (reports never hold question text): was the follow-up resolved back to the name it replaced?
+    result.extra["resolved_back"] = turns.name.casefold() in run.question.casefold()
+    return result
+
+
+def score_run(ev: EvalCorpus, q: Question, run, *, strategy: str, generates_text: bool) -> QuestionResult:
+    """One stored Run scored against the question's gold: its final context, outcome, citations and cost."""
     with activate(ev.scope):
         steps = list(RunStep.objects.for_scope(ev.scope).filter(run_id=run.pk).order_by("ordinal")
                      .values("kind", "name", "arguments", "chunk_ids"))
@@ -292,11 +319,15 @@ def run_retrieval(ev: EvalCorpus, q: Question, strategy: str, sources: planning.
 
 
 def run_one(ev: EvalCorpus, q: Question, strategy: str, *, provider: str | None, generates_text: bool,
-            sources: planning.Facets) -> QuestionResult:
+            sources: planning.Facets, turns: TwoTurns | None = None) -> QuestionResult:
     """One question through one strategy; an exception becomes a failed result, not a crashed run."""
     try:
         if strategy in AGENT_STRATEGIES:
             return run_agent(ev, q, strategy, provider, generates_text)
+        if strategy.startswith(CONVERSATION + ":"):
+            if turns is None:
+                raise EvaluationError(f"{strategy}: question {q.qid} names nothing of its gold documents to refer back to")
+            return run_conversation(ev, q, strategy, provider, generates_text, turns)
         return run_retrieval(ev, q, strategy, sources)
     except Exception as exc:  # noqa: BLE001 - one bad question must not lose the other 1,920
         return QuestionResult(qid=q.qid, question_type=q.question_type, strategy=strategy, answerable=q.answerable, outcome="failed",

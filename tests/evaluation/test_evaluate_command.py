@@ -187,3 +187,81 @@ def test_a_reused_corpus_is_brought_up_to_its_profile(files):
     with activate(ev.scope):
         assert Corpus.objects.for_scope(ev.scope).get(pk=ev.corpus_id).date_key == "published_at"
         assert Document.objects.for_scope(ev.scope).filter(dated_at__isnull=False).count() == 3
+
+
+THREAD_DOCS = [
+    {"doc_id": "ada", "title": "Ada Lovelace (mathematician)",
+     "text": "Ada Lovelace was an English mathematician. She worked with Charles Babbage on the Analytical Engine. "
+             "Her notes describe an algorithm for the engine."},
+    {"doc_id": "engine", "title": "Analytical Engine",
+     "text": "The Analytical Engine was a proposed mechanical computer designed by Charles Babbage in 1837."},
+    {"doc_id": "kiln", "title": "Brick kiln", "text": "A brick kiln fires clay bricks at about 1000 degrees."},
+]
+THREAD_QUESTIONS = [
+    {"qid": "q-bridge", "question": "Which mechanical computer did Ada Lovelace write notes about, and who designed that computer?",
+     "question_type": "bridge", "answer": "Analytical Engine",
+     "evidence": [{"doc_id": "ada", "fact": "She worked with Charles Babbage on the Analytical Engine."},
+                  {"doc_id": "engine", "fact": "The Analytical Engine was a proposed mechanical computer designed by Charles Babbage in 1837."}]},
+    {"qid": "q-plain", "question": "At what temperature are clay bricks fired?", "question_type": "lookup",
+     "evidence": [{"doc_id": "kiln", "fact": "A brick kiln fires clay bricks at about 1000 degrees."}]},
+    {"qid": "q-null", "question": "What is the chief executive's favourite colour?", "question_type": "null_query"},
+]
+
+
+def test_split_question_refers_back_with_the_subjects_pronoun():
+    from agents.evaluation.conversation import split_question
+    from agents.evaluation.dataset import CorpusDoc, Question
+    from agents.evaluation.metrics import GoldItem
+
+    docs = {d["doc_id"]: CorpusDoc(d["doc_id"], d["title"], d["text"]) for d in THREAD_DOCS}
+
+    def question(text: str, *keys: str) -> Question:
+        return Question("q", text, "bridge", None, tuple(GoldItem(fact=None, doc_key=k) for k in keys))
+
+    turns = split_question(question("Which engine did Ada Lovelace describe?", "ada", "engine"), docs)
+    assert turns is not None and turns.name == "Ada Lovelace"  # the title's "(mathematician)" is dropped
+    assert turns.first == "Tell me about Ada Lovelace."
+    assert turns.followup == "Which engine did she describe?"  # her document calls her "she"
+    turns = split_question(question("Who designed the Analytical Engine's mill?", "engine"), docs)
+    assert turns is not None and turns.followup == "Who designed its mill?"  # possessive kept, "the" dropped
+    turns = split_question(question("What was written about the Analytical Engine?", "engine"), docs)
+    assert turns is not None and turns.followup == "What was written about it?"
+    assert split_question(question("How hot is a kiln?", "kiln"), docs) is None  # it names nothing of its documents
+    assert split_question(question("Did Ada Lovelace publish her notes?", "ada"), docs) is None  # a pronoun of its own
+    assert split_question(question("Which engine did Ada Lovelace describe?"), docs) is None  # unanswerable
+
+
+def test_conversation_mode_scores_the_second_turn_beside_the_standalone_question(tmp_path):
+    corpus, questions, out = tmp_path / "corpus.jsonl", tmp_path / "questions.jsonl", tmp_path / "out"
+    corpus.write_text("".join(json.dumps(d) + "\n" for d in THREAD_DOCS))
+    questions.write_text("".join(json.dumps(q) + "\n" for q in THREAD_QUESTIONS))
+    call_command("evaluate", corpus=corpus, questions=questions, out=out, tenant="eval-thread", conversation=True,
+                 strategies="classic,search:keyword", records=True)
+    report = json.loads((out / "report.json").read_text())
+    assert list(report["summary"]) == ["classic", "conversation:classic", "search:keyword"]
+    assert report["meta"]["questions"] == 1  # only the question that names one of its documents can be a follow-up
+    figures = report["meta"]["conversation"]["conversation:classic"]
+    assert figures["questions"] == 1 and figures["resolved_back"] == 1.0
+    assert figures["second_turn_recall"] == report["summary"]["conversation:classic"]["all"]["evidence_recall"]
+    assert figures["difference_points"] == round(100 * (figures["second_turn_recall"] - figures["standalone_recall"]), 1)
+    assert report["summary"]["conversation:classic"]["all"]["errors"] == 0
+    assert "Conversation mode" in (out / "report.md").read_text()
+    from agents.models import Conversation, Run
+    from tenants.models import Tenant
+    from tests.factories import whole_tenant
+
+    scope = whole_tenant(Tenant.objects.get(slug="eval-thread"))
+    with activate(scope):
+        thread = Conversation.objects.for_scope(scope).get()
+        turns = list(Run.objects.for_scope(scope).filter(conversation=thread).order_by("turn"))
+    assert [r.turn for r in turns] == [1, 2]
+    assert turns[1].message == "Which mechanical computer did she write notes about, and who designed that computer?"
+    assert "Ada Lovelace" in turns[1].question  # the follow-up, made standalone, is what was searched
+    assert "Ada Lovelace" not in (out / "records.jsonl").read_text()  # records hold ids and figures only
+
+
+def test_conversation_mode_needs_an_agent_strategy(files, tmp_path):
+    corpus, questions = files
+    with pytest.raises(CommandError, match="--conversation needs an agent strategy"):
+        call_command("evaluate", corpus=corpus, questions=questions, out=tmp_path / "o", tenant="eval-x", conversation=True,
+                     strategies="search:keyword")

@@ -6,6 +6,9 @@
 Ingests the corpus JSONL into an evaluation tenant through the real pipeline (reused when
 unchanged), runs every question through every strategy and writes report.json, report.md and
 PNG charts to --out. Tenants can pass their own --corpus and --questions (docs/evaluation.md).
+--conversation also asks each question as the second turn of a thread (a first turn about the
+thing the question names, then the question referring back to it with a pronoun) and reports its
+evidence recall beside the standalone question's, on the same questions (agents.evaluation.conversation).
 --suite runs every set of the suite registry (agents.evaluation.suite), each in its own tenant and
 corpus, into one report: a summary table (set x strategy) and each set's tables; each set's own
 report (and charts) goes to --out/<set>/.
@@ -23,10 +26,19 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from agents.evaluation.conversation import conversation_figures, split_question
 from agents.evaluation.dataset import DatasetError, load_corpus, load_questions, sample_questions
 from agents.evaluation.metrics import K_CONTEXT
 from agents.evaluation.report import write_report, write_suite_report
-from agents.evaluation.runner import EvaluationError, check_strategies, ensure_corpus, facet_sources, run_one
+from agents.evaluation.runner import (
+    AGENT_STRATEGIES,
+    CONVERSATION,
+    EvaluationError,
+    check_strategies,
+    ensure_corpus,
+    facet_sources,
+    run_one,
+)
 from agents.evaluation.suite import DEFAULT_SET, CorpusProfile, profile_for, select
 from agents.evaluation.summary import QuestionResult, summarise
 from kb.ingest.queue import run_jobs_here_without_a_worker
@@ -50,6 +62,9 @@ class Command(BaseCommand):
         parser.add_argument("--strategies", default=DEFAULT_STRATEGIES,
                             help="comma-separated: classic, pipeline, agentic, auto, search:<mode>, facets:<mode> "
                                  "(mode: keyword|vector|hybrid)")
+        parser.add_argument("--conversation", action="store_true",
+                            help="also run each agent strategy as conversation:<strategy> (the question as a thread's second "
+                                 "turn); only questions that can be split into two turns are evaluated")
         parser.add_argument("--provider", default=None, help="agent provider (default: the configured one, offline unless set)")
         parser.add_argument("--limit", type=int, default=None, help="evaluate a seeded sample of this many questions, stratified by type")
         parser.add_argument("--seed", type=int, default=13)
@@ -130,7 +145,15 @@ class Command(BaseCommand):
 
         try:
             docs = load_corpus(corpus)
-            questions = sample_questions(load_questions(questions_file, docs), limit=opts["limit"], seed=opts["seed"])
+            questions = load_questions(questions_file, docs)
+            turns = {}
+            if any(s.startswith(CONVERSATION + ":") for s in strategies):
+                by_id = {d.doc_id: d for d in docs}
+                turns = {q.qid: t for q in questions if q.answerable and (t := split_question(q, by_id)) is not None}
+                self.stderr.write(f"conversation mode: {len(turns)} of {sum(q.answerable for q in questions)} answerable "
+                                  "questions can be asked as a follow-up; only those are evaluated")
+                questions = [q for q in questions if q.qid in turns]
+            questions = sample_questions(questions, limit=opts["limit"], seed=opts["seed"])
             questions = _shard(questions, opts["shard"])
         except (DatasetError, OSError, ValueError) as exc:
             raise CommandError(str(exc)) from exc
@@ -158,7 +181,8 @@ class Command(BaseCommand):
                 (out / "records.jsonl").open("w", encoding="utf-8") if records else nullcontext() as sink:
             for q in questions:
                 for strategy in strategies:
-                    results.append(run_one(ev, q, strategy, provider=opts["provider"], generates_text=generates_text, sources=sources))
+                    results.append(run_one(ev, q, strategy, provider=opts["provider"], generates_text=generates_text, sources=sources,
+                                           turns=turns.get(q.qid)))
                     if sink is not None:
                         sink.write(json.dumps(results[-1].as_dict()) + "\n")
                         sink.flush()
@@ -173,6 +197,8 @@ class Command(BaseCommand):
             "context_chunks": K_CONTEXT, "seed": opts["seed"], "limit": opts["limit"], "shard": opts["shard"],
             "finished_at": datetime.now(UTC).isoformat(timespec="seconds"), "elapsed_s": round(time.perf_counter() - started, 1),
         }
+        if turns:
+            meta["conversation"] = conversation_figures(results)
         return meta, results
 
     def _merge(self, opts: dict) -> None:
@@ -213,7 +239,12 @@ def _partial_meta(folder: Path, results: list[QuestionResult]) -> dict:
 
 
 def _strategies(opts: dict) -> list[str]:
-    return check_strategies(s.strip() for s in opts["strategies"].split(",") if s.strip())
+    names = [s.strip() for s in opts["strategies"].split(",") if s.strip()]
+    if opts.get("conversation"):
+        names = [v for s in names for v in ([s, f"{CONVERSATION}:{s}"] if s in AGENT_STRATEGIES else [s])]
+        if not any(n.startswith(CONVERSATION + ":") for n in names):
+            raise EvaluationError("--conversation needs an agent strategy (" + ", ".join(AGENT_STRATEGIES) + ")")
+    return check_strategies(dict.fromkeys(names))
 
 
 def _shard(questions: list, spec: str | None) -> list:
