@@ -14,9 +14,9 @@ Contracts:
 - `check_environment()` runs at start-up (`kb/settings.py` at import, `kb/gunicorn_conf.py`): it
   rejects any `GROUNDED_*` variable that is not declared, naming the closest declared one, and any
   declared variable whose value does not parse, all in one line.
-- `python -m kb.config --markdown` prints the configuration tables of docs/configuration.md,
-  `--readme` the README's, `--write` rewrites both between their generated-block markers
-  (tests/test_config_documented.py checks they match).
+- `python -m kb.config_docs --markdown` prints the configuration tables of docs/configuration.md
+  (generated from these declarations), `--readme` the README's, `--write` rewrites both between their
+  markers (tests/test_config_documented.py checks they match).
 """
 
 from __future__ import annotations
@@ -200,6 +200,10 @@ DECLARED: tuple[Setting, ...] = (
             "(`scripts/bootstrap.sh`)", LOCAL, shown="Debian's pinned source, downloaded"),
     Setting("GROUNDED_EXTRAS", str, "", "more extras for `scripts/bootstrap.sh` to install (`bench`)", LOCAL, read_by="scripts"),
     Setting("PYTHON", str, "python3", "the interpreter `scripts/bootstrap.sh` builds `.venv` with", LOCAL, read_by="scripts"),
+    Setting("REAL_MODEL_VENV", str, ".data/real-model-venv", "the virtualenv `scripts/real_model_check` builds llama.cpp's server "
+            "in", LOCAL, read_by="scripts"),
+    Setting("REAL_MODEL_CTX", int, 8192, "that server's context length in tokens", LOCAL, minimum=1, read_by="scripts"),
+    Setting("REAL_MODEL_THREADS", int, 2, "that server's threads", LOCAL, minimum=1, read_by="scripts"),
     Setting("GROUNDED_SKIP_BOOTSTRAP", str, "", "any value: `scripts/reliability` uses `.venv` as it is", LOCAL, read_by="scripts"),
     Setting("GROUNDED_TEST_DB", str, "test_grounded", "the test database's name (distinct names let test runs share one server)",
             LOCAL),
@@ -305,7 +309,7 @@ def problems(environ: Environ | None = None) -> list[str]:
     stems = {name.removeprefix(PREFIX): name for name in SETTINGS}
     for name in sorted(n for n in env if n.startswith(PREFIX) and n not in SETTINGS):
         close = difflib.get_close_matches(name.removeprefix(PREFIX), list(stems), n=1, cutoff=0.6)
-        hint = f"did you mean {stems[close[0]]}?" if close else "see python -m kb.config --list"
+        hint = f"did you mean {stems[close[0]]}?" if close else "see python -m kb.config_docs --list"
         found.append(f"unknown setting {name} ({hint})")
     for name in SETTINGS:
         try:
@@ -320,9 +324,3 @@ def check_environment(environ: Environ | None = None) -> None:
     found = problems(environ)
     if found:
         raise ConfigError("; ".join(found))
-
-
-if __name__ == "__main__":
-    from kb.config_docs import main
-
-    main()

@@ -70,7 +70,7 @@ def test_a_secret_value_is_never_repeated_in_a_message(monkeypatch):
 def test_undeclared_product_variables_are_refused_with_the_closest_declared_name():
     found = config.problems({"GROUNDED_EMBEDER": "hash", "GROUNDED_ZZZ": "1", "UNRELATED": "x", "GROUNDED_EMBEDDER": "hash"})
     assert found == ["unknown setting GROUNDED_EMBEDER (did you mean GROUNDED_EMBEDDER?)",
-                     "unknown setting GROUNDED_ZZZ (see python -m kb.config --list)"]
+                     "unknown setting GROUNDED_ZZZ (see python -m kb.config_docs --list)"]
     with pytest.raises(ConfigError, match="GROUNDED_EMBEDER.*GROUNDED_ZZZ"):
         config.check_environment({"GROUNDED_EMBEDER": "hash", "GROUNDED_ZZZ": "1"})
     config.check_environment({"GROUNDED_EMBEDDER": "hash", "UNRELATED": "x"})
