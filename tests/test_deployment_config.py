@@ -31,6 +31,9 @@ def run_manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     ({"DEBUG": "0"}, "SECRET_KEY"),
     ({"DEBUG": "maybe"}, "DEBUG"),
     ({"REDIS_URL": "http://wrong", "DEBUG": "1"}, "REDIS_URL"),
+    # Declared in kb/config.py: a value that does not parse, a GROUNDED_* name nothing declares (the closest is named).
+    ({"GROUNDED_EMBED_BATCH": "abc"}, "GROUNDED_EMBED_BATCH must be an integer, got 'abc'"),
+    ({"GROUNDED_EMBEDER": "hash"}, "unknown setting GROUNDED_EMBEDER (did you mean GROUNDED_EMBEDDER?)"),
 ])
 def test_bad_configuration_fails_with_one_line_naming_the_setting(env, needle):
     result = run_manage("check", env=env)
@@ -38,6 +41,16 @@ def test_bad_configuration_fails_with_one_line_naming_the_setting(env, needle):
     lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
     assert len(lines) == 1, result.stderr
     assert needle in lines[0]
+
+
+def test_gunicorn_refuses_to_start_on_a_bad_or_unknown_variable():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GROUNDED_")}
+    result = subprocess.run([sys.executable, "-c", "import kb.gunicorn_conf"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                            env={**env, "GUNICORN_THREADS": "many", "GROUNDED_WARMUPS": "0"})
+    assert result.returncode != 0
+    last = result.stderr.strip().splitlines()[-1]
+    assert last == ("kb.config.ConfigError: unknown setting GROUNDED_WARMUPS (did you mean GROUNDED_WARMUP?); "
+                    "GUNICORN_THREADS must be an integer, got 'many'"), result.stderr
 
 
 def test_check_deploy_is_clean_with_production_settings():
