@@ -8,10 +8,10 @@ checked here first: a bad or unknown variable stops gunicorn before it forks a w
 
 from __future__ import annotations
 
-from kb import config
-from kb.config import get_int, get_str
+# Names only: gunicorn reads every global of this module as one of its settings ("config" is one).
+from kb.config import check_environment, get_int, get_str
 
-config.check_environment()
+check_environment()
 
 bind = get_str("GUNICORN_BIND")  # default: HOST:PORT
 workers = get_int("WEB_CONCURRENCY")
