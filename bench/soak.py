@@ -30,7 +30,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-REDIS_URL = os.environ.get("GROUNDED_SOAK_REDIS_URL", "redis://127.0.0.1:6379/6")
+from kb.config import get_str  # noqa: E402  (after the checkout is on sys.path)
+
+REDIS_URL = get_str("GROUNDED_SOAK_REDIS_URL")
 EVAL_CORPUS = ROOT.parent / "shared" / "eval" / "corpus.jsonl"
 QUESTIONS = ["What is the hotel limit per night?", "How many days of annual leave do employees get?",
              "Who approves business class flights?", "What does the expense policy say about meals?",

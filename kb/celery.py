@@ -4,6 +4,8 @@ import os
 
 from celery import Celery
 
+from kb.config import get_int
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kb.settings")
 
 app = Celery("grounded")
@@ -18,7 +20,7 @@ app.conf.beat_schedule = {
     "reap-stuck-ingest-jobs": {"task": "kb.reap_stuck_jobs", "schedule": 30.0,
                                "kwargs": {"older_than": 600, "running_older_than": 90}},
     "write-chain-digests": {"task": "agents.write_chain_digests",
-                            "schedule": float(os.environ.get("CHAIN_DIGEST_INTERVAL_S") or 3600)},
+                            "schedule": float(get_int("CHAIN_DIGEST_INTERVAL_S"))},
     "schedule-source-syncs": {"task": "kb.schedule_source_syncs", "schedule": 60.0},
 }
 

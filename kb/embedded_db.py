@@ -19,6 +19,8 @@ from pathlib import Path
 
 import psutil
 
+from kb.config import get_str
+
 log = logging.getLogger(__name__)
 
 APP_ROLE = "grounded_app"
@@ -26,8 +28,7 @@ DATABASE_NAME = "grounded"
 
 
 def data_dir() -> Path:
-    default = Path(__file__).resolve().parent.parent / ".data" / "pg"
-    return Path(os.environ.get("GROUNDED_DATA_DIR", default)).resolve()
+    return Path(get_str("GROUNDED_DATA_DIR")).resolve()
 
 
 def _handle_file(pgdata: Path) -> Path:
@@ -147,7 +148,7 @@ def _start() -> str:
 # mostly outside the buffer cache; measured in bench/retrieval_bench.py: filtered HNSW p95 at a
 # 10k-row scope 15.3 -> 11.1 ms. shared_buffers applies from the server's next start.
 TUNING = {
-    "shared_buffers": os.environ.get("GROUNDED_PG_SHARED_BUFFERS", "1GB"),
+    "shared_buffers": get_str("GROUNDED_PG_SHARED_BUFFERS"),
     "effective_cache_size": "4GB",
     "maintenance_work_mem": "512MB",
 }

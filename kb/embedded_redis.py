@@ -23,7 +23,7 @@ from pathlib import Path
 
 import psutil
 
-from kb.embedded_db import data_dir
+from kb.config import get_str
 
 
 class EmbeddedRedisError(RuntimeError):
@@ -32,10 +32,7 @@ class EmbeddedRedisError(RuntimeError):
 
 def redis_dir() -> Path:
     """GROUNDED_REDIS_DIR, else `<data dir>.redis`: beside the embedded database folder, never inside it."""
-    if os.environ.get("GROUNDED_REDIS_DIR"):
-        return Path(os.environ["GROUNDED_REDIS_DIR"]).resolve()
-    pg = data_dir()
-    return pg.with_name(pg.name + ".redis")
+    return Path(get_str("GROUNDED_REDIS_DIR")).resolve()
 
 
 def socket_path() -> Path:

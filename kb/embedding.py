@@ -26,6 +26,8 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from kb.config import get_list, get_str
+
 Task = Literal["document", "query"]
 
 logger = logging.getLogger(__name__)
@@ -226,7 +228,7 @@ class GeminiEmbedder:
             from google import genai
             from google.genai import types
 
-            api_key = self._api_key or os.environ.get("GEMINI_API_KEY") or settings.GEMINI_API_KEY
+            api_key = self._api_key or get_str("GEMINI_API_KEY") or settings.GEMINI_API_KEY
             base_url = self._base_url or settings.GEMINI_BASE_URL or None
             if not api_key:
                 raise EmbeddingError("GEMINI_API_KEY is not set: the Gemini embedder cannot be used")
@@ -350,7 +352,7 @@ def get_embedder(model_key: str) -> Embedder:
     """Resolve a stored model key to an embedder instance (cached per process)."""
     from django.conf import settings
 
-    return _resolve(model_key, settings.DEFAULT_EMBEDDER, os.environ.get("GROUNDED_EMBEDDER_PLUGINS", ""))
+    return _resolve(model_key, settings.DEFAULT_EMBEDDER, ",".join(get_list("GROUNDED_EMBEDDER_PLUGINS")))
 
 
 @lru_cache(maxsize=32)

@@ -2,42 +2,39 @@
 
 Threaded workers (gthread): an `ask/stream` SSE response holds one thread for the length of a run
 while the other threads keep serving, and the agent loop spends most of its time waiting on the
-model API, not on the CPU. Everything is overridable from the environment.
+model API, not on the CPU. Everything is overridable from the environment (declared in kb/config.py,
+checked here first: a bad or unknown variable stops gunicorn before it forks a worker).
 """
 
 from __future__ import annotations
 
-import multiprocessing
-import os
+# Names only: gunicorn reads every global of this module as one of its settings ("config" is one).
+from kb.config import check_environment, get_int, get_str
 
+check_environment()
 
-def _int(name: str, default: int) -> int:
-    raw = os.environ.get(name, "")
-    return int(raw) if raw.strip() else default
-
-
-bind = os.environ.get("GUNICORN_BIND", f"{os.environ.get('HOST', '127.0.0.1')}:{os.environ.get('PORT', '8000')}")
-workers = _int("WEB_CONCURRENCY", min(2 * multiprocessing.cpu_count() + 1, 9))
+bind = get_str("GUNICORN_BIND")  # default: HOST:PORT
+workers = get_int("WEB_CONCURRENCY")
 worker_class = "gthread"
-threads = _int("GUNICORN_THREADS", 8)
-timeout = _int("GUNICORN_TIMEOUT", 120)  # the longest agent run we let a request take
+threads = get_int("GUNICORN_THREADS")
+timeout = get_int("GUNICORN_TIMEOUT")  # the longest agent run we let a request take
 graceful_timeout = 30
 keepalive = 5
 # Recycle workers now and then so a slow leak (e.g. a model SDK's caches) can't grow forever.
-max_requests = _int("GUNICORN_MAX_REQUESTS", 2000)
+max_requests = get_int("GUNICORN_MAX_REQUESTS")
 max_requests_jitter = 200
 limit_request_line = 8190
 limit_request_field_size = 16380
 # The TLS proxy in front sets X-Forwarded-*; trust it only from these addresses.
-forwarded_allow_ips = os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1")
-accesslog = os.environ.get("GUNICORN_ACCESS_LOG", "-")
+forwarded_allow_ips = get_str("FORWARDED_ALLOW_IPS")
+accesslog = get_str("GUNICORN_ACCESS_LOG")
 errorlog = "-"
-loglevel = os.environ.get("GUNICORN_LOG_LEVEL", "info")
+loglevel = get_str("GUNICORN_LOG_LEVEL")
 access_log_format = '%(h)s "%(r)s" %(s)s %(b)s %(M)sms'
 proc_name = "grounded-web"
 # gunicorn's control socket defaults to one path per user, shared by every instance on the machine.
-control_socket_disable = os.environ.get("GUNICORN_CONTROL_SOCKET", "") == ""
-control_socket = os.environ.get("GUNICORN_CONTROL_SOCKET", "") or None
+control_socket_disable = get_str("GUNICORN_CONTROL_SOCKET") == ""
+control_socket = get_str("GUNICORN_CONTROL_SOCKET") or None
 
 
 def post_worker_init(worker) -> None:

@@ -13,11 +13,11 @@ It ranks sentences inside an article better than the default MiniLM (docs/evalua
 
 from __future__ import annotations
 
-import os
 import threading
 from pathlib import Path
 from typing import Any
 
+from kb.config import get_str
 from kb.embedding import SentenceTransformerEmbedder, load_sentence_transformer
 
 MODEL_NAME = "all-mpnet-base-v2"
@@ -29,10 +29,7 @@ _loaded: Any = None  # (SentenceTransformer, tokenizer for counting), once per p
 
 def model_dir() -> Path:
     """Where the unzipped model lives: GROUNDED_MPNET_PATH, else .data/models/ in the checkout."""
-    explicit = os.environ.get("GROUNDED_MPNET_PATH")
-    if explicit:
-        return Path(explicit)
-    return Path(__file__).resolve().parent.parent / ".data" / "models" / MODEL_NAME
+    return Path(get_str("GROUNDED_MPNET_PATH"))
 
 
 def _load() -> Any:

@@ -27,6 +27,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from kb.config import get_str
+
 # pgvector 0.8.0 is the newest source Debian's pool serves here; its SQL matches pgserver's 0.8.2
 # (the 0.8.0 -> 0.8.2 upgrade scripts add no objects), and two small edits port it to PostgreSQL 18.
 TARBALL_URL = "http://deb.debian.org/debian/pool/main/p/pgvector/pgvector_0.8.0.orig.tar.gz"
@@ -78,7 +80,7 @@ def _stop_immediately(pgdata: Path) -> None:
 
 
 def _fetch_tarball(dest: Path) -> Path:
-    local = os.environ.get("GROUNDED_PGVECTOR_TARBALL")
+    local = get_str("GROUNDED_PGVECTOR_TARBALL")
     path = Path(local) if local else dest / "pgvector.tar.gz"
     if not local:
         print(f"downloading {TARBALL_URL}", flush=True)

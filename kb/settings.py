@@ -1,6 +1,8 @@
-"""One env-driven settings module. Production differences come only from environment variables.
+"""One env-driven settings module. Production differences come only from environment variables,
+each declared once in kb/config.py (type, default, doc) and read here through it.
 
-Bad configuration fails at start with one line naming the setting (ImproperlyConfigured).
+Bad configuration fails at start with one line naming the setting (ImproperlyConfigured): a value
+that does not parse, or a GROUNDED_* variable that is not declared (kb.config.check_environment).
 """
 
 from __future__ import annotations
@@ -12,28 +14,15 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
+from kb import config
+from kb.config import get_bool, get_int, get_list, get_str
+
+try:
+    config.check_environment()
+except config.ConfigError as exc:
+    raise ImproperlyConfigured(str(exc)) from None
+
 BASE_DIR = Path(__file__).resolve().parent.parent
-
-
-def env_bool(name: str, default: bool) -> bool:
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    if raw.lower() in {"1", "true", "yes", "on"}:
-        return True
-    if raw.lower() in {"0", "false", "no", "off"}:
-        return False
-    raise ImproperlyConfigured(f"{name} must be a boolean (1/0, true/false), got {raw!r}")
-
-
-def env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise ImproperlyConfigured(f"{name} must be an integer, got {raw!r}") from None
 
 
 def parse_database_url(url: str) -> dict:
@@ -57,7 +46,7 @@ def parse_database_url(url: str) -> dict:
         "HOST": host,
         "PORT": str(port or ""),
         "OPTIONS": query,
-        "CONN_MAX_AGE": env_int("DB_CONN_MAX_AGE", 60),
+        "CONN_MAX_AGE": get_int("DB_CONN_MAX_AGE"),
         "CONN_HEALTH_CHECKS": True,
     }
 
@@ -92,16 +81,16 @@ def secret_key_from_file(path: str) -> str:
 # defaults on (scripts/run turns it off unless run with --debug); with a real database it defaults
 # off. With DEBUG off a key is required: SECRET_KEY, or SECRET_KEY_FILE naming a file that holds
 # one (created with a random key if missing; scripts/run keeps it beside the embedded database).
-DEBUG = env_bool("DEBUG", not os.environ.get("DATABASE_URL"))
-SECRET_KEY = os.environ.get("SECRET_KEY", "")
-if not SECRET_KEY and os.environ.get("SECRET_KEY_FILE"):
-    SECRET_KEY = secret_key_from_file(os.environ["SECRET_KEY_FILE"])
+DEBUG = get_bool("DEBUG")
+SECRET_KEY = get_str("SECRET_KEY")
+if not SECRET_KEY and get_str("SECRET_KEY_FILE"):
+    SECRET_KEY = secret_key_from_file(get_str("SECRET_KEY_FILE"))
 if not SECRET_KEY:
     if not DEBUG:
         raise ImproperlyConfigured("SECRET_KEY (or SECRET_KEY_FILE) must be set when DEBUG=0")
     SECRET_KEY = "insecure-dev-key-only-for-local-embedded-mode-" + "x" * 20
-ALLOWED_HOSTS = [h.strip() for h in os.environ.get("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver").split(",") if h.strip()]
-CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o]
+ALLOWED_HOSTS = get_list("ALLOWED_HOSTS")
+CSRF_TRUSTED_ORIGINS = get_list("CSRF_TRUSTED_ORIGINS")
 
 INSTALLED_APPS = [
     "tenants.admin_site.GroundedAdminConfig",  # django.contrib.admin with the project's site
@@ -165,16 +154,16 @@ WHITENOISE_MANIFEST_STRICT = False
 # Two aliases on one database. "owner" owns the tables and runs migrations and named maintenance
 # code; "default" is the application role: not superuser, not owner, no BYPASSRLS, so PostgreSQL
 # row-level security applies to every query it makes.
-DATABASE_APP_USER = os.environ.get("DATABASE_APP_USER", "grounded_app")
-DATABASE_APP_PASSWORD = os.environ.get("DATABASE_APP_PASSWORD", "")
-_database_url = os.environ.get("DATABASE_URL", "").strip()
+DATABASE_APP_USER = get_str("DATABASE_APP_USER")
+DATABASE_APP_PASSWORD = get_str("DATABASE_APP_PASSWORD")
+_database_url = get_str("DATABASE_URL")
 if _database_url:
     _owner = parse_database_url(_database_url)
     EMBEDDED_DATABASE = False
 else:
     _owner = {
         "ENGINE": "kb.db_embedded",
-        "NAME": os.environ.get("GROUNDED_DB_NAME", "grounded"),
+        "NAME": get_str("GROUNDED_DB_NAME"),
         "USER": "postgres",
         "PASSWORD": "",
         "HOST": "",
@@ -183,15 +172,15 @@ else:
         "CONN_MAX_AGE": 0,
     }
     EMBEDDED_DATABASE = True
-_test_name = os.environ.get("GROUNDED_TEST_DB", "test_grounded")
+_test_name = get_str("GROUNDED_TEST_DB")
 _owner["TEST"] = {"NAME": _test_name}
 _app = {**_owner, "USER": DATABASE_APP_USER, "PASSWORD": DATABASE_APP_PASSWORD, "TEST": {"NAME": _test_name}}
 # "owner" is listed first so the test runner creates and migrates the test database as owner.
 DATABASES = {"owner": _owner, "default": _app}
 
 # --- Cache / broker / Celery -------------------------------------------------------------------
-REDIS_URL = os.environ.get("REDIS_URL", "").strip()
-CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "").strip() or REDIS_URL
+REDIS_URL = get_str("REDIS_URL")
+CELERY_BROKER_URL = get_str("CELERY_BROKER_URL")  # default: REDIS_URL
 for _name, _url in (("REDIS_URL", REDIS_URL), ("CELERY_BROKER_URL", CELERY_BROKER_URL)):
     if _url and urlsplit(_url).scheme not in {"redis", "rediss", "amqp", "pyamqp", "memory"}:
         raise ImproperlyConfigured(f"{_name} is malformed: expected redis://host:port/db")
@@ -203,18 +192,18 @@ if EMBEDDED_BROKER:
 
     CELERY_BROKER_URL = _embedded_broker_url()
 # Tasks run in the calling process (after commit) only when asked: the test suite and the benches.
-CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
+CELERY_TASK_ALWAYS_EAGER = get_bool("CELERY_TASK_ALWAYS_EAGER")
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # A pool process warms up (loads the embedding model: kb/warmup.py) before it reports itself up;
 # Celery's default 4 s would have it killed as hung on a loaded machine.
-CELERY_WORKER_PROC_ALIVE_TIMEOUT = env_int("CELERY_WORKER_PROC_ALIVE_TIMEOUT", 300)
+CELERY_WORKER_PROC_ALIVE_TIMEOUT = get_int("CELERY_WORKER_PROC_ALIVE_TIMEOUT")
 CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_BACKEND = None
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT", 3600)}
-CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_QUEUE", "grounded")
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": get_int("CELERY_VISIBILITY_TIMEOUT")}
+CELERY_TASK_DEFAULT_QUEUE = get_str("CELERY_QUEUE")
 
 if REDIS_URL:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
@@ -222,41 +211,38 @@ else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
 # --- Models and embeddings ---------------------------------------------------------------------
-GEMINI_API_KEY = os.environ.get("GEMINI_API_KEY", "")
-GEMINI_BASE_URL = os.environ.get("GEMINI_BASE_URL", "")  # for a self-hosted proxy or the test fake
-GEMINI_MODEL = os.environ.get("GEMINI_MODEL", "gemini-2.5-flash")
-OPENAI_COMPAT_BASE_URL = os.environ.get("OPENAI_COMPAT_BASE_URL", "")
-OPENAI_COMPAT_MODEL = os.environ.get("OPENAI_COMPAT_MODEL", "")
-OPENAI_COMPAT_API_KEY = os.environ.get("OPENAI_COMPAT_API_KEY", "")
+GEMINI_API_KEY = get_str("GEMINI_API_KEY")
+GEMINI_BASE_URL = get_str("GEMINI_BASE_URL")  # for a self-hosted proxy or the test fake
+GEMINI_MODEL = get_str("GEMINI_MODEL")
+OPENAI_COMPAT_BASE_URL = get_str("OPENAI_COMPAT_BASE_URL")
+OPENAI_COMPAT_MODEL = get_str("OPENAI_COMPAT_MODEL")
+OPENAI_COMPAT_API_KEY = get_str("OPENAI_COMPAT_API_KEY")
 # "local" (MiniLM shipped in a PyPI package), "hash" (tests only), or "gemini:<model>".
-DEFAULT_EMBEDDER = os.environ.get("GROUNDED_EMBEDDER", "local")
-DEFAULT_ANSWER_PROVIDER = os.environ.get(
-    "GROUNDED_PROVIDER",
-    "gemini" if GEMINI_API_KEY else ("openai" if OPENAI_COMPAT_BASE_URL else "offline"),
-)
+DEFAULT_EMBEDDER = get_str("GROUNDED_EMBEDDER")
+DEFAULT_ANSWER_PROVIDER = get_str("GROUNDED_PROVIDER")  # default: the first configured of gemini, openai, else offline
 
 # --- Uploads -----------------------------------------------------------------------------------
-MAX_UPLOAD_BYTES = env_int("MAX_UPLOAD_BYTES", 20 * 1024 * 1024)
-MAX_FILES_PER_UPLOAD = env_int("MAX_FILES_PER_UPLOAD", 20)
+MAX_UPLOAD_BYTES = get_int("MAX_UPLOAD_BYTES")
+MAX_FILES_PER_UPLOAD = get_int("MAX_FILES_PER_UPLOAD")
 DATA_UPLOAD_MAX_MEMORY_SIZE = MAX_UPLOAD_BYTES + 1024 * 1024
 FILE_UPLOAD_MAX_MEMORY_SIZE = MAX_UPLOAD_BYTES + 1024 * 1024
 
 # --- Sources (kb.sources, docs/sources.md) ------------------------------------------------------
 # Fernet key for source credentials (`python -c "from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())"`).
 # Empty: derived from SECRET_KEY (rotating SECRET_KEY then makes stored credentials unreadable: re-enter them).
-SOURCES_ENCRYPTION_KEY = os.environ.get("SOURCES_ENCRYPTION_KEY", "").strip()
+SOURCES_ENCRYPTION_KEY = get_str("SOURCES_ENCRYPTION_KEY")
 # Folders a folder source may read (comma-separated absolute paths); empty: folder sources are refused.
-SOURCES_FOLDER_ROOTS = [p.strip() for p in os.environ.get("SOURCES_FOLDER_ROOTS", "").split(",") if p.strip()]
+SOURCES_FOLDER_ROOTS = get_list("SOURCES_FOLDER_ROOTS")
 # Website and S3 endpoints on loopback, private or link-local addresses are refused unless this is on.
-SOURCES_ALLOW_PRIVATE_HOSTS = env_bool("SOURCES_ALLOW_PRIVATE_HOSTS", False)
+SOURCES_ALLOW_PRIVATE_HOSTS = get_bool("SOURCES_ALLOW_PRIVATE_HOSTS")
 # Website crawl limits (a source's config may lower them, never raise them).
-SOURCES_WEB_MAX_PAGES = env_int("SOURCES_WEB_MAX_PAGES", 500)
-SOURCES_WEB_MAX_DEPTH = env_int("SOURCES_WEB_MAX_DEPTH", 5)
-SOURCES_WEB_MAX_PAGE_BYTES = env_int("SOURCES_WEB_MAX_PAGE_BYTES", 5 * 1024 * 1024)
-SOURCES_WEB_TIMEOUT_SECONDS = env_int("SOURCES_WEB_TIMEOUT_SECONDS", 10)
-SOURCES_WEB_TIME_LIMIT_SECONDS = env_int("SOURCES_WEB_TIME_LIMIT_SECONDS", 600)
+SOURCES_WEB_MAX_PAGES = get_int("SOURCES_WEB_MAX_PAGES")
+SOURCES_WEB_MAX_DEPTH = get_int("SOURCES_WEB_MAX_DEPTH")
+SOURCES_WEB_MAX_PAGE_BYTES = get_int("SOURCES_WEB_MAX_PAGE_BYTES")
+SOURCES_WEB_TIMEOUT_SECONDS = get_int("SOURCES_WEB_TIMEOUT_SECONDS")
+SOURCES_WEB_TIME_LIMIT_SECONDS = get_int("SOURCES_WEB_TIME_LIMIT_SECONDS")
 # Embedded mode (no broker): how often the in-process scheduler (manage.py run_source_scheduler) looks for due sources.
-SOURCES_SCHEDULER_INTERVAL_SECONDS = env_int("SOURCES_SCHEDULER_INTERVAL_SECONDS", 60)
+SOURCES_SCHEDULER_INTERVAL_SECONDS = get_int("SOURCES_SCHEDULER_INTERVAL_SECONDS")
 
 # --- REST framework ----------------------------------------------------------------------------
 REST_FRAMEWORK = {
@@ -270,42 +256,41 @@ REST_FRAMEWORK = {
     "UNAUTHENTICATED_USER": None,
     # Client addresses (failed API-key lockout) come from REMOTE_ADDR unless this many trusted
     # proxies sit in front and append to X-Forwarded-For; a spoofed header is never believed.
-    "NUM_PROXIES": env_int("NUM_PROXIES", 0),
+    "NUM_PROXIES": get_int("NUM_PROXIES"),
 }
 SPECTACULAR_SETTINGS = {"TITLE": "grounded API", "VERSION": "1.0.0", "SERVE_INCLUDE_SCHEMA": False,
                         "COMPONENT_SPLIT_REQUEST": True, "SWAGGER_UI_DIST": "SIDECAR", "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
                         "REDOC_DIST": "SIDECAR"}
 # Requests per minute per API key (or signed-in user); enforced atomically in Redis when
 # RATE_LIMIT_REDIS_URL (default REDIS_URL) is set, else in the Django cache.
-RATE_LIMIT_PER_MINUTE = env_int("RATE_LIMIT_PER_MINUTE", 120)
+RATE_LIMIT_PER_MINUTE = get_int("RATE_LIMIT_PER_MINUTE")
 # Hybrid searches run BM25 on this many side connections per process (kb/retrieval/side_connections.py); 0 = serial.
-RETRIEVAL_PARALLEL_WORKERS = env_int("RETRIEVAL_PARALLEL_WORKERS", 2)
-RATE_LIMIT_REDIS_URL = os.environ.get("RATE_LIMIT_REDIS_URL", "").strip() or REDIS_URL
+RETRIEVAL_PARALLEL_WORKERS = get_int("RETRIEVAL_PARALLEL_WORKERS")
+RATE_LIMIT_REDIS_URL = get_str("RATE_LIMIT_REDIS_URL")  # default: REDIS_URL
 # Failed API-key attempts per client address per window before it gets 429 (0 = no lockout).
-AUTH_FAILURES_PER_IP = env_int("AUTH_FAILURES_PER_IP", 20)
-AUTH_FAILURE_WINDOW_SECONDS = env_int("AUTH_FAILURE_WINDOW_SECONDS", 600)
+AUTH_FAILURES_PER_IP = get_int("AUTH_FAILURES_PER_IP")
+AUTH_FAILURE_WINDOW_SECONDS = get_int("AUTH_FAILURE_WINDOW_SECONDS")
 # Agent runs per tenant per UTC day when Tenant.settings has no "daily_runs"; 0 = unlimited.
-DEFAULT_DAILY_RUNS = env_int("DEFAULT_DAILY_RUNS", 0)
+DEFAULT_DAILY_RUNS = get_int("DEFAULT_DAILY_RUNS")
 
 # Chain digests (agents/digests.py): each tenant's chain tip signed with an Ed25519 key kept out of the
 # database, written to CHAIN_DIGEST_DIR on demand and every CHAIN_DIGEST_INTERVAL_S by Celery beat.
-_STATE_DIR = Path(os.environ.get("GROUNDED_DATA_DIR") or BASE_DIR / ".data" / "pg")
-CHAIN_SIGNING_KEY = os.environ.get("CHAIN_SIGNING_KEY", "").strip()  # base64 of a 32-byte Ed25519 private key
-CHAIN_SIGNING_KEY_FILE = os.environ.get("CHAIN_SIGNING_KEY_FILE") or f"{_STATE_DIR}.chain_key"
-CHAIN_DIGEST_DIR = os.environ.get("CHAIN_DIGEST_DIR") or f"{_STATE_DIR}.digests"
-CHAIN_DIGEST_INTERVAL_S = env_int("CHAIN_DIGEST_INTERVAL_S", 3600)
+CHAIN_SIGNING_KEY = get_str("CHAIN_SIGNING_KEY")  # base64 of a 32-byte Ed25519 private key
+CHAIN_SIGNING_KEY_FILE = get_str("CHAIN_SIGNING_KEY_FILE")  # default: <GROUNDED_DATA_DIR>.chain_key
+CHAIN_DIGEST_DIR = get_str("CHAIN_DIGEST_DIR")  # default: <GROUNDED_DATA_DIR>.digests
+CHAIN_DIGEST_INTERVAL_S = get_int("CHAIN_DIGEST_INTERVAL_S")
 # Days the text a run retrieved is kept for audit (agents/evidence.py); Tenant.settings["evidence_retention_days"] overrides.
-EVIDENCE_RETENTION_DAYS = env_int("EVIDENCE_RETENTION_DAYS", 365)
+EVIDENCE_RETENTION_DAYS = get_int("EVIDENCE_RETENTION_DAYS")
 
 # --- Security (production) ---------------------------------------------------------------------
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
 SECURE_REFERRER_POLICY = "same-origin"
 if not DEBUG:
-    SESSION_COOKIE_SECURE = env_bool("SECURE_COOKIES", True)
-    CSRF_COOKIE_SECURE = env_bool("SECURE_COOKIES", True)
-    SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", False)
-    SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31536000)
+    SESSION_COOKIE_SECURE = get_bool("SECURE_COOKIES")
+    CSRF_COOKIE_SECURE = get_bool("SECURE_COOKIES")
+    SECURE_SSL_REDIRECT = get_bool("SECURE_SSL_REDIRECT")
+    SECURE_HSTS_SECONDS = get_int("SECURE_HSTS_SECONDS")
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
     SECURE_HSTS_PRELOAD = True
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
@@ -316,5 +301,5 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "WARNING")},
+    "root": {"handlers": ["console"], "level": get_str("LOG_LEVEL")},
 }

@@ -17,10 +17,11 @@ in the process answering. GROUNDED_WARMUP=0 turns it off (bench/cold_start_bench
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from typing import Any
+
+from kb.config import get_bool, get_list
 
 logger = logging.getLogger(__name__)
 
@@ -31,7 +32,7 @@ _state: dict[str, Any] = {"status": "off"}
 
 
 def enabled() -> bool:
-    return os.environ.get("GROUNDED_WARMUP", "1").strip().lower() not in {"0", "false", "no", "off"}
+    return get_bool("GROUNDED_WARMUP")
 
 
 def state() -> dict[str, Any]:
@@ -51,7 +52,7 @@ def model_keys() -> list[str]:
     """The default embedding model and those named in GROUNDED_WARMUP_MODELS (comma-separated keys)."""
     from kb.embedding import default_model_key
 
-    extra = [k.strip() for k in os.environ.get("GROUNDED_WARMUP_MODELS", "").split(",") if k.strip()]
+    extra = get_list("GROUNDED_WARMUP_MODELS")
     return list(dict.fromkeys([default_model_key(), *extra]))
 
 
@@ -122,12 +123,13 @@ def _warm_requests() -> None:
 
 
 def _warm_search() -> None:
+    from django.conf import settings
+
     from kb.retrieval import search
     from kb.retrieval.side_connections import submit
-    from kb.retrieval.tunables import _setting
     from tenants.scope import Scope
 
-    workers = int(_setting("RETRIEVAL_PARALLEL_WORKERS"))
+    workers = settings.RETRIEVAL_PARALLEL_WORKERS
     if workers > 0:  # each side thread opens its own connection now, not in a user's search
         barrier = threading.Barrier(workers, timeout=30)
 

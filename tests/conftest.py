@@ -6,6 +6,8 @@ import os
 
 import pytest
 
+from kb.config import get_str
+
 os.environ.setdefault("GROUNDED_EMBEDDER", "hash")
 
 pytest_plugins = ["tests.factories"]
@@ -30,7 +32,7 @@ def _hash_embedder_by_default():
     for settings.DEFAULT_EMBEDDER: apply it here (tests never load torch unless they ask for MiniLM)."""
     from django.conf import settings
 
-    settings.DEFAULT_EMBEDDER = os.environ["GROUNDED_EMBEDDER"]
+    settings.DEFAULT_EMBEDDER = get_str("GROUNDED_EMBEDDER")
 
 
 @pytest.fixture(autouse=True, scope="session")

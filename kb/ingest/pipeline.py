@@ -7,7 +7,6 @@ import contextlib
 import hashlib
 import json
 import logging
-import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +14,7 @@ import numpy as np
 from django.utils import timezone
 
 from kb.chunking import chunk_document
+from kb.config import get_int
 from kb.embedding import Embedder, get_embedder
 from kb.ingest.documents import content_hash
 from kb.ingest.jobs import MAX_ATTEMPTS, TRANSIENT_ERRORS, _claim, _fail, _ModelSwitched, _note_transient, _take_lease, _update_job
@@ -30,7 +30,7 @@ logger = logging.getLogger(__name__)
 
 
 def group_max_jobs() -> int:
-    return max(1, int(os.environ.get("GROUNDED_INGEST_GROUP", "32")))
+    return get_int("GROUNDED_INGEST_GROUP")
 
 
 @dataclass(frozen=True)

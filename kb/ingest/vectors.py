@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,6 +12,7 @@ import numpy as np
 from django.db import connections
 from django.utils import timezone
 
+from kb.config import get_int
 from kb.embedding import Embedder, embed_windowed
 from kb.models import EmbeddingCache, IngestJob
 from kb.vector_index import HALFVEC_MAX_DIM, ensure_vector_index
@@ -20,7 +20,7 @@ from tenants.scope import Scope, activate
 
 
 def embed_batch_size() -> int:
-    return int(os.environ.get("GROUNDED_EMBED_BATCH", "64"))
+    return get_int("GROUNDED_EMBED_BATCH")
 
 
 PROGRESS_STEPS = 4  # a job's progress moves about this many times while it embeds...

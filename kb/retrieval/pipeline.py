@@ -8,6 +8,8 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 
+from django.conf import settings
+
 from kb.retrieval import side_connections
 from kb.retrieval.hits import _hydrate
 from kb.retrieval.keyword import _keyword_search
@@ -66,9 +68,9 @@ def search(scope: Scope, query: str, *, k: int = 10, mode: Mode = "hybrid", filt
         single = mmr_lambda is None and (mode == "keyword" or (mode == "vector" and len(plan.by_model) == 1))
         prefetched: dict[int, tuple] | None = {} if single else None
         side = None  # hybrid outside the caller's transaction: BM25 on a side connection, at the same time
-        if mode == "hybrid" and not plan.empty and not tx.nested and _setting("RETRIEVAL_PARALLEL_WORKERS") > 0:
-            side = side_connections.submit(_keyword_on_side_connection, plan, lexemes, pool, using, using=using,
-                                   workers=int(_setting("RETRIEVAL_PARALLEL_WORKERS")))
+        workers = settings.RETRIEVAL_PARALLEL_WORKERS
+        if mode == "hybrid" and not plan.empty and not tx.nested and workers > 0:
+            side = side_connections.submit(_keyword_on_side_connection, plan, lexemes, pool, using, using=using, workers=workers)
         if mode in ("vector", "hybrid") and not plan.empty:
             t = time.perf_counter()
             for model_key, group in plan.by_model.items():

@@ -37,10 +37,8 @@ DEFAULTS = {
     # plans, no planning per search). Off behind a transaction-pooling proxy (PgBouncer
     # pool_mode=transaction), where a session's prepared statements are not its own.
     "RETRIEVAL_PREPARED_STATEMENTS": True,
-    # A hybrid search outside the caller's transaction runs BM25 on a side connection while the
-    # vector query runs on its own (kb.retrieval.side_connections): this many worker threads (and connections) per
-    # process; 0 runs the two one after the other.
-    "RETRIEVAL_PARALLEL_WORKERS": 2,
+    # Not here: RETRIEVAL_PARALLEL_WORKERS, the side connections on which a hybrid search runs BM25, is an
+    # environment variable (declared in kb/config.py, read as settings.RETRIEVAL_PARALLEL_WORKERS).
 }
 
 

@@ -11,18 +11,18 @@
 from __future__ import annotations
 
 import hashlib
-import os
 import time
 
 import redis
 
+from kb.config import get_float, get_int, get_str
 from kb.embedding import HashEmbedder, Task, TransientEmbeddingError
 
-REDIS_URL = os.environ.get("GROUNDED_TEST_REDIS_URL", "redis://127.0.0.1:6379/2")
+REDIS_URL = get_str("GROUNDED_TEST_REDIS_URL")
 
 
 def counter_key() -> str:
-    return f"grounded:test:embedcount:{os.environ.get('GROUNDED_DB_NAME', 'x')}"
+    return f"grounded:test:embedcount:{get_str('GROUNDED_DB_NAME')}"
 
 
 def _redis() -> redis.Redis:
@@ -61,7 +61,7 @@ class FlakyHashEmbedder(HashEmbedder):
 
     def embed(self, texts: list[str], task: Task = "document") -> list[list[float]]:
         calls = _redis().incr(counter_key() + ":flaky")
-        if calls <= int(os.environ.get("GROUNDED_FLAKY_FAILS", "2")):
+        if calls <= get_int("GROUNDED_FLAKY_FAILS"):
             raise TransientEmbeddingError(f"scripted transient failure {calls}")
         return super().embed(texts, task)
 
@@ -70,7 +70,7 @@ def resolve(name: str, dim: int):
     if name == "hash-counting":
         return CountingHashEmbedder(name, dim or 64)
     if name == "hash-slow":
-        return CountingHashEmbedder(name, dim or 64, delay_s=float(os.environ.get("GROUNDED_SLOW_EMBED_S", "0.4")))
+        return CountingHashEmbedder(name, dim or 64, delay_s=get_float("GROUNDED_SLOW_EMBED_S"))
     if name == "hash-flaky":
         return FlakyHashEmbedder(dim or 64)
     return None

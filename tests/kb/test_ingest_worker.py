@@ -21,6 +21,7 @@ import redis
 
 from kb.celery import app as celery_app
 from kb.chunking import chunk_document
+from kb.config import get_str
 from kb.embedding import HashEmbedder
 from kb.ingest import resume_stuck_jobs, upload_document
 from kb.models import Chunk, Corpus, Document, IngestJob
@@ -32,7 +33,7 @@ from tests.factories import make_tenant, whole_tenant
 from tests.fakes import embedders as fake_embedders
 from tests.kb import _transactional  # noqa: F401  (flush transactional tests as owner)
 
-REDIS_URL = os.environ.get("GROUNDED_TEST_REDIS_URL", "redis://127.0.0.1:6379/2")
+REDIS_URL = get_str("GROUNDED_TEST_REDIS_URL")
 ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(databases=["default", "owner"], transaction=True)]
