@@ -82,7 +82,7 @@ def assert_chunks_exactly_once(run: DefaultRun, job: dict, data: bytes, name: st
 
 def test_worker_sigkilled_mid_ingest_in_the_default_run_the_document_finishes_by_itself(default_run, reliability):
     """Self-healing, default run: the Celery worker SIGKILLed mid-ingest; scripts/run restarts it and the
-    document finishes by itself within 2 minutes, chunks exactly once (slow)"""
+    document finishes by itself within 2 minutes, chunks exactly once"""
     run = default_run
     data, name = handbook(72, seed=29), "handbook-29.md"
     job_id = run.upload(name, data)
@@ -146,7 +146,7 @@ def _recovers(run: DefaultRun, stop, how: str, reliability) -> None:
 
 def test_embedded_database_stopped_healthz_ok_again_without_reloading_gunicorn(default_run, reliability):
     """Self-healing, default run: the embedded PostgreSQL stopped (pg_ctl immediate, then SIGKILL of the
-    postmaster); /healthz ok again within 30 s, gunicorn not reloaded, the worker ingests again (slow)"""
+    postmaster); /healthz ok again within 30 s, gunicorn not reloaded, the worker ingests again"""
     run = default_run
     _recovers(run, run.stop_postgres_immediately, "pg_ctl stop -m immediate", reliability)
 
