@@ -126,8 +126,9 @@ OUTRO = """
   chunks exactly the chunker's output for its bytes (MiniLM's token counts), each embedded, and the
   job claimed again. The database is stopped with `pg_ctl stop -m immediate`, then its postmaster
   SIGKILLed; /healthz is polled from the moment the postmaster is gone and must answer 200 within
-  30 s, then /healthz, the API and search answer 200 on both web workers, gunicorn's arbiter and
-  workers are the same processes, and an upload is ingested.
+  30 s; then 30 requests on new connections (/healthz, the API, search; either web worker may take
+  each) answer 200, gunicorn's arbiter and workers are the same processes, the log shows the product
+  started the server again, and an upload is ingested.
 - **Audit.** The forger is the database superuser with triggers disabled; every column of a run, a
   step and a citation row gets a one-byte change, verified and rolled back one at a time.
 """
