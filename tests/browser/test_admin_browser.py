@@ -88,3 +88,68 @@ def test_admin_upload_ingest_ask_and_review(live_server, world: World, page, tmp
     page.goto(f"{live_server.url}/admin/agents/run/")
     assert "taxi rides" in page.inner_text("#result_list").lower()
     shot(page, "05-run-list")
+
+
+def test_admin_pages_as_their_users_find_them(live_server, world: World, page, tmp_path):  # noqa: F811
+    """Each admin finding of the chat/MCP issue, checked in the page a user sees and kept as a screenshot."""
+    user = make_staff_user("grace", "correct-horse-9")
+    make_membership(user, world.a, "admin", all_departments=True)
+    other = make_staff_user("ada", "correct-horse-8")  # a member listed before the signed-in admin
+    make_membership(other, world.a, "reader", departments=[world.eng])
+
+    page.goto(f"{live_server.url}/admin/login/")
+    assert "Django" not in page.title() and "grounded" in page.title()
+    page.fill("#id_username", "grace")
+    page.fill("#id_password", "correct-horse-9")
+    page.click("input[type=submit]")
+    page.wait_for_selector("#user-tools")
+    home = page.inner_text("#content")
+    assert "API keys" in home and "Api keys" not in home
+    assert "grounded administration" in page.inner_text("#site-name") and "Django" not in page.title()
+    shot(page, "admin-fix-01-home-branding-api-keys")
+
+    # Two copies of one policy (PDF-like text and HTML) and a file that cannot be parsed.
+    (tmp_path / "travel.md").write_text("# Travel\n\nHotels are reimbursed up to 150 EUR per night. " * 30)
+    (tmp_path / "travel.html").write_text("<html><head><title>Travel</title></head><body><h1>Travel</h1>"
+                                          + "<p>Hotels are reimbursed up to 150 EUR per night.</p>" * 30 + "</body></html>")
+    (tmp_path / "broken.pdf").write_bytes(b"%PDF-1.4 this is not really a PDF")
+    page.goto(f"{live_server.url}/admin/kb/document/upload/")
+    page.select_option("#id_corpus", label="shared")
+    page.set_input_files("#id_files", [str(tmp_path / n) for n in ("travel.md", "travel.html", "broken.pdf")])
+    page.click("input[name=_upload]")
+    page.wait_for_selector("ul.messagelist")
+    page.goto(f"{live_server.url}/admin/kb/document/")
+    table = page.inner_text("#result_list")
+    assert "travel.md" in table and "travel.html" in table  # the file name tells the two copies apart
+    failed = page.locator("#result_list tbody tr", has_text="broken.pdf").inner_text().lower()
+    assert "failed" in failed and "pdf" in failed  # why it failed, in the list
+    assert "done done" not in table.lower()
+    shot(page, "admin-fix-02-documents-file-names-and-failure")
+
+    page.goto(f"{live_server.url}/admin/kb/ingestjob/")
+    jobs = page.inner_text("#result_list").lower()
+    assert "done" in jobs and "done done" not in jobs and "100% done" not in jobs
+    shot(page, "admin-fix-03-jobs-done-once")
+
+    page.goto(f"{live_server.url}/admin/kb/chunk/")
+    chunks = page.inner_text("#result_list")
+    assert "part " in chunks and " of " in chunks and "#" not in chunks.split("\n")[1]  # "chunk N (part k of ...)", not "8#4"
+    text_cell = page.locator("#result_list td.field-preview").first.bounding_box()
+    assert text_cell is not None and text_cell["width"] >= 250  # text is readable, not squeezed to a few characters
+    overflow = page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth")
+    assert overflow <= 0  # the table fits the 1400 px page
+    shot(page, "admin-fix-04-chunk-browser")
+
+    page.goto(f"{live_server.url}/admin/agents/run/ask/")
+    chosen = page.locator("#id_act_as option:checked").inner_text()
+    assert "grace" in chosen and "ada" not in chosen  # the playground asks as the signed-in admin
+    page.fill("#id_question", "How much are hotels reimbursed per night?")
+    page.click("#playground-form input[type=submit]")
+    page.wait_for_selector("#answer")
+    page.click("text=open in audit review")
+    page.wait_for_selector("#citations")
+    scope = page.inner_text("#enforced-scope")
+    assert "role: admin" in scope and "all departments: yes" in scope  # words, not a Python dict
+    arguments = " ".join(page.locator("#timeline tr.step td:nth-child(3)").all_inner_texts())
+    assert "query:" in arguments and "{" not in arguments  # step arguments and filters too (model output stays as it was)
+    shot(page, "admin-fix-05-run-review-scope")
