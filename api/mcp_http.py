@@ -36,16 +36,11 @@ class McpEndpoint(APIView):
     parser_classes: list = []  # the body goes to the SDK as sent
     schema = None  # not part of the REST API's OpenAPI schema
 
+    # POST only. GET would open the SDK's server-to-client event stream, which never ends on its own: on
+    # a WSGI worker it would hold a thread for good. Without sessions there is none to end by DELETE either.
+    # Both are 405 (the transport's answer for "not offered"), after authentication like any request.
+
     def post(self, request) -> HttpResponse:
-        return self._exchange(request)
-
-    def get(self, request) -> HttpResponse:
-        return self._exchange(request)  # the SDK answers 405: no server-initiated stream without sessions
-
-    def delete(self, request) -> HttpResponse:
-        return self._exchange(request)  # likewise: no session to end
-
-    def _exchange(self, request) -> HttpResponse:
         raw_key = ApiKeyAuthentication.raw_key(request)
         status, headers, body = async_to_sync(mcp_exchange)(raw_key, asgi_scope(request), request.body)
         response = HttpResponse(body, status=status)

@@ -74,6 +74,11 @@ def test_no_key_a_bad_key_and_a_revoked_key_are_401_and_an_auditor_gets_tool_err
     raw = world.keys["a-editor"]
     ok = httpx2.post(mcp_url, json=tools_list, headers={**accept, "Authorization": f"Bearer {raw}"})
     assert ok.status_code == 200 and {t["name"] for t in ok.json()["result"]["tools"]} >= TOOLS
+    assert ok.headers["Content-Type"].startswith("application/json") and ok.headers["Cache-Control"] == "private, no-store"
+    # Stateless: no server-to-client stream to open (it would hold a web worker's thread) and no session to end.
+    for method in ("GET", "DELETE"):
+        refused = httpx2.request(method, mcp_url, headers={**accept, "Authorization": f"Bearer {raw}"}, timeout=10)
+        assert refused.status_code == 405 and refused.headers["Allow"] == "POST, OPTIONS", method
     with activate(Scope.system(world.a.id)):
         ApiKey.objects.get(public_id=raw.split("_")[1]).revoke()
     assert httpx2.post(mcp_url, json=tools_list, headers={**accept, "Authorization": f"Bearer {raw}"}).status_code == 401
