@@ -53,14 +53,18 @@ class McpEndpoint(APIView):
 
 def asgi_scope(request) -> dict:
     """The ASGI scope of a Django request, aimed at the SDK's MCP_PATH. The host is Django's validated one
-    (ALLOWED_HOSTS), so the SDK's own DNS-rebinding check is not needed on top."""
+    (ALLOWED_HOSTS), so the SDK's own DNS-rebinding check is not needed on top; a request with no Accept
+    header is given one that the SDK accepts (it answers JSON either way)."""
     host = request.get_host()
     name, _, port = host.rpartition(":") if host.rsplit(":", 1)[-1].isdigit() else (host, "", "")
+    headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in request.headers.items()]
+    if "Accept" not in request.headers:  # no Accept header accepts anything (RFC 9110); the SDK wants it said
+        headers.append((b"accept", b"application/json, text/event-stream"))
     return {
         "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": request.method,
         "scheme": request.scheme, "path": MCP_PATH, "raw_path": MCP_PATH.encode(), "root_path": "",
         "query_string": request.META.get("QUERY_STRING", "").encode("latin-1"),
-        "headers": [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in request.headers.items()],
+        "headers": headers,
         "client": (client_address(request), 0),
         "server": (name, int(port) if port else (443 if request.is_secure() else 80)),
     }

@@ -75,6 +75,11 @@ def test_no_key_a_bad_key_and_a_revoked_key_are_401_and_an_auditor_gets_tool_err
     ok = httpx2.post(mcp_url, json=tools_list, headers={**accept, "Authorization": f"Bearer {raw}"})
     assert ok.status_code == 200 and {t["name"] for t in ok.json()["result"]["tools"]} >= TOOLS
     assert ok.headers["Content-Type"].startswith("application/json") and ok.headers["Cache-Control"] == "private, no-store"
+    # No Accept header at all (Django's test client sends none) accepts the JSON answer too.
+    from rest_framework.test import APIClient
+
+    plain = APIClient().post("/mcp", tools_list, format="json", HTTP_AUTHORIZATION=f"Bearer {raw}")
+    assert plain.status_code == 200 and plain.json()["result"]["tools"], plain.content
     # Stateless: no server-to-client stream to open (it would hold a web worker's thread) and no session to end.
     for method in ("GET", "DELETE"):
         refused = httpx2.request(method, mcp_url, headers={**accept, "Authorization": f"Bearer {raw}"}, timeout=10)
