@@ -38,11 +38,17 @@ class Principal:
 class ApiKeyAuthentication(authentication.BaseAuthentication):
     keyword = "Bearer"
 
-    def authenticate(self, request):
+    @classmethod
+    def raw_key(cls, request) -> str:
+        """The key the request presents: `X-API-Key`, else `Authorization: Bearer <key>`; '' without one."""
         raw = request.headers.get("X-API-Key", "")
         header = request.headers.get("Authorization", "")
-        if not raw and header.startswith(self.keyword + " "):
-            raw = header[len(self.keyword) + 1:].strip()
+        if not raw and header.startswith(cls.keyword + " "):
+            raw = header[len(cls.keyword) + 1:].strip()
+        return raw
+
+    def authenticate(self, request):
+        raw = self.raw_key(request)
         if not raw:
             return None
         address = ratelimit.client_address(request)

@@ -6,10 +6,13 @@ the scope from the key's row only, and calls the same functions below it (kb.ret
 selectors, agents.services.ask). The key is authenticated again on EVERY tool call, so a revoked key
 stops working mid-session. Nothing a client sends widens the scope: `corpus_ids` only narrow a search.
 
-Two transports (`manage.py mcp`, api/management/commands/mcp.py):
-- stdio, with the key given once at start (`--key`, or GROUNDED_MCP_KEY);
-- streamable HTTP at /mcp (`--http`), each request carrying `Authorization: Bearer gk_...` (or
-  `X-API-Key`); a request without a valid key gets 401 before it reaches the protocol.
+Transports:
+- stdio (`manage.py mcp`, api/management/commands/mcp.py), with the key given once at start (`--key`,
+  or GROUNDED_MCP_KEY);
+- streamable HTTP at /mcp of the web application itself (api/mcp_http.py: stateless, JSON responses,
+  under gunicorn), each request carrying `Authorization: Bearer gk_...` (or `X-API-Key`);
+- the same as a server of its own (`manage.py mcp --http`, uvicorn; `http_app` below).
+Over HTTP a request without a valid key gets 401 before it reaches the protocol.
 
 Each `ask` is a Run in the tenant's hash chain whose principal is the key's, followed by " via mcp".
 """
@@ -22,6 +25,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import anyio
+from asgiref.sync import sync_to_async
 from django.db import close_old_connections
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -139,15 +143,19 @@ def ask_for(scope: Scope, question: str, strategy: str) -> dict:
 
 # --- the server ------------------------------------------------------------------------------------------
 
-def build_server(raw_key: str | None = None) -> MCPServer:
-    """The MCP server. With `raw_key` (stdio) every call runs under that key; without, under the
-    bearer key of the HTTP request carrying the call. Either way authenticated on each call."""
+def build_server(raw_key: str | None = None, *, orm_in_request_thread: bool = False) -> MCPServer:
+    """The MCP server. With `raw_key` (stdio, and /mcp in the web app) every call runs under that key;
+    without, under the bearer key of the HTTP request carrying the call. Either way authenticated on each
+    call. `orm_in_request_thread`: the tools' database work runs in the thread that called asgiref's
+    `async_to_sync` (the web request's, api.mcp_http) instead of a worker thread of the event loop."""
     server: MCPServer = MCPServer(name="grounded", instructions=INSTRUCTIONS)
 
     def scope_of(ctx: Context) -> Scope:
         return key_scope(raw_key if raw_key is not None else bearer_key(ctx.headers))
 
     async def scoped(ctx: Context, work: Callable[[Scope], T]) -> T:
+        if orm_in_request_thread:
+            return await sync_to_async(lambda: work(scope_of(ctx)), thread_sensitive=True)()
         return await _in_thread(lambda: work(scope_of(ctx)))
 
     @server.tool()

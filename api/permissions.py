@@ -16,9 +16,21 @@ EDIT_DOCUMENTS = frozenset({"editor", "admin"})
 MANAGE = frozenset({"admin"})
 AUDIT = frozenset({"auditor", "admin"})
 
+_ROLE_ORDER = ("reader", "editor", "auditor", "admin")
+
+
+def role_denied_message(role: str, allowed: frozenset[str] | tuple[str, ...]) -> str:
+    """The 403 message: which roles the request needs and which one the caller has (it starts with
+    RolePermission.message, which clients and tests match on)."""
+    needed = " or ".join(r for r in _ROLE_ORDER if r in allowed) or "a role no caller has"
+    return f"{RolePermission.message}: it needs role {needed}; your role is {role}"
+
 
 class RolePermission(permissions.BasePermission):
-    """Views declare `roles` (all methods) or `read_roles` / `write_roles` (safe vs unsafe methods)."""
+    """Views declare `roles` (all methods) or `read_roles` / `write_roles` (safe vs unsafe methods).
+
+    A refusal is a 403 whose message names the roles that would be allowed and the caller's own.
+    """
 
     message = "your role does not allow this"
 
@@ -30,4 +42,8 @@ class RolePermission(permissions.BasePermission):
             allowed = getattr(view, "read_roles", None) or getattr(view, "roles", ())
         else:
             allowed = getattr(view, "write_roles", None) or getattr(view, "roles", ())
-        return role in allowed
+        if role in allowed:
+            return True
+        # DRF instantiates permissions per request, so setting the message here is not shared state.
+        self.message = role_denied_message(role, allowed)
+        return False

@@ -5,6 +5,7 @@ from django.urls import include, path, re_path
 
 from api import chat, errors
 from api import urls as api_urls
+from api.mcp_http import McpEndpoint
 from kb.health import healthz
 
 urlpatterns = [
@@ -14,6 +15,7 @@ urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("admin/", admin.site.urls),
     path("api/v1/", include(api_urls)),
+    path("mcp", McpEndpoint.as_view(), name="mcp"),  # MCP streamable HTTP (stateless, JSON), API keys only
     # Last: any other /api/ URL is the JSON 404, in DEBUG too (Django's debug 404 lists every pattern).
     re_path(r"^api/(?P<unmatched>.*)$", errors.api_not_found, name="api-not-found"),
 ]

@@ -261,6 +261,7 @@ REST_FRAMEWORK = {
 SPECTACULAR_SETTINGS = {"TITLE": "grounded API", "VERSION": "1.0.0", "SERVE_INCLUDE_SCHEMA": False,
                         "COMPONENT_SPLIT_REQUEST": True, "SWAGGER_UI_DIST": "SIDECAR", "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
                         "REDOC_DIST": "SIDECAR"}
+SPECTACULAR_SETTINGS["POSTPROCESSING_HOOKS"] = ["drf_spectacular.hooks.postprocess_schema_enums", "api.schema.describe_api"]
 # Requests per minute per API key (or signed-in user); enforced atomically in Redis when
 # RATE_LIMIT_REDIS_URL (default REDIS_URL) is set, else in the Django cache.
 RATE_LIMIT_PER_MINUTE = get_int("RATE_LIMIT_PER_MINUTE")

@@ -8,6 +8,7 @@ Only management commands run by an operator call these; never a request handler.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from django.contrib.auth import get_user_model
@@ -18,22 +19,34 @@ from tenants.models import ApiKey, Membership, Role, Tenant, TenantUser
 
 OWNER = "owner"
 log = logging.getLogger("grounded.operator")
+_KEY_NAME_SUFFIX = "(created by create_tenant_admin)"
 
 
 @dataclass(frozen=True)
 class TenantAdmin:
-    """What `make_tenant_admin` set up; `raw_key` is shown once and never stored."""
+    """What `make_tenant_admin` set up; `raw_keys` (role -> raw key, in the order asked) are shown once
+    and never stored."""
 
     username: str
     tenant: Tenant
-    raw_key: str
+    raw_keys: dict[str, str]
     revoked_keys: int
 
+    @property
+    def raw_key(self) -> str:
+        """The first key issued."""
+        return next(iter(self.raw_keys.values()))
 
-def make_tenant_admin(*, tenant: Tenant, username: str, password: str, key_role: str = Role.READER) -> TenantAdmin:
+
+def make_tenant_admin(*, tenant: Tenant, username: str, password: str,
+                      key_roles: Sequence[str] = (Role.READER,)) -> TenantAdmin:
     """Create or reset `username` as a staff user administering all of `tenant` (home tenant = `tenant`
-    when the account is new), revoke their earlier create_tenant_admin key and issue a new one."""
-    key_name = f"{username} (created by create_tenant_admin)"
+    when the account is new), revoke every earlier create_tenant_admin key of theirs and issue one new
+    all-departments key per role in `key_roles` (named `<username> <role> key (created by
+    create_tenant_admin)`)."""
+    roles = list(dict.fromkeys(key_roles))
+    if not roles or any(role not in Role.values for role in roles):
+        raise ValueError(f"key_roles: each must be one of {', '.join(Role.values)}")
     with transaction.atomic(using=OWNER):
         user, _ = get_user_model().objects.db_manager(OWNER).get_or_create(username=username)
         user.is_staff = True
@@ -44,9 +57,16 @@ def make_tenant_admin(*, tenant: Tenant, username: str, password: str, key_role:
         membership.role = Role.ADMIN
         membership.all_departments = True
         membership.save(using=OWNER)
-        revoked = (ApiKey.objects.using(OWNER).filter(tenant=tenant, name=key_name, revoked_at__isnull=True)
+        # Usernames hold no spaces, so "<username> " prefixes this user's keys only (old names included:
+        # "<username> (created by create_tenant_admin)").
+        revoked = (ApiKey.objects.using(OWNER)
+                   .filter(tenant=tenant, name__startswith=f"{username} ", name__endswith=_KEY_NAME_SUFFIX,
+                           revoked_at__isnull=True)
                    .update(revoked_at=timezone.now()))
-        _, raw = ApiKey.issue(tenant=tenant, name=key_name, role=key_role, all_departments=True, using=OWNER)
+        raw_keys = {}
+        for role in roles:
+            _, raw_keys[role] = ApiKey.issue(tenant=tenant, name=f"{username} {role} key {_KEY_NAME_SUFFIX}", role=role,
+                                             all_departments=True, using=OWNER)
     log.info("make_tenant_admin: user %r is staff and admin of tenant %r (all departments); %d old key(s) revoked, "
-             "a new %s key issued", username, tenant.slug, revoked, key_role)
-    return TenantAdmin(username=username, tenant=tenant, raw_key=raw, revoked_keys=revoked)
+             "new key(s) issued with role(s) %s", username, tenant.slug, revoked, ", ".join(roles))
+    return TenantAdmin(username=username, tenant=tenant, raw_keys=raw_keys, revoked_keys=revoked)

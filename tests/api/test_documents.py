@@ -111,7 +111,12 @@ def test_one_rejected_file_rolls_back_the_others(world):
 def test_readers_and_auditors_cannot_change_documents(world, who):
     doc = _a_document(world)
     c = world.client(who)
-    assert upload(c, world.shared.id, ("x.md", POLICY)).status_code == 403
+    denied = upload(c, world.shared.id, ("x.md", POLICY))
+    role = who.split("-")[1]
+    # The 403 tells a newcomer holding a reader key which role an upload needs.
+    assert denied.status_code == 403 and denied.json()["error"] == {
+        "code": "permission_denied", "fields": {},
+        "message": f"your role does not allow this: it needs role editor or admin; your role is {role}"}
     assert c.post(f"/api/v1/documents/{doc.id}/reingest/").status_code == 403
     assert c.delete(f"/api/v1/documents/{doc.id}/").status_code == 403
     if who == "a-reader":

@@ -38,6 +38,20 @@ def test_creates_a_tenant_admin_and_a_working_key_and_rerun_rotates_them(caplog)
     assert authenticate(username="boss", password="s3cret-pass") is None
 
 
+def test_one_key_per_role_asked_each_labelled_and_working_and_rerun_revokes_them_all():
+    tenant = make_tenant("Demo Co")
+    out = io.StringIO()
+    call_command("create_tenant_admin", "--tenant", tenant.slug, "--username", "boss", "--key-role", "admin",
+                 "--key-role", "reader", stdout=out)
+    lines = out.getvalue().splitlines()[1:]
+    assert [line.split(" (")[0] for line in lines] == ["API key, role admin", "API key, role reader"]
+    assert "upload" in lines[0] and "no uploads" in lines[1]
+    raws = [line.split("shown once): ")[1].strip() for line in lines]
+    assert [authenticate_key(raw)[1].role for raw in raws] == ["admin", "reader"]
+    call_command("create_tenant_admin", tenant=tenant.slug, username="boss", stdout=io.StringIO())
+    assert [authenticate_key(raw) for raw in raws] == [None, None]
+
+
 def test_unknown_tenant_names_the_option():
     with pytest.raises(CommandError, match="--tenant"):
         call_command("create_tenant_admin", tenant="nope", stdout=io.StringIO())

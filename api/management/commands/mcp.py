@@ -3,8 +3,8 @@
     manage.py mcp --key gk_...                      stdio, every call under that key (or GROUNDED_MCP_KEY)
     manage.py mcp --http [--host H] [--port P]      streamable HTTP at http://H:P/mcp, a bearer key per request
 
-The web application is served by gunicorn over WSGI, which cannot carry the MCP streamable HTTP
-transport (an ASGI app): the HTTP server is its own process, and a proxy in front routes /mcp to it.
+The web application serves /mcp itself (api/mcp_http.py: stateless, JSON responses, under gunicorn);
+`--http` runs the transport as a server of its own (uvicorn), for clients that need sessions or streams.
 """
 
 from __future__ import annotations

@@ -1,0 +1,62 @@
+"""Conversations, their turns and messages, and feedback on runs."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from agents.loop import STRATEGIES
+from agents.models import Conversation, Feedback, Run
+from api.serializers.agents import CitationSerializer
+
+
+class ConversationSerializer(serializers.ModelSerializer):
+    turn_count = serializers.IntegerField(source="turns", read_only=True)
+
+    class Meta:
+        model = Conversation
+        fields = ["id", "title", "turn_count", "created_at", "updated_at"]
+        read_only_fields = ["id", "turn_count", "created_at", "updated_at"]
+        extra_kwargs = {"title": {"required": False, "allow_blank": True, "max_length": 200}}
+
+
+class TurnSerializer(serializers.ModelSerializer):
+    """One turn of a conversation: what was typed, the standalone question answered, and the answer.
+    The context carries `citations` (run id -> [Citation]) and `chunks` (id -> Chunk)."""
+
+    run_id = serializers.IntegerField(source="id", read_only=True)
+    citations = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Run
+        fields = ["run_id", "turn", "message", "question", "answer", "outcome", "grounded", "missing", "strategy", "created_at",
+                  "citations"]
+        read_only_fields = fields
+
+    def get_citations(self, obj) -> CitationSerializer(many=True):  # type: ignore[valid-type]
+        return CitationSerializer(self.context["citations"].get(obj.id, []), many=True, context=self.context).data
+
+
+class ConversationDetailSerializer(ConversationSerializer):
+    turns = serializers.SerializerMethodField(help_text="The turns in order (context: `runs`, `citations`, `chunks`).")
+
+    class Meta(ConversationSerializer.Meta):
+        fields = ConversationSerializer.Meta.fields + ["turns"]
+        read_only_fields = fields
+
+    def get_turns(self, obj) -> TurnSerializer(many=True):  # type: ignore[valid-type]
+        return TurnSerializer(self.context["runs"], many=True, context=self.context).data
+
+
+class MessageRequestSerializer(serializers.Serializer):
+    message = serializers.CharField(max_length=4000, trim_whitespace=True,
+                                    help_text="The next question, as the user typed it (a follow-up may refer to earlier turns).")
+    strategy = serializers.ChoiceField(choices=list(STRATEGIES), default="auto")
+
+
+class FeedbackSerializer(serializers.ModelSerializer):
+    comment = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+
+    class Meta:
+        model = Feedback
+        fields = ["id", "run", "principal", "rating", "comment", "created_at"]
+        read_only_fields = ["id", "run", "principal", "created_at"]
