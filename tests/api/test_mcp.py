@@ -48,7 +48,7 @@ def _error(result) -> str:
 
 
 def stdio(raw_key: str) -> Client:
-    env = {**os.environ, "GROUNDED_EMBEDDER": "hash", "DEFAULT_ANSWER_PROVIDER": "offline"}
+    env = {**os.environ, "GROUNDED_EMBEDDER": "hash", "GROUNDED_PROVIDER": "offline"}
     return Client(StdioServerParameters(command=sys.executable, args=["manage.py", "mcp", "--key", raw_key], env=env, cwd=str(ROOT)),
                   read_timeout_seconds=120)
 

@@ -170,8 +170,19 @@ def probe_static(path: str) -> Callable[[CanaryWorld, Side, str], list[Req]]:
     return lambda w, side, method: [Req(method, path, what="no ids")]
 
 
+def probe_mcp(w: CanaryWorld, side: Side, method: str) -> list[Req]:
+    """MCP tool calls at /mcp (api/mcp_http.py) aimed at the other side: its corpora, chunks and question.
+    Chunk ids inside MCP's text results are not parsed: the canary-text check covers what comes back."""
+    q = _question(side, w)
+    calls = [("list_corpora", {}), ("search", {"query": q, "k": 20, "corpus_ids": side.corpus_ids}),
+             *(("read", {"chunk_id": c, "neighbours": 3}) for c in side.chunk_ids[:3]), ("ask", {"question": q})]
+    return [Req("post", "/mcp", {"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {"name": n, "arguments": a}},
+                what=f"mcp {n}", foreign_ids={"chunk_id": set(side.chunk_ids)}) for i, (n, a) in enumerate(calls)]
+
+
 API_PROBES: dict[str, dict[str, Callable[[CanaryWorld, Side, str], list[Req]]]] = {
     "healthz": {"get": probe_static("/healthz")},
+    "mcp": {"post": probe_mcp},
     "schema": {"get": probe_static("/api/v1/schema/")},
     "docs": {"get": probe_static("/api/v1/docs/")},
     "api-not-found": {"get": probe_static("/api/v1/no-such-endpoint/")},

@@ -9,10 +9,10 @@ The web application serves /mcp itself (api/mcp_http.py: stateless, JSON respons
 
 from __future__ import annotations
 
-import os
-
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
+
+from kb.config import get_str
 
 
 class Command(BaseCommand):
@@ -36,7 +36,7 @@ class Command(BaseCommand):
             allowed = [*hosts, *(f"{h}:*" for h in hosts)] if "*" not in settings.ALLOWED_HOSTS else None
             uvicorn.run(http_app(allowed), host=host, port=port, log_level="warning", access_log=False)
             return
-        raw = key or os.environ.get("GROUNDED_MCP_KEY", "")
+        raw = key or get_str("GROUNDED_MCP_KEY")
         if not raw:
             raise CommandError("give an API key: --key gk_... or GROUNDED_MCP_KEY")
         try:
