@@ -59,19 +59,19 @@ def a_chunk(world) -> Chunk:
         return Chunk.objects.for_scope(scope).filter(corpus=world.shared).first()
 
 
-def test_stdio_tools_scoped_search_and_an_ask_in_the_chain(world):
-    async def session(raw: str, chunk_id: int) -> dict:
-        out: dict = {}
-        async with stdio(raw) as client:
-            out["tools"] = {t.name for t in (await client.list_tools()).tools}
-            out["corpora"] = _data(await client.call_tool("list_corpora", {}))
-            out["search"] = _data(await client.call_tool("search", {"query": "hotel per night", "k": 5}))
-            out["read"] = await client.call_tool("read", {"chunk_id": chunk_id, "neighbours": 0})
-            out["ask"] = _data(await client.call_tool("ask", {"question": "How much may employees spend on hotels per night?"}))
-        return out
+async def use_every_tool(client: Client, chunk_id: int) -> dict:
+    """One session's calls of every tool, as the checks below read them."""
+    return {
+        "tools": {t.name for t in (await client.list_tools()).tools},
+        "corpora": _data(await client.call_tool("list_corpora", {})),
+        "search": _data(await client.call_tool("search", {"query": "hotel per night", "k": 5})),
+        "read": await client.call_tool("read", {"chunk_id": chunk_id, "neighbours": 0}),
+        "ask": _data(await client.call_tool("ask", {"question": "How much may employees spend on hotels per night?"})),
+    }
 
-    chunk = a_chunk(world)
-    mine = anyio.run(session, world.keys["a-reader"], chunk.id)
+
+def check_own_tenant_session(world, chunk: Chunk, mine: dict) -> None:
+    """Tenant A's reader key: its corpora, a scoped search, the chunk by id, an ask recorded in A's chain as via mcp."""
     assert mine["tools"] >= TOOLS
     assert {c["name"] for c in mine["corpora"]} == {"shared", "sales-only", "eng-only"}
     assert "150 EUR" in mine["search"][0]["text"] and CANARY not in json.dumps(mine, default=str)
@@ -83,13 +83,24 @@ def test_stdio_tools_scoped_search_and_an_ask_in_the_chain(world):
     assert run.principal == f"key:{public_id} via mcp" and run.tenant_id == world.a.id
     assert verify_tenant_chain(world.a.id).ok
 
-    # Another tenant's key: none of this tenant, even by id.
-    theirs = anyio.run(session, world.keys["b-reader"], chunk.id)
+
+def check_other_tenant_session(world, chunk: Chunk, theirs: dict) -> None:
+    """Tenant B's key: none of tenant A, not even A's chunk by id."""
     assert {c["name"] for c in theirs["corpora"]} == {f"globex {CANARY}"}
     assert all("150 EUR" not in r["text"] for r in theirs["search"])
     assert _error(theirs["read"]).endswith(f"chunk {chunk.id} not found")
     assert Run.objects.unscoped_dangerously("owner").get(pk=theirs["ask"]["run_id"]).tenant_id == world.b.id
     assert "150 EUR" not in theirs["ask"]["answer"]
+
+
+def test_stdio_tools_scoped_search_and_an_ask_in_the_chain(world):
+    async def session(raw: str, chunk_id: int) -> dict:
+        async with stdio(raw) as client:
+            return await use_every_tool(client, chunk_id)
+
+    chunk = a_chunk(world)
+    check_own_tenant_session(world, chunk, anyio.run(session, world.keys["a-reader"], chunk.id))
+    check_other_tenant_session(world, chunk, anyio.run(session, world.keys["b-reader"], chunk.id))
 
 
 def test_stdio_refuses_a_bad_key_and_a_key_revoked_mid_session(world):

@@ -4,20 +4,22 @@ coming through MCP, another tenant's key seeing nothing of this one, and 401 wit
 
 from __future__ import annotations
 
-import json
-
 import anyio
 import httpx2
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from agents.chain import verify_tenant_chain
-from agents.models import Run
 from tenants.models import ApiKey
 from tenants.scope import Scope, activate
-from tests.api.conftest import CANARY
-from tests.api.test_mcp import TOOLS, _data, _error, a_chunk
+from tests.api.test_mcp import (
+    TOOLS,
+    _error,
+    a_chunk,
+    check_other_tenant_session,
+    check_own_tenant_session,
+    use_every_tool,
+)
 from tests.kb import _transactional  # noqa: F401  (flush transactional tests as owner)
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "owner"])
@@ -29,38 +31,17 @@ def mcp_url(world, live_server) -> str:
 
 
 async def _session(url: str, headers: dict, chunk_id: int) -> dict:
-    out: dict = {}
-    async with httpx2.AsyncClient(headers=headers, timeout=120) as http:
-        async with Client(streamable_http_client(url, http_client=http)) as client:
-            out["tools"] = {t.name for t in (await client.list_tools()).tools}
-            out["corpora"] = _data(await client.call_tool("list_corpora", {}))
-            out["search"] = _data(await client.call_tool("search", {"query": "hotel per night", "k": 5}))
-            out["read"] = await client.call_tool("read", {"chunk_id": chunk_id, "neighbours": 0})
-            out["ask"] = _data(await client.call_tool("ask", {"question": "How much may employees spend on hotels per night?"}))
-    return out
+    async with httpx2.AsyncClient(headers=headers, timeout=120) as http, \
+            Client(streamable_http_client(url, http_client=http)) as client:
+        return await use_every_tool(client, chunk_id)
 
 
 def test_tools_scoped_search_and_an_ask_in_the_chain_via_mcp(world, mcp_url):
     chunk = a_chunk(world)
-    mine = anyio.run(_session, mcp_url, {"Authorization": f"Bearer {world.keys['a-reader']}"}, chunk.id)
-    assert mine["tools"] >= TOOLS
-    assert {c["name"] for c in mine["corpora"]} == {"shared", "sales-only", "eng-only"}
-    assert "150 EUR" in mine["search"][0]["text"] and CANARY not in json.dumps(mine, default=str)
-    assert _data(mine["read"])[0]["chunk_id"] == chunk.id
-    answer = mine["ask"]
-    assert answer["outcome"] == "answered" and "150 EUR" in answer["answer"] and answer["citations"]
-    run = Run.objects.unscoped_dangerously("owner").get(pk=answer["run_id"])
-    public_id = world.keys["a-reader"].split("_")[1]
-    assert run.principal == f"key:{public_id} via mcp" and run.tenant_id == world.a.id
-    assert verify_tenant_chain(world.a.id).ok
-
-    # Another tenant's key (sent as X-API-Key): none of this tenant, not even by id.
-    theirs = anyio.run(_session, mcp_url, {"X-API-Key": world.keys["b-reader"]}, chunk.id)
-    assert {c["name"] for c in theirs["corpora"]} == {f"globex {CANARY}"}
-    assert all("150 EUR" not in r["text"] for r in theirs["search"])
-    assert _error(theirs["read"]).endswith(f"chunk {chunk.id} not found")
-    assert Run.objects.unscoped_dangerously("owner").get(pk=theirs["ask"]["run_id"]).tenant_id == world.b.id
-    assert "150 EUR" not in theirs["ask"]["answer"]
+    check_own_tenant_session(world, chunk, anyio.run(_session, mcp_url, {"Authorization": f"Bearer {world.keys['a-reader']}"},
+                                                     chunk.id))
+    # Another tenant's key, sent as X-API-Key.
+    check_other_tenant_session(world, chunk, anyio.run(_session, mcp_url, {"X-API-Key": world.keys["b-reader"]}, chunk.id))
 
 
 def test_no_key_a_bad_key_and_a_revoked_key_are_401_and_an_auditor_gets_tool_errors(world, mcp_url, fixed_lockout_window):
