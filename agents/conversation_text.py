@@ -35,7 +35,8 @@ _CAPITALISED = re.compile(rf"(?<![\w'’])[{UPPER}][\w'’.-]*(?:\s+(?:(?:of|the
 _NUMBER = re.compile(r"\b\d[\d.,]*\b")
 _PERSONAL = {"he": "", "she": "", "him": "", "they": "", "them": "", "his": "'s", "their": "'s", "theirs": "'s", "hers": "'s"}
 _NEUTER = {"it": "", "its": "'s"}
-_PRONOUN = re.compile(r"\b(he|she|him|his|her|hers|they|them|their|theirs|it|its)\b", re.I)
+PRONOUN = re.compile(  # a third-person pronoun (the follow-up rules, and the evaluation that builds follow-ups)
+    r"\b(he|she|him|his|her|hers|they|them|their|theirs|it|its)\b", re.I)
 _PREPOSITIONS = frozenset("in on at for to from with by of about into over under after before during than as per".split())
 _WHO = re.compile(r"^\s*(?:who|whom|whose)\b", re.I)
 _WHAT = re.compile(r"^\s*(?:what|which)\b", re.I)
@@ -66,7 +67,7 @@ def resolve_followup(message: str, history: list[tuple[str, str]] | tuple[tuple[
         what = m.group("what").strip()
         if len(what.split()) <= 6 and not (set(what.casefold().split()) & _QUESTION_WORDS):
             return Resolved(replace_counterpart(previous, what, m.group("prep")), True, "ellipsis")
-    if _PRONOUN.search(message):
+    if PRONOUN.search(message):
         resolved = replace_pronouns(message, previous, answer)
         if resolved != message:
             return Resolved(resolved, True, "pronoun")
@@ -161,4 +162,4 @@ def replace_pronouns(message: str, previous: str, answer: str) -> str:
             return name + ("'s" if possessive else "")
         return name + {**_PERSONAL, **_NEUTER}.get(low, "")
 
-    return _PRONOUN.sub(sub, message)
+    return PRONOUN.sub(sub, message)

@@ -21,7 +21,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from agents.conversation_text import names
+from agents.conversation_text import PRONOUN, names
 from agents.evaluation.dataset import CorpusDoc, Question
 from agents.evaluation.summary import QuestionResult
 
@@ -36,7 +36,6 @@ _COUNTED = {
     "they": re.compile(r"\b(?:they|their|them)\b", re.I),
     "it": re.compile(r"\b(?:it|its)\b", re.I),
 }
-_ANY_PRONOUN = re.compile(r"\b(?:he|she|him|his|her|hers|they|them|their|theirs|it|its)\b", re.I)
 OPENING = "Tell me about {name}."
 
 
@@ -55,7 +54,7 @@ def split_question(question: Question, docs: Mapping[str, CorpusDoc]) -> TwoTurn
     if not gold:
         return None
     text = question.question
-    if _ANY_PRONOUN.search(text):
+    if PRONOUN.search(text):
         return None  # a pronoun of its own would be a second referent: the follow-up must have one
     found: list[tuple[str, CorpusDoc]] = []
     for doc in gold:
