@@ -204,8 +204,9 @@ def compose_answer(question: str, chunks: list[SeenChunk], values: list[str] = (
     """Quote, per part, the sentences that answer it (and, for a part answered through a name the
     evidence gave, the best sentence about that name); name the parts nothing answers.
 
-    A sentence is quoted once, for the part it answers best; only sentences scoring at least
-    RELATIVE_MIN of their part's best and ANSWERABLE are quoted: no padding."""
+    A sentence is quoted once, for the first part it answers, unless it is also the best answer of
+    a later part; only sentences scoring at least RELATIVE_MIN of their part's best and ANSWERABLE
+    are quoted: no padding."""
     values = list(values)
     parts = split_question(question)
     used: set[str] = set()
@@ -224,7 +225,9 @@ def compose_answer(question: str, chunks: list[SeenChunk], values: list[str] = (
                 missing.append(part)
                 continue
             picked = [(s, cid) for score, s, cid in ranked if score >= RELATIVE_MIN * best and s not in used][:SENTENCES_PER_PART]
-            picked += _hop_sentence(part, ranked[0][1], chunks, values, used | {s for s, _ in picked})
+            # A part whose answer an earlier part already quoted is answered by that sentence: quote it again.
+            picked = picked or [(ranked[0][1], ranked[0][2])]
+            picked += _hop_sentence(part, ranked[0][1], ranked[0][2], chunks, values, used | {s for s, _ in picked})
         used.update(s for s, _ in picked)
         if picked:
             quotes = "\n".join(f'   - "{_shown(s)}" [c:{cid}]{_source_of(cid, chunks)}' for s, cid in picked)
@@ -275,18 +278,25 @@ def _chained_sentences(asked: str, described: str, chunks: list[SeenChunk], valu
     return [(s, cid) for s, cid in ((first, first_cid), answers[0][1:]) if s not in used]
 
 
-def _hop_sentence(part: str, best: str, chunks: list[SeenChunk], values: list[str], used: set[str]) -> list[tuple[str, int]]:
+def _hop_sentence(part: str, best: str, best_chunk_id: int, chunks: list[SeenChunk], values: list[str],
+                  used: set[str]) -> list[tuple[str, int]]:
     """For a part its best sentence does not fully answer: the best sentence of a chunk about a name
-    that sentence gives (the second hop), scored on the part's words the first sentence lacks."""
+    that sentence gives (the second hop), scored on the part's words the first sentence lacks.
+
+    A second hop leads to another document: the best sentence's own document title is not a name it
+    gives, and that document's other chunks are not about the name (quoting them would be padding)."""
     first = support(part, [SeenChunk(0, best, 0.0, False)], values)
     if first.supported:
         return []
+    own_title = next((c.title for c in chunks if c.chunk_id == best_chunk_id), "")
+    others = [c for c in chunks if not c.flagged and best not in c.text and not (own_title and c.title == own_title)]
     lacking = " ".join(w for w in key_words(without_facets(part, values)) if stem(w) not in terms(best))
     for name in bridge_names(part, chunks, values, top=1):
         folded = name.casefold()
+        if own_title and folded == plain_title(own_title).casefold():
+            continue
         # A chunk whose title is the name is about it; otherwise one that mentions it.
-        about = [c for c in chunks if not c.flagged and folded in c.about.casefold() and best not in c.text] or \
-            [c for c in chunks if not c.flagged and folded in c.text.casefold() and best not in c.text]
+        about = [c for c in others if folded in c.about.casefold()] or [c for c in others if folded in c.text.casefold()]
         ranked = sorted(_ranked_sentences(lacking, about, values, own_words=False), key=lambda x: -x[0]) if lacking else []
         for _score, s, cid in ranked:
             if s not in used and s != best:

@@ -35,6 +35,7 @@ def test_load_demo_is_idempotent_and_answers_with_verified_citations(django_capt
     assert {"travel-and-expense-policy.md", "leave-policy.md"} <= titles
     assert all(c.verdict == "verified" for c in cites)
     assert "annual leave" in run.answer
+    assert "Owner:" not in run.answer  # the policy's header supports no part of the question
 
     sam = demo_scope(tenant, "sam")  # Sales cannot see the Engineering supplement
     run = ask(scope=sam, question="How long does production access last and what is the on-call allowance?", provider="offline")

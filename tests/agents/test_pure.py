@@ -379,3 +379,17 @@ def test_pipeline_context_keeps_the_whole_questions_best_half_then_the_best_of_e
     # Classic's best five, then the two best of each hop, then classic's next: nothing classic ranks
     # in its top half is lost to a follow-up search.
     assert _context_order(state, [], whole, hops) == [1, 2, 3, 4, 5, 21, 31, 22, 32, 6]
+
+
+def test_an_extractive_answer_quotes_no_sentence_of_the_same_document_as_a_second_hop():
+    from agents.providers.offline import compose_answer
+    from agents.sufficiency import SeenChunk
+
+    title = "Leave Policy"
+    header = SeenChunk(1, "Owner: People Team. Applies to all employees.", 1.0, False, about=title, title=title)
+    rule = SeenChunk(2, "Personal days added to a business trip count as annual leave.", 1.0, False, about=title, title=title)
+    answer = compose_answer("Which leave applies to the extra days?", [header, rule])
+    assert "count as annual leave" in answer and "Owner" not in answer  # the title is not a name the rule gives
+    # A part whose best sentence an earlier part quoted is answered by it, not declined.
+    both = compose_answer("What leave applies to personal days, and what counts as annual leave?", [rule])
+    assert not both.startswith("NOT_ENOUGH_EVIDENCE") and both.count("[c:2]") == 2, both
