@@ -26,7 +26,7 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from kb.config import get_list, get_str
+from kb.project.config import get_list, get_str
 
 Task = Literal["document", "query"]
 

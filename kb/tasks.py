@@ -54,8 +54,8 @@ def schedule_source_syncs_task() -> int:
 @worker_process_init.connect
 def _warm_up_pool_process(**kwargs) -> None:
     """Each pool process loads the embedding model and opens its database connection before its
-    first job (kb/warmup.py), not inside it. (The solo pool, used by tests, has no pool processes.)"""
-    from kb import warmup  # (here, not in kb.celery, which warmup imports)
+    first job (kb/project/warmup.py), not inside it. (The solo pool, used by tests, has no pool processes.)"""
+    from kb.project import warmup  # (here, not in kb.project.celery, which warmup imports)
 
     if warmup.enabled():
         warmup.warm_up(web=False)

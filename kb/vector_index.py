@@ -250,7 +250,7 @@ if __name__ == "__main__":  # python -m kb.vector_index ensure-scopes MODEL:DIM 
 
     import django
 
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kb.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kb.project.settings")
     django.setup()
     if len(sys.argv) < 3 or sys.argv[1] != "ensure-scopes":
         sys.exit("usage: python -m kb.vector_index ensure-scopes MODEL:DIM [MODEL:DIM ...]")

@@ -12,9 +12,9 @@ import numpy as np
 from django.db import connections
 from django.utils import timezone
 
-from kb.config import get_int
 from kb.embedding import Embedder, embed_windowed
 from kb.models import EmbeddingCache, IngestJob
+from kb.project.config import get_int
 from kb.vector_index import HALFVEC_MAX_DIM, ensure_vector_index
 from tenants.scope import Scope, activate
 

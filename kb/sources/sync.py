@@ -32,13 +32,13 @@ from django.db import connections, transaction
 from django.utils import timezone
 
 from kb import access
-from kb.celery import app as celery_app
 from kb.ingest import TRANSIENT_ERRORS, UploadRejected, delete_document, enqueue_job, upload_document
 from kb.ingest.documents import move_document
 from kb.ingest.pipeline import group_max_jobs
 from kb.metadata import text_problem
 from kb.models import Corpus, Document, DocumentStatus, IngestJob, JobStatus
 from kb.parsing import ParseError, declared_type, parse
+from kb.project.celery import app as celery_app
 from kb.sources.base import Entry, ItemError, SourceError
 from kb.sources.crypto import SecretUnreadable, decrypt_secret
 from kb.sources.models import ACTIVE_SYNC, Source, SourceChange, SourceItem, SourceKind, SourceSync, SyncStatus

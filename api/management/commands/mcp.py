@@ -12,7 +12,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from kb.config import get_str
+from kb.project.config import get_str
 
 
 class Command(BaseCommand):

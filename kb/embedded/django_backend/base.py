@@ -5,7 +5,7 @@ from django.db.backends.postgresql import base
 
 class DatabaseWrapper(base.DatabaseWrapper):
     def get_connection_params(self) -> dict:
-        from kb.embedded_db import ensure_server
+        from kb.embedded.postgres import ensure_server
 
         params = super().get_connection_params()
         params["host"] = ensure_server()

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psutil
 
-from kb.config import get_str
+from kb.project.config import get_str
 
 log = logging.getLogger(__name__)
 
@@ -179,7 +179,7 @@ def _bootstrap(server) -> None:
             conn.execute(f"CREATE DATABASE {DATABASE_NAME}")
 
 
-if __name__ == "__main__":  # python -m kb.embedded_db stop|stop-stale|status
+if __name__ == "__main__":  # python -m kb.embedded.postgres stop|stop-stale|status
     import sys
 
     action = sys.argv[1] if len(sys.argv) > 1 else "status"

@@ -21,7 +21,7 @@ import threading
 import time
 from typing import Any
 
-from kb.config import get_bool, get_list
+from kb.project.config import get_bool, get_list
 
 logger = logging.getLogger(__name__)
 
@@ -112,8 +112,8 @@ def _warm_requests() -> None:
     most of a first upload's 0.7 s) and open the connection an upload sends its job on."""
     from django.urls import get_resolver
 
-    from kb.celery import app
     from kb.ingest.queue import _embedded_broker_down
+    from kb.project.celery import app
 
     get_resolver().url_patterns  # noqa: B018  (imports the root URLconf and, through it, every view)
     get_resolver()._populate()
