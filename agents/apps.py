@@ -6,6 +6,7 @@ class AgentsConfig(AppConfig):
     verbose_name = "Agents and run traces"
 
     def ready(self) -> None:
+        # Imported in ready(), as Django requires: these modules import models, which exist only once apps are loaded.
         from agents import access  # noqa: F401  (registers the visibility rules of agents' models)
         from agents.chain import revoke_changes_on_trace_tables
         from agents.providers.capabilities import provider_report

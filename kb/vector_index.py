@@ -19,6 +19,7 @@ import math
 import re
 import time
 
+from django.conf import settings
 from django.db import DatabaseError, OperationalError, connections, transaction
 
 logger = logging.getLogger(__name__)
@@ -131,8 +132,6 @@ def scope_predicate(model_key: str, tenant_id: int, department_id: int | None | 
 
 
 def _setting(name: str, default):
-    from django.conf import settings
-
     return getattr(settings, name, default)
 
 

@@ -14,7 +14,10 @@ from api.permissions import EDIT_DOCUMENTS, MANAGE, READ_KB
 from api.views.base import ScopedAPIView
 from kb import access
 from kb.access import access_corpus, access_document, access_job, visible_corpora, visible_documents, visible_jobs
+from kb.ingest import UploadRejected, delete_document, reingest_document, start_reembed, upload_document
+from kb.ingest.corpora import save_corpus
 from kb.models import Corpus, DocumentStatus, IngestJob, JobStatus
+from kb.retrieval import SearchFilters, search
 from tenants.scope import NotVisible, activate
 
 
@@ -56,8 +59,6 @@ class CorpusDetail(ScopedAPIView):
 
     @extend_schema(request=s.CorpusSerializer, responses=s.CorpusSerializer)
     def patch(self, request, corpus_id: int):
-        from kb.ingest.corpora import save_corpus
-
         with activate(self.scope):
             corpus = access_corpus(self.scope, corpus_id)
             access.check_may_change(self.scope, corpus, "corpus")
@@ -88,8 +89,6 @@ class CorpusReembed(ScopedAPIView):
 
     @extend_schema(request=s.ReembedSerializer, responses={202: s.IngestJobSerializer, 200: s.CorpusSerializer})
     def post(self, request, corpus_id: int):
-        from kb.ingest import start_reembed
-
         with activate(self.scope):
             corpus = access_corpus(self.scope, corpus_id)
         access.check_may_change(self.scope, corpus, "corpus")
@@ -149,8 +148,6 @@ class DocumentList(ScopedAPIView):
     def post(self, request):
         """202 at once with the documents (pending) and their job ids (None: same bytes, nothing to do);
         the worker parses, chunks and embeds, and `GET /jobs/{id}/` shows its progress per batch."""
-        from kb.ingest import UploadRejected, upload_document
-
         ser = s.UploadSerializer(data={"corpus": request.data.get("corpus"), "files": request.FILES.getlist("files"),
                                        **{k: request.data[k] for k in ("metadata", "title") if k in request.data}})
         ser.is_valid(raise_exception=True)
@@ -190,8 +187,6 @@ class DocumentDetail(ScopedAPIView):
 
     @extend_schema(responses={204: None})
     def delete(self, request, document_id: int):
-        from kb.ingest import delete_document
-
         with activate(self.scope):
             delete_document(scope=self.scope, document=access_document(self.scope, document_id))
         return Response(status=status.HTTP_204_NO_CONTENT)
@@ -204,8 +199,6 @@ class DocumentReingest(ScopedAPIView):
 
     @extend_schema(request=None, responses={202: s.IngestJobSerializer})
     def post(self, request, document_id: int):
-        from kb.ingest import reingest_document
-
         with activate(self.scope):
             job = reingest_document(scope=self.scope, document=access_document(self.scope, document_id))
         with activate(self.scope):
@@ -245,8 +238,6 @@ class Search(ScopedAPIView):
 
     @extend_schema(request=s.SearchRequestSerializer, responses=s.SearchResponseSerializer)
     def post(self, request):
-        from kb.retrieval import SearchFilters, search
-
         ser = s.SearchRequestSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
         data = ser.validated_data

@@ -27,6 +27,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pgserver
+
 from kb.project.config import get_str
 
 # pgvector 0.8.0 is the newest source Debian's pool serves here; its SQL matches pgserver's 0.8.2
@@ -43,8 +45,6 @@ PROBE_SQL = ("CREATE EXTENSION IF NOT EXISTS vector; "
 
 
 def pginstall() -> Path:
-    import pgserver
-
     return Path(pgserver.__file__).resolve().parent / "pginstall"
 
 
@@ -54,8 +54,6 @@ def library() -> Path:
 
 def probe() -> bool:
     """True when pgvector computes a 384-d cosine distance on a fresh throwaway server."""
-    import pgserver
-
     with tempfile.TemporaryDirectory(prefix="pgvector-probe-") as tmp:
         server = pgserver.get_server(tmp, cleanup_mode="stop")
         try:

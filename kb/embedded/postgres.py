@@ -17,7 +17,10 @@ import threading
 import time
 from pathlib import Path
 
+import pgserver
 import psutil
+import psycopg
+from pgserver.postgres_server import PostgresServer
 
 from kb.project.config import get_str
 
@@ -112,7 +115,6 @@ def _restart() -> str:
     """Start the stopped server again through this process's pgserver handle (which keeps it registered
     as held), under pgserver's inter-process lock so that two processes do not both start it."""
     global _socket_dir
-    from pgserver.postgres_server import PostgresServer
 
     server = PostgresServer._instances.get(data_dir())
     if server is None:
@@ -127,8 +129,6 @@ def _restart() -> str:
 
 def _start() -> str:
     global _socket_dir
-    import pgserver  # heavy import, only in embedded mode
-    from pgserver.postgres_server import PostgresServer
 
     pgdata = data_dir()
     pgdata.parent.mkdir(parents=True, exist_ok=True)
@@ -168,8 +168,6 @@ def _tune(conn) -> None:
 
 def _bootstrap(server) -> None:
     """Create the application database and its non-superuser, non-BYPASSRLS role."""
-    import psycopg
-
     with psycopg.connect(host=str(server.get_postmaster_info().socket_dir), user="postgres",
                          dbname="postgres", autocommit=True) as conn:
         if not conn.execute("SELECT 1 FROM pg_roles WHERE rolname=%s", [APP_ROLE]).fetchone():

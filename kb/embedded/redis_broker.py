@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import psutil
+import redis
 
 from kb.project.config import get_str
 
@@ -92,8 +93,6 @@ def server_pid() -> int | None:
 
 
 def _ping(timeout: float = 1.0) -> bool:
-    import redis
-
     try:
         return bool(redis.Redis(unix_socket_path=str(socket_path()), socket_timeout=timeout,
                                 socket_connect_timeout=timeout).ping())

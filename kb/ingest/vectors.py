@@ -9,8 +9,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+import psycopg
 from django.db import connections
 from django.utils import timezone
+from pgvector.psycopg.vector import VectorBinaryDumper, VectorBinaryLoader, VectorDumper
+from psycopg.types import TypeInfo
 
 from kb.embedding import Embedder, embed_windowed
 from kb.models import EmbeddingCache, IngestJob
@@ -88,9 +91,6 @@ def _vectors_for(scope: Scope, embedder: Embedder, texts: dict[str, str],
 def _vector_cursor(alias: str = "default") -> Iterator[Any]:
     """A raw psycopg cursor on the Django connection (same transaction), with binary numpy<->vector
     adapters registered on this cursor only (the ORM's own vector handling is left untouched)."""
-    from pgvector.psycopg.vector import VectorBinaryDumper, VectorBinaryLoader, VectorDumper
-    from psycopg.types import TypeInfo
-
     conn = connections[alias]
     conn.ensure_connection()
     raw = conn.connection
@@ -98,7 +98,6 @@ def _vector_cursor(alias: str = "default") -> Iterator[Any]:
     if info is None:
         info = TypeInfo.fetch(raw, "vector")
         raw._grounded_vector_info = info
-    import psycopg
 
     # A server-side-binding cursor: Django's default ClientCursor cannot carry binary parameters or results.
     with psycopg.Cursor(raw) as cur:

@@ -8,7 +8,12 @@ checked here first: a bad or unknown variable stops gunicorn before it forks a w
 
 from __future__ import annotations
 
-# Names only: gunicorn reads every global of this module as one of its settings ("config" is one).
+# gunicorn reads every global of this module as one of its settings: import names and modules whose
+# names are not settings ("config" is one, hence the names from kb.project.config).
+import threading
+
+from django.conf import settings
+
 from kb.project.config import check_environment, get_int, get_str
 
 check_environment()
@@ -42,15 +47,14 @@ def post_worker_init(worker) -> None:
     thread-safe; with DATABASE_URL this does nothing), then warm up (kb/project/warmup.py: the embedding
     model, the database and side connections, the search path), so that no request meets a cold
     worker. Here rather than in post_fork, which runs before the worker has loaded Django."""
-    from django.conf import settings
-
     if getattr(settings, "EMBEDDED_DATABASE", False):
+        # Embedded mode only (pgserver is of no use with DATABASE_URL); the module reads settings at import,
+        # which must come after check_environment() has vetted them.
         from kb.embedded.postgres import ensure_server
 
         ensure_server()
-    import threading
 
-    from kb.project import warmup
+    from kb.project import warmup  # imports models: only in a worker, which has loaded Django by now (the arbiter never does)
 
     if warmup.enabled():
         # In a thread, this one telling the arbiter the worker is alive meanwhile: a model load on a

@@ -10,9 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import redis
 from django.conf import settings
 from django.db import connections
 from django.http import HttpRequest, JsonResponse
+
+from kb.embedded.redis_broker import client_url
+from kb.project import warmup
 
 HEALTH_REPORTS: dict[str, Callable[[], dict]] = {}  # section name -> report, registered in an AppConfig.ready()
 
@@ -32,16 +36,11 @@ def healthz(request: HttpRequest) -> JsonResponse:
         ok = False
     if not settings.CELERY_TASK_ALWAYS_EAGER:
         try:
-            import redis
-
-            from kb.embedded.redis_broker import client_url
-
             redis.Redis.from_url(client_url(settings.CELERY_BROKER_URL), socket_timeout=2, socket_connect_timeout=2).ping()
             report["broker"] = "ok"
         except Exception as exc:
             report["broker_error"] = exc.__class__.__name__
             ok = False
-    from kb.project import warmup
 
     warm = warmup.state()
     if warm["status"] != "off":
