@@ -104,8 +104,8 @@ def ensure_vector_index(model_key: str, dim: int, *, using: str = "owner", lock_
 # --- Scope indexes: one partial HNSW index per large tenant and per large department -------------
 #
 # A filtered scan of the model's index visits about k / selectivity tuples and checks each against
-# the heap, so a 10,000-row department of a 100,000-row index costs ~10x an unfiltered scan
-# (measured: docs/retrieval.md). A scope with its own partial index is scanned unfiltered.
+# the heap, so a scope holding a tenth of the index costs about ten unfiltered scans (docs/retrieval.md,
+# "Scope indexes"). A scope with its own partial index is scanned unfiltered.
 # kb.retrieval finds these indexes by their predicate and chooses per query among them.
 
 SCOPE_INDEX_MIN_ROWS = 4000  # smaller scopes are scanned exactly (RETRIEVAL_EXACT_MAX_ROWS)

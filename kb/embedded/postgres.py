@@ -144,9 +144,9 @@ def _start() -> str:
     return _socket_dir
 
 
-# PostgreSQL's defaults (128 MB shared buffers) leave a 100k-chunk table and its HNSW index
-# mostly outside the buffer cache; measured in bench/retrieval_bench.py: filtered HNSW p95 at a
-# 10k-row scope 15.3 -> 11.1 ms. shared_buffers applies from the server's next start.
+# Shared buffers large enough to hold a 100k-chunk table, its model index and the scope indexes
+# (PostgreSQL's default 128 MB leaves most of them outside the cache; figures: docs/retrieval.md, "Figures behind rules in the code").
+# shared_buffers applies from the server's next start.
 TUNING = {
     "shared_buffers": get_str("GROUNDED_PG_SHARED_BUFFERS"),
     "effective_cache_size": "4GB",

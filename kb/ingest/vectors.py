@@ -27,8 +27,8 @@ def embed_batch_size() -> int:
 
 
 PROGRESS_STEPS = 4  # a job's progress moves about this many times while it embeds...
-# ...in batches of at least this many texts: MiniLM on 2 cores (loaded, median of 3 alternating
-# rounds of 128 chunk-sized texts) ran 3.8 texts/s at 64, 3.5 at 16 (-9 %), 3.0 at 8 (-26 %).
+# ...in batches of at least this many texts: smaller batches embed markedly slower per text
+# (figures: docs/ingestion.md, "Figures behind rules in the code").
 MIN_PROGRESS_BATCH = 16
 
 

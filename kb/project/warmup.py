@@ -1,5 +1,5 @@
-"""Warm-up at process start, so that no user request pays for it (issue 31: the first hybrid search
-in each web worker took 24.7 s, the model loading inside the request).
+"""Warm-up at process start, so that no user request pays for loading the embedding model, the views
+or the first search (figures: docs/ingestion.md, "The default run, measured").
 
 A gunicorn worker runs `warm_up()` in `post_worker_init` (after Django is set up, before it accepts
 a connection: a worker is never given a request while cold), a Celery pool process in
@@ -11,7 +11,7 @@ the search path once on an empty scope (tenant `NO_TENANT`, which owns nothing: 
 level security shows it no row) so its modules, SQL and the server's catalog caches are warm.
 
 `/healthz` reports `warm_up` and answers 503 with status "warming" while it runs (or "failed")
-in the process answering. GROUNDED_WARMUP=0 turns it off (bench/cold_start_bench.py compares).
+in the process answering. GROUNDED_WARMUP=0 turns it off (bench/embedded_stack_bench.py compares).
 """
 
 from __future__ import annotations
@@ -112,8 +112,8 @@ def _warm_model(model_key: str) -> None:
 
 
 def _warm_requests() -> None:
-    """Import every view (the URLconf is otherwise loaded by the first request: ~0.4 s measured, the
-    most of a first upload's 0.7 s) and open the connection an upload sends its job on."""
+    """Import every view (otherwise the first request loads the URLconf and, through it, every view)
+    and open the connection an upload sends its job on."""
     get_resolver().url_patterns  # noqa: B018  (imports the root URLconf and, through it, every view)
     get_resolver()._populate()
     if not app.conf.task_always_eager and not _embedded_broker_down():
