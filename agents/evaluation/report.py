@@ -159,7 +159,7 @@ def charts(summary: dict, out: Path) -> list[str]:
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # after the backend is chosen (above)
 
     names: list[str] = []
     strategies = list(summary)
