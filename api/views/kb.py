@@ -12,12 +12,11 @@ from rest_framework.response import Response
 from api import serializers as s
 from api.permissions import EDIT_DOCUMENTS, MANAGE, READ_KB
 from api.views.base import ScopedAPIView
-from kb import access
+from kb import access, retrieval
 from kb.access import access_corpus, access_document, access_job, visible_corpora, visible_documents, visible_jobs
 from kb.ingest import UploadRejected, delete_document, reingest_document, start_reembed, upload_document
 from kb.ingest.corpora import save_corpus
 from kb.models import Corpus, DocumentStatus, IngestJob, JobStatus
-from kb.retrieval import SearchFilters, search
 from tenants.scope import NotVisible, activate
 
 
@@ -242,7 +241,7 @@ class Search(ScopedAPIView):
         ser.is_valid(raise_exception=True)
         data = ser.validated_data
         f = data.get("filters") or {}
-        filters = SearchFilters(
+        filters = retrieval.SearchFilters(
             corpus_ids=tuple(f["corpus_ids"]) if "corpus_ids" in f else None,
             document_ids=tuple(f["document_ids"]) if "document_ids" in f else None,
             department_ids=tuple(f["department_ids"]) if "department_ids" in f else None,
@@ -251,7 +250,7 @@ class Search(ScopedAPIView):
             date_before=f["date_before"].isoformat() if f.get("date_before") else None,
         )
         # search() sets the RLS tenant itself; outside a transaction it can run its hybrid rankings at once.
-        result = search(self.scope, data["query"], k=data["k"], mode=data["mode"], filters=filters, rerank=data["rerank"])
+        result = retrieval.search(self.scope, data["query"], k=data["k"], mode=data["mode"], filters=filters, rerank=data["rerank"])
         return Response(search_result_json(result))
 
 
