@@ -15,4 +15,4 @@ RUN useradd --create-home grounded
 USER grounded
 EXPOSE 8000
 ENV GUNICORN_BIND=0.0.0.0:8000
-CMD ["gunicorn", "-c", "python:kb.gunicorn_conf", "kb.wsgi:application"]
+CMD ["gunicorn", "-c", "python:kb.project.gunicorn_conf", "kb.project.wsgi:application"]

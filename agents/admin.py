@@ -19,16 +19,20 @@ from django.contrib.admin.options import IncorrectLookupParameters
 from django.core.exceptions import PermissionDenied, SuspiciousOperation
 from django.db.models import Count, Q
 from django.http import HttpResponse
+from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 
 from agents import evidence
 from agents.admin_base import ReadOnlyAuditAdmin, csv_cell
-from agents.chain import GENESIS, run_hash
+from agents.chain import GENESIS, run_hash, verify_tenant_chain
 from agents.feedback_admin import RunFeedbackFilter
+from agents.loop import STRATEGIES
 from agents.models import Citation, Feedback, Outcome, Run, RunStep, Verdict
+from agents.providers.capabilities import provider_report
 from agents.review import principal_names, search_runs
+from agents.services import InvalidQuestion, ask
 from kb.models import Chunk, SourceChange
 from kb.sources.selectors import version_origins
 from tenants.access import ROLE_GRANTS, visible_api_keys, visible_memberships
@@ -277,10 +281,6 @@ class RunAdmin(ReadOnlyAuditAdmin):
         return response
 
     def verify_chain_view(self, request):
-        from django.shortcuts import redirect
-
-        from agents.chain import verify_tenant_chain
-
         if not self.has_view_permission(request):
             raise PermissionDenied
         scope = admin_scope(request)
@@ -295,9 +295,6 @@ class RunAdmin(ReadOnlyAuditAdmin):
 
     # --- playground ---------------------------------------------------------------------------------------
     def playground_view(self, request):
-        from agents.loop import STRATEGIES
-        from agents.services import InvalidQuestion, ask
-
         if admin_role(request) not in {"superuser", "admin", "editor"}:
             raise PermissionDenied
         with scoped(request):
@@ -326,8 +323,6 @@ class RunAdmin(ReadOnlyAuditAdmin):
 def provider_rows() -> list[dict]:
     """Each configured answer provider's capabilities as /healthz reports them (cached probe results; a
     provider not yet probed is being probed in the background), for the playground's table."""
-    from agents.providers.capabilities import provider_report
-
     report = provider_report()
     rows = []
     for name, found in report.items():

@@ -6,10 +6,11 @@ class AgentsConfig(AppConfig):
     verbose_name = "Agents and run traces"
 
     def ready(self) -> None:
+        # Imported in ready(), as Django requires: these modules import models, which exist only once apps are loaded.
         from agents import access  # noqa: F401  (registers the visibility rules of agents' models)
         from agents.chain import revoke_changes_on_trace_tables
         from agents.providers.capabilities import provider_report
-        from kb.health import HEALTH_REPORTS
+        from kb.project.health import HEALTH_REPORTS
         from tenants.rls import APPEND_ONLY_HOOKS
 
         HEALTH_REPORTS["providers"] = provider_report  # /healthz: each configured provider's probed capabilities

@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from agents.text import coverage, normalise, terms
+from agents.lexical import coverage, normalise, terms
 
 MARKER = re.compile(r"\[\s*c:\s*\d+(?:\s*[,;]\s*(?:c:)?\s*\d+)*\s*\]", re.IGNORECASE)
 _IDS = re.compile(r"\d+")

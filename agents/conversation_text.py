@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from agents.text import UPPER, key_words
+from agents.lexical import UPPER, key_words
 
 # Words of a request to say the previous answer again differently; a message made only of these
 # (and of pronouns and fillers) needs no new search.

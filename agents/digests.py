@@ -36,6 +36,7 @@ from django.conf import settings
 
 from agents.chain import GENESIS
 from agents.models import Run
+from tenants.models import Tenant
 
 DIGEST_VERSION = 1
 
@@ -101,8 +102,6 @@ def write_digest(tenant_id: int, tenant_slug: str, folder: Path | str | None = N
 
 def write_all_digests(folder: Path | str | None = None) -> list[Path]:
     """A digest for every tenant (what the beat schedule and `manage.py write_chain_digests` run)."""
-    from tenants.models import Tenant
-
     return [write_digest(t.id, t.slug, folder) for t in Tenant.objects.using("owner").order_by("id")]
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from agents.citations import CitationCheck, check_citations, is_not_enough_evidence, neutralise_markers
+from agents.lexical import contained_share, shingles, split_question
 from agents.messages import (
     AssistantMessage,
     ContextChunk,
@@ -39,7 +40,6 @@ from agents.prompts import (
     system_prompt,
 )
 from agents.steps import ANSWER_RESERVE, RunState, StepRecord, call_model, call_tool, execute_calls
-from agents.text import contained_share, shingles, split_question
 
 __all__ = ["ANSWER_RESERVE", "STRATEGIES", "LoopResult", "RunState", "StepRecord", "decide_outcome", "run_strategy"]
 
@@ -128,7 +128,7 @@ def answer_from_evidence(state: RunState, why: str) -> str:
     state.fallback = why
     ids = [c.chunk_id for c in sorted(state.retrieved.values(), key=lambda c: -c.score)]
     if not ids and not state.spent_time_or_tokens():
-        ids = code_search(state, state.question, state.budgets.max_context_chunks, "fallback")
+        ids = strategy_search(state, state.question, state.budgets.max_context_chunks, "fallback")
     return synthesise(state, ids)
 
 
@@ -180,7 +180,7 @@ def synthesise(state: RunState, chunk_ids: list[int], note: str = "") -> str:
     return turn.text
 
 
-def code_search(state: RunState, query: str, k: int, tag: str, filters: dict | None = None) -> list[int]:
+def strategy_search(state: RunState, query: str, k: int, tag: str, filters: dict | None = None) -> list[int]:
     """A search the strategy itself decides on, traced exactly like a model's tool call."""
     if state.tool_calls >= state.budgets.max_tool_calls:
         return []
@@ -195,7 +195,7 @@ def code_search(state: RunState, query: str, k: int, tag: str, filters: dict | N
     return list(outcome.ranked_ids) or [*outcome.chunk_ids, *(c.chunk_id for c in outcome.overflow)]
 
 
-def code_facets(state: RunState) -> dict:
+def strategy_facets(state: RunState) -> dict:
     """The metadata facets of the caller's scope, fetched by the strategy (traced like a tool call)."""
     if state.tool_calls >= state.budgets.max_tool_calls:
         return {}
@@ -205,7 +205,7 @@ def code_facets(state: RunState) -> dict:
 
 
 def run_classic(state: RunState) -> str:
-    ids = code_search(state, state.question, state.budgets.max_context_chunks, "classic")
+    ids = strategy_search(state, state.question, state.budgets.max_context_chunks, "classic")
     state.iterations += 1
     return synthesise(state, ids)
 
@@ -220,7 +220,7 @@ def run_pipeline(state: RunState, first: list[int] | None = None) -> str:
     entity without naming it, a search for the name the evidence gives (the hop). The final context
     fills every slot from the best of all searches (`_context_order`). `first`: the whole question's
     search already made (by auto), reused instead of searching it again."""
-    facets = Facets.from_tool(code_facets(state))
+    facets = Facets.from_tool(strategy_facets(state))
     searched: set[str] = set()
     narrowed: list[tuple[list[int], int]] = []  # (results, their share of the context)
     lists: list[list[int]] = []
@@ -239,10 +239,10 @@ def run_pipeline(state: RunState, first: list[int] | None = None) -> str:
             if key in searched:
                 continue  # a follow-up asked for again: its results are in already
             searched.add(key)
-            ids = code_search(state, query, depth, f"pipeline{round_no}", filters)
+            ids = strategy_search(state, query, depth, f"pipeline{round_no}", filters)
             if filters and not ids and ("date_after" in filters or "date_before" in filters):
                 undated = {n: v for n, v in filters.items() if n not in ("date_after", "date_before")} or None
-                ids = code_search(state, query, depth, f"pipeline{round_no}", undated)  # a time zone can move a day
+                ids = strategy_search(state, query, depth, f"pipeline{round_no}", undated)  # a time zone can move a day
             # Narrowed sub-queries are more specific than the whole question: their results come first.
             if filters:
                 narrowed.append((ids, share))
@@ -422,7 +422,7 @@ def run_auto(state: RunState) -> LoopResult:
     state.strategy = "pipeline"  # the strategy running: a failed run is stored with it
     if is_multi_part(state.question):
         return _finish(state, "pipeline", run_pipeline(state))
-    first = code_search(state, state.question, min(state.budgets.max_k, state.budgets.max_context_chunks), "auto")
+    first = strategy_search(state, state.question, min(state.budgets.max_k, state.budgets.max_context_chunks), "auto")
     state.iterations += 1
     verdict = judge(state, first, Facets())
     if verdict.get("sufficient") or state.spent():

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
-from agents.text import UPPER, split_question, stem, terms
+from agents.lexical import UPPER, split_question, stem, terms
 from kb.fusion import rrf_scores
 
 _MONTHS = "January|February|March|April|May|June|July|August|September|October|November|December"

@@ -20,8 +20,8 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from agents.lexical import STOPWORDS, SYNONYMS, UPPER, key_words, sentences, split_question, stem, terms
 from agents.planning import named_terms, without_facets
-from agents.text import STOPWORDS, SYNONYMS, UPPER, key_words, sentences, split_question, stem, terms
 
 SUPPORTED = 0.85  # weighted share of a part's terms one sentence (with its title) must hold to answer it
 ANSWERABLE = 0.5  # below this nothing retrieved answers the part: it is declined

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from celery import shared_task
 
+from agents.digests import write_all_digests
+
 
 @shared_task(name="agents.write_chain_digests")
 def write_chain_digests() -> list[str]:
     """Sign and write every tenant's chain tip (agents.digests); returns the files written."""
-    from agents.digests import write_all_digests
-
     return [str(p) for p in write_all_digests()]

@@ -10,12 +10,19 @@ from __future__ import annotations
 
 import logging
 
+from django.conf import settings
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation, TooManyFieldsSent, TooManyFilesSent
 from django.core.signals import got_request_exception
 from django.http import HttpRequest, HttpResponse, HttpResponsePermanentRedirect, JsonResponse
+from django.urls import Resolver404, resolve
+from django.views import defaults
+from rest_framework.exceptions import NotFound, ParseError, PermissionDenied, ValidationError
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 from rest_framework.views import set_rollback
+
+from agents.services import RunNotRecorded
+from tenants.scope import NotAllowed, NotVisible
 
 logger = logging.getLogger("django.request")
 
@@ -48,11 +55,6 @@ def exception_handler(exc, context):
     stored (agents.services.RunNotRecorded) -> 503 `run_not_recorded`. Any other exception is a
     500 `server_error` with no detail: logged (with the traceback) and signalled like Django's own
     500s, but never rendered, so DEBUG cannot turn it into a page of settings and SQL."""
-    from rest_framework.exceptions import NotFound, ParseError, PermissionDenied, ValidationError
-
-    from agents.services import RunNotRecorded
-    from tenants.scope import NotAllowed, NotVisible
-
     if isinstance(exc, SuspiciousOperation):  # Django's request limits (fields, size) and the like: 400, as Django does
         logging.getLogger(f"django.security.{exc.__class__.__name__}").warning(str(exc))
         exc = ParseError({"body": [_suspicious_message(exc)]})
@@ -80,8 +82,6 @@ def exception_handler(exc, context):
 
 
 def _suspicious_message(exc: SuspiciousOperation) -> str:
-    from django.conf import settings
-
     if isinstance(exc, TooManyFieldsSent):
         return f"more than {settings.DATA_UPLOAD_MAX_NUMBER_FIELDS} fields"
     if isinstance(exc, TooManyFilesSent):
@@ -106,8 +106,6 @@ def _server_error(exc: BaseException, context) -> Response:
 def api_not_found(request: HttpRequest, unmatched: str = "") -> HttpResponse:
     """Every /api/ URL no route matches: the JSON 404 (in DEBUG too). A GET or HEAD missing only its
     trailing slash is redirected to the real endpoint, as Django's APPEND_SLASH would."""
-    from django.urls import Resolver404, resolve
-
     if not request.path.endswith("/") and request.method in ("GET", "HEAD"):
         try:
             match = resolve(request.path + "/")
@@ -127,13 +125,9 @@ def _json_or_default(request, status: int, code: str, message: str, default):
 
 def handler404(request, exception=None):
     """Unknown URLs under /api/ answer in the API's error format (HTML elsewhere)."""
-    from django.views import defaults
-
     return _json_or_default(request, 404, "not_found", "no such endpoint", lambda: defaults.page_not_found(request, exception))
 
 
 def handler500(request):
     """Unhandled errors under /api/ answer in the API's error format, without details."""
-    from django.views import defaults
-
     return _json_or_default(request, 500, "server_error", "internal error", lambda: defaults.server_error(request))

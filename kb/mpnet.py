@@ -17,8 +17,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from kb.config import get_str
 from kb.embedding import SentenceTransformerEmbedder, load_sentence_transformer
+from kb.project.config import get_str
 
 MODEL_NAME = "all-mpnet-base-v2"
 MODEL_KEY = f"{MODEL_NAME}:768"

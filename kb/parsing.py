@@ -28,6 +28,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import PurePath
 
+import docx
+import pypdf
+from bs4 import BeautifulSoup, NavigableString, Tag
+from bs4.element import PreformattedString
+from docx.table import Table
+from docx.text.paragraph import Paragraph
+from pypdf.errors import PyPdfError
+
 from kb.parsing_limits import DEFAULT_LIMITS, Guard, ParseError, ParseLimitExceeded, ParseLimits, check_elements, check_zip, count_elements
 
 __all__ = ["ParseError", "ParseLimitExceeded", "ParseLimits", "ParsedDocument", "Section", "SUPPORTED_TYPES", "detect_type", "parse"]
@@ -333,9 +341,6 @@ _HIDDEN_STYLE = re.compile(r"display\s*:\s*none|visibility\s*:\s*hidden", re.IGN
 
 def _parse_html(data: bytes, guard: Guard) -> tuple[_Builder, str]:
     """Walk the tree iteratively (depth kept in a dict), so deeply nested markup cannot recurse."""
-    from bs4 import BeautifulSoup, NavigableString, Tag
-    from bs4.element import PreformattedString
-
     check_elements(count_elements([data]), guard, "HTML page", guard.limits.max_html_elements)
     try:  # bytes that are valid UTF-8 are read as UTF-8: bs4's charset guess garbles short non-ASCII pages
         markup: bytes | str = data.decode("utf-8-sig")
@@ -412,9 +417,6 @@ def _is_hidden(tag) -> bool:
 def _parse_pdf(data: bytes, guard: Guard) -> tuple[_Builder, str]:
     """One section per page (1-based `page`); pages without text are skipped. pypdf caps each
     stream's decompressed size itself (pypdf.filters.ZLIB_MAX_OUTPUT_LENGTH)."""
-    import pypdf
-    from pypdf.errors import PyPdfError
-
     try:
         reader = pypdf.PdfReader(io.BytesIO(data))
         if reader.is_encrypted and not _decrypt_with_empty_password(reader):
@@ -450,10 +452,6 @@ _HEADING_STYLE = re.compile(r"^heading\s*(\d)$", re.IGNORECASE)
 def _parse_docx(data: bytes, guard: Guard) -> tuple[_Builder, str]:
     """Paragraphs and tables in body order; 'Heading N' styles build heading paths, 'Title' is level 1.
     The zip is measured (`_check_zip`) before python-docx unpacks anything."""
-    import docx
-    from docx.table import Table
-    from docx.text.paragraph import Paragraph
-
     check_zip(data, guard, "DOCX")
     try:
         document = docx.Document(io.BytesIO(data))

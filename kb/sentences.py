@@ -10,9 +10,9 @@ their sentences: by vector (the mean of a chunk's two nearest sentences to the q
 question paraphrases sits in one sentence: its terms co-occur there, while a chunk's BM25 counts
 them wherever they are.
 
-Measured on the MultiHop-RAG dev set (docs/evaluation.md): evidence recall of per-publisher
-searches +3 to +4 points at 10 chunks of context; re-ranking by sentences alone was worse than
-the hybrid ranking, the fusion of both better than either.
+The sentence ranks are fused with the candidates' own order, never used alone: alone they rank
+worse than the hybrid order, fused better than either (figures: docs/retrieval.md, "Sentence
+re-rank", and docs/evaluation.md).
 """
 
 from __future__ import annotations

@@ -10,6 +10,8 @@ from celery import shared_task
 from celery.signals import worker_process_init
 
 from kb import ingest
+from kb.project import warmup
+from kb.sources.sync import run_sync, schedule_due_sources
 
 _RETRY = {
     "acks_late": True,
@@ -39,23 +41,17 @@ def reap_stuck_jobs_task(older_than: float = 600, running_older_than: float | No
 
 @shared_task(name="kb.sync_source", **_RETRY)
 def sync_source_task(sync_id: int, tenant_id: int) -> str:
-    from kb.sources.sync import run_sync
-
     return run_sync(sync_id=sync_id, tenant_id=tenant_id)
 
 
 @shared_task(name="kb.schedule_source_syncs", acks_late=True)
 def schedule_source_syncs_task() -> int:
-    from kb.sources.sync import schedule_due_sources
-
     return len(schedule_due_sources())
 
 
 @worker_process_init.connect
 def _warm_up_pool_process(**kwargs) -> None:
     """Each pool process loads the embedding model and opens its database connection before its
-    first job (kb/warmup.py), not inside it. (The solo pool, used by tests, has no pool processes.)"""
-    from kb import warmup  # (here, not in kb.celery, which warmup imports)
-
+    first job (kb/project/warmup.py), not inside it. (The solo pool, used by tests, has no pool processes.)"""
     if warmup.enabled():
         warmup.warm_up(web=False)

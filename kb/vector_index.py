@@ -19,6 +19,7 @@ import math
 import re
 import time
 
+from django.conf import settings
 from django.db import DatabaseError, OperationalError, connections, transaction
 
 logger = logging.getLogger(__name__)
@@ -103,8 +104,8 @@ def ensure_vector_index(model_key: str, dim: int, *, using: str = "owner", lock_
 # --- Scope indexes: one partial HNSW index per large tenant and per large department -------------
 #
 # A filtered scan of the model's index visits about k / selectivity tuples and checks each against
-# the heap, so a 10,000-row department of a 100,000-row index costs ~10x an unfiltered scan
-# (measured: docs/retrieval.md). A scope with its own partial index is scanned unfiltered.
+# the heap, so a scope holding a tenth of the index costs about ten unfiltered scans (docs/retrieval.md,
+# "Scope indexes"). A scope with its own partial index is scanned unfiltered.
 # kb.retrieval finds these indexes by their predicate and chooses per query among them.
 
 SCOPE_INDEX_MIN_ROWS = 4000  # smaller scopes are scanned exactly (RETRIEVAL_EXACT_MAX_ROWS)
@@ -131,8 +132,6 @@ def scope_predicate(model_key: str, tenant_id: int, department_id: int | None | 
 
 
 def _setting(name: str, default):
-    from django.conf import settings
-
     return getattr(settings, name, default)
 
 
@@ -250,7 +249,7 @@ if __name__ == "__main__":  # python -m kb.vector_index ensure-scopes MODEL:DIM 
 
     import django
 
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kb.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kb.project.settings")
     django.setup()
     if len(sys.argv) < 3 or sys.argv[1] != "ensure-scopes":
         sys.exit("usage: python -m kb.vector_index ensure-scopes MODEL:DIM [MODEL:DIM ...]")

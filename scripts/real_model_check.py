@@ -58,7 +58,7 @@ def main() -> int:
         return 0
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kb.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kb.project.settings")
     import django
 
     django.setup()

@@ -22,6 +22,7 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
 from django.db import models
 from django.http import HttpRequest
+from django.urls import URLPattern
 
 from tenants.access import visible, visible_users
 from tenants.principals import TenantChoice, tenants_of_user, user_scope
@@ -271,8 +272,6 @@ class TenantScopedAdmin(admin.ModelAdmin):
 
     # --- every view runs inside the user's tenant ---------------------------------------------------
     def get_urls(self):
-        from django.urls import URLPattern
-
         urls = super().get_urls()
         for url in urls:
             if isinstance(url, URLPattern):

@@ -25,6 +25,8 @@ class GroundedAdminSite(admin.AdminSite):
     enable_nav_sidebar = False  # the home page lists the same models; the sidebar cost change lists a third of the width
 
     def index(self, request, extra_context=None):
+        # Here, not at the top: this module loads while the apps load (GroundedAdminConfig names it), before
+        # the models that tenants.admin_base imports exist.
         from tenants.admin_base import admin_tenant_choices, needs_tenant_choice
 
         if needs_tenant_choice(request):

@@ -1,12 +1,12 @@
 from django.apps import AppConfig
+from django.db.models.signals import post_migrate
 
 
 class TenantsConfig(AppConfig):
     name = "tenants"
 
     def ready(self) -> None:
-        from django.db.models.signals import post_migrate
-
+        # Imported in ready(), as Django requires: these modules import models, which exist only once apps are loaded.
         from tenants import access  # noqa: F401  (registers the visibility rules of tenants' models)
         from tenants.rls import grant_app_role
 

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from kb.config import get_str
+from kb.project.config import get_str
 
 os.environ.setdefault("GROUNDED_EMBEDDER", "hash")
 
@@ -42,7 +42,7 @@ def _eager_celery_by_default():
     In this process only: worker, gunicorn and soak subprocesses keep their own settings."""
     from django.conf import settings
 
-    from kb.celery import app
+    from kb.project.celery import app
 
     eager = os.environ.get("CELERY_TASK_ALWAYS_EAGER", "1").lower() in {"1", "true", "yes", "on"}
     settings.CELERY_TASK_ALWAYS_EAGER = eager

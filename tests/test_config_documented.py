@@ -1,4 +1,4 @@
-"""kb/config.py is the one place configuration is declared (issue 30): the README's and
+"""kb/project/config.py is the one place configuration is declared (issue 30): the README's and
 docs/configuration.md's tables are generated from it, code reads the environment only through it,
 every declared setting is read by someone, and nothing we ship or run sets a GROUNDED_* name it
 does not declare (start-up would refuse it)."""
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kb import config, config_docs
+from kb.project import config, config_docs
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("agents", "api", "kb", "tenants")
@@ -21,7 +21,7 @@ RAW_READ = re.compile(r"""(?:environ\.get|getenv)\(\s*["']([A-Z][A-Z0-9_]+)["']|
 ACCESSOR_READ = re.compile(r"""(?:(?<![\w.])|\bconfig\.)get(?:_str|_int|_float|_bool|_list)?\(\s*["']([A-Z][A-Z0-9_]+)["']""")
 SHELL_READ = re.compile(r"\$\{([A-Z][A-Z0-9_]+)")
 PRODUCT_NAME = re.compile(r"\bGROUNDED_[A-Z0-9_]*[A-Z0-9]\b")
-# Raw reads still to move to kb.config, each with its reason. The test fails when one goes, too.
+# Raw reads still to move to kb.project.config, each with its reason. The test fails when one goes, too.
 KNOWN_RAW_READS: dict[tuple[str, str], str] = {}  # (file, name) -> why it must read os.environ itself
 # Set for third-party code, not read by ours.
 THIRD_PARTY = {"HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "TOKENIZERS_PARALLELISM", "DJANGO_SETTINGS_MODULE"}
@@ -41,7 +41,7 @@ def _scripts() -> list[Path]:
 def test_the_committed_tables_are_the_generated_ones(path):
     committed = config_docs.generated_block((ROOT / path).read_text(), path)
     assert committed == config_docs.render(config_docs.TARGETS[path]), (
-        f"{path} differs from kb/config.py: run `python -m kb.config_docs --write`")
+        f"{path} differs from kb/project/config.py: run `python -m kb.project.config_docs --write`")
 
 
 def test_the_readme_table_lists_the_main_settings_and_links_into_docs():
@@ -56,11 +56,11 @@ def test_product_code_reads_the_environment_only_through_kb_config():
     raw = set()
     for path in _python_files(*PACKAGES):
         rel = path.relative_to(ROOT).as_posix()
-        if rel == "kb/config.py":
+        if rel == "kb/project/config.py":
             continue
         for match in RAW_READ.finditer(path.read_text()):
             raw.add((rel, match.group(1) or match.group(2)))
-    assert raw == set(KNOWN_RAW_READS), f"read past kb.config: {sorted(raw - set(KNOWN_RAW_READS))}; " \
+    assert raw == set(KNOWN_RAW_READS), f"read past kb.project.config: {sorted(raw - set(KNOWN_RAW_READS))}; " \
                                         f"no longer raw (drop from KNOWN_RAW_READS): {sorted(set(KNOWN_RAW_READS) - raw)}"
 
 
@@ -75,7 +75,7 @@ def test_every_name_read_is_declared_and_every_declared_name_is_read_by_whom_it_
     assert not scripts - set(declared) - script_locals, f"read by scripts, not declared: {sorted(scripts - set(declared) - script_locals)}"
     unread = {name for name, by in declared.items()
               if name not in {"product": product, "scripts": scripts, "tests": tests | scripts}[by]}
-    assert not unread, f"declared but not read by whom kb/config.py says (read_by): {sorted(unread)}"
+    assert not unread, f"declared but not read by whom kb/project/config.py says (read_by): {sorted(unread)}"
 
 
 def test_scripts_tests_benches_and_docs_name_only_declared_grounded_variables():

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from agents import planning
+from agents.conversations import send_message, start_conversation
 from agents.evaluation.conversation import TwoTurns
 from agents.evaluation.dataset import CorpusDoc, Question
 from agents.evaluation.metrics import (
@@ -36,7 +37,13 @@ from agents.evaluation.metrics import (
 from agents.evaluation.suite import CorpusProfile
 from agents.evaluation.summary import ABSTAIN_OUTCOME, RETRIEVAL_ONLY, QuestionResult, judge_answer
 from agents.models import Citation, RunStep
+from agents.selectors import metadata_facets
+from agents.services import ask
+from kb.embedding import ModelChoiceError, checked_model_key, default_model_key
+from kb.ingest import resume_stuck_jobs, run_ingest_job, upload_document
+from kb.ingest.corpora import save_corpus
 from kb.models import Chunk, Corpus, Document, DocumentStatus, IngestJob, JobStatus
+from kb.retrieval import SearchFilters, search
 from tenants.models import Tenant
 from tenants.scope import Scope, activate
 
@@ -101,9 +108,6 @@ def ensure_corpus(docs: list[CorpusDoc], *, tenant_slug: str, corpus_name: str, 
     are idempotent and leased, so running one twice changes nothing. Documents another process is
     ingesting (a Celery worker, a parallel `--shard`) are waited for, up to `wait_s`.
     """
-    from kb.embedding import ModelChoiceError, checked_model_key, default_model_key
-    from kb.ingest import resume_stuck_jobs, run_ingest_job, upload_document
-
     model, _, dim = (embedding_model or default_model_key()).partition(":")
     try:
         model_key = checked_model_key(model, int(dim) if dim.isdigit() else 0)
@@ -168,19 +172,9 @@ def _declare(scope: Scope, corpus: Corpus, declared: dict) -> None:
     changed = [k for k, v in declared.items() if getattr(corpus, k) != v]
     if not changed:
         return
-    try:
-        from kb.ingest.corpora import save_corpus
-    except ImportError:  # a kb without the service: declarations that need no recomputation only
-        save_corpus = None
-        if "language" in changed:
-            raise EvaluationError(f"corpus {corpus.name!r} is indexed in {corpus.language!r}, not {declared['language']!r}: "
-                                  "use another --corpus-name or --tenant, or delete it first") from None
     for key in changed:
         setattr(corpus, key, declared[key])
-    if save_corpus is not None:
-        save_corpus(scope=scope, corpus=corpus, changed=changed)
-    else:
-        corpus.save(update_fields=changed)
+    save_corpus(scope=scope, corpus=corpus, changed=changed)
 
 
 # --- One question -----------------------------------------------------------------------------
@@ -237,8 +231,6 @@ def judge_text(ev: EvalCorpus, q: Question, answer: str, outcome: str) -> dict:
 
 
 def run_agent(ev: EvalCorpus, q: Question, strategy: str, provider: str | None, generates_text: bool) -> QuestionResult:
-    from agents.services import ask
-
     run = ask(scope=ev.scope, question=q.question, strategy=strategy, provider=provider)
     return score_run(ev, q, run, strategy=strategy, generates_text=generates_text)
 
@@ -246,8 +238,6 @@ def run_agent(ev: EvalCorpus, q: Question, strategy: str, provider: str | None, 
 def run_conversation(ev: EvalCorpus, q: Question, strategy: str, provider: str | None, generates_text: bool,
                      turns: TwoTurns) -> QuestionResult:
     """`q` as the second turn of a new thread (`strategy` is "conversation:<agent strategy>"); scored on that turn."""
-    from agents.conversations import send_message, start_conversation
-
     agent_strategy = strategy.partition(":")[2]
     conversation = start_conversation(scope=ev.scope, title=f"evaluation {q.qid}")
     send_message(scope=ev.scope, conversation_id=conversation.pk, message=turns.first, strategy=agent_strategy, provider=provider)
@@ -277,16 +267,12 @@ def score_run(ev: EvalCorpus, q: Question, run, *, strategy: str, generates_text
 
 def facet_sources(ev: EvalCorpus) -> planning.Facets:
     """The facets the agent's `facets` tool shows for this scope (every value, not the tool's first 50)."""
-    from agents.selectors import metadata_facets
-
     with activate(ev.scope):
         return planning.Facets.from_tool(metadata_facets(ev.scope, max_values=10_000))
 
 
 def facet_search(scope: Scope, question: str, facets: planning.Facets, mode: str, *, k: int = K_CONTEXT) -> tuple[list[int], int]:
     """The planner's narrowed searches alone, without the agent loop: (chunk ids best first, searches made)."""
-    from kb.retrieval import SearchFilters, search
-
     lists: list[list[int]] = []
     calls = 0
     found = planning.find_mentions(question, facets)
@@ -304,8 +290,6 @@ def facet_search(scope: Scope, question: str, facets: planning.Facets, mode: str
 
 
 def run_retrieval(ev: EvalCorpus, q: Question, strategy: str, sources: planning.Facets) -> QuestionResult:
-    from kb.retrieval import search
-
     kind, _, mode = strategy.partition(":")
     started = time.perf_counter()
     if kind == "search":

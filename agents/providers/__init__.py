@@ -12,6 +12,8 @@ from typing import Protocol, runtime_checkable
 from django.conf import settings
 
 from agents.messages import ModelRequest, ModelTurn
+from agents.providers.offline import OfflineProvider
+from agents.providers.openai_compat import OpenAICompatProvider
 
 
 @runtime_checkable
@@ -30,15 +32,11 @@ PROVIDERS = ("gemini", "openai", "offline")
 def get_provider(name: str | None = None) -> Provider:
     name = (name or settings.DEFAULT_ANSWER_PROVIDER or "offline").lower()
     if name == "offline":
-        from agents.providers.offline import OfflineProvider
-
         return OfflineProvider()
     if name == "gemini":
-        from agents.providers.gemini import GeminiProvider
+        from agents.providers.gemini import GeminiProvider  # the Gemini SDK (~0.5 s to import): only when used
 
         return GeminiProvider.from_settings()
     if name in {"openai", "openai_compat"}:
-        from agents.providers.openai_compat import OpenAICompatProvider
-
         return OpenAICompatProvider.from_settings()
     raise ValueError(f"unknown provider {name!r}; choose one of {', '.join(PROVIDERS)}")

@@ -34,6 +34,7 @@ from django.conf import settings
 from django.core.cache import cache
 
 from agents.messages import ModelRequest, ToolSpec, UserMessage
+from agents.providers import get_provider
 
 log = logging.getLogger(__name__)
 
@@ -143,8 +144,6 @@ def configured_providers() -> list[str]:
 def provider_report() -> dict:
     """For /healthz: each configured provider's cached capabilities, or {"status": "probing"} while a
     background probe (started here when none is cached) runs. Never blocks on a model call."""
-    from agents.providers import get_provider
-
     report: dict = {"default": (settings.DEFAULT_ANSWER_PROVIDER or "offline").lower()}
     for name in configured_providers():
         try:

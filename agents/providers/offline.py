@@ -20,6 +20,7 @@ import re
 
 from agents.citations import NOT_ENOUGH_EVIDENCE
 from agents.conversation_text import resolve_followup
+from agents.lexical import key_words, looks_like_instructions, question_context, sentences, split_question, stem, terms
 from agents.messages import AssistantMessage, ModelRequest, ModelTurn, ToolCall, ToolResultMessage, Usage
 from agents.planning import Facets, GeneralPlanner, without_facets
 from agents.sufficiency import (
@@ -34,7 +35,6 @@ from agents.sufficiency import (
     support,
     yes_no_verdict,
 )
-from agents.text import key_words, looks_like_instructions, question_context, sentences, split_question, stem, terms
 
 __all__ = ["OfflineProvider", "SeenChunk", "compose_answer"]
 

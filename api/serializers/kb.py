@@ -9,6 +9,8 @@ from rest_framework import serializers
 
 from api.serializers.common import MAX_FILTER_KEY_CHARS, MAX_FILTER_KEYS, MAX_FILTER_VALUE_CHARS, department_or_400, id_field
 from kb.access import check_may_create_corpus
+from kb.embedding import ModelChoiceError, checked_model_key
+from kb.ingest.corpora import DeclarationRejected, check_declarations
 from kb.metadata import NOT_A_JSON_OBJECT, MetadataRejected, json_problem, parse_metadata, text_problem
 from kb.models import DEFAULT_CHUNK_TARGET_TOKENS, Corpus, Document, IngestJob
 from tenants.scope import NotAllowed, Scope
@@ -87,8 +89,6 @@ class CorpusSerializer(serializers.ModelSerializer):
 
 
 def _declaration(**given) -> dict:
-    from kb.ingest.corpora import DeclarationRejected, check_declarations
-
     try:
         return check_declarations(**given)
     except DeclarationRejected as exc:
@@ -97,8 +97,6 @@ def _declaration(**given) -> dict:
 
 def validate_embedding_model(model: str, dim: int) -> tuple[str, int]:
     """(model, dim) a corpus can use (kb.embedding.checked_model_key); errors name the field."""
-    from kb.embedding import ModelChoiceError, checked_model_key
-
     try:
         key = checked_model_key(model, dim)
     except ModelChoiceError as exc:

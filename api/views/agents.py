@@ -22,10 +22,11 @@ from rest_framework.response import Response
 
 from agents import evidence
 from agents.access import access_run, visible_runs
+from agents.chain import verify_tenant_chain
 from agents.models import Outcome, Run, RunStep, Verdict
 from agents.review import principal_names, search_runs
 from agents.selectors import run_citations, run_steps
-from agents.services import RunNotRecorded
+from agents.services import InvalidQuestion, RunNotRecorded, ask
 from api import serializers as s
 from api.permissions import ASK, AUDIT
 from api.ratelimit import consume_daily_run, daily_run_limit
@@ -118,8 +119,6 @@ def _check_daily_budget(scope: Scope) -> None:
 
 
 def _ask(**kwargs) -> Run:
-    from agents.services import InvalidQuestion, ask
-
     try:
         return ask(**kwargs)
     except InvalidQuestion as exc:
@@ -276,8 +275,6 @@ class ChainVerify(ScopedAPIView):
 
     @extend_schema(responses=s.ChainStatusSerializer)
     def get(self, request):
-        from agents.chain import verify_tenant_chain
-
         with activate(self.scope):
             report = verify_tenant_chain(self.scope.tenant_id, using="default")
         brk = report.first_break

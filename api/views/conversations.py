@@ -15,6 +15,7 @@ from rest_framework.response import Response
 from agents import conversations
 from agents.access import access_conversation, visible_conversations
 from agents.models import Citation, Run
+from agents.services import InvalidQuestion
 from api import serializers as s
 from api.permissions import ASK
 from api.views.agents import _check_daily_budget, ask_events, run_detail
@@ -25,8 +26,6 @@ from tenants.scope import Scope, activate
 
 def _send(*, scope: Scope, conversation_id: int, **kwargs) -> Run:
     """The next turn; a bad message or strategy is a 400 on its field."""
-    from agents.services import InvalidQuestion
-
     try:
         return conversations.send_message(scope=scope, conversation_id=conversation_id, message=kwargs.pop("question"), **kwargs)
     except InvalidQuestion as exc:

@@ -12,8 +12,10 @@ from rest_framework.response import Response
 from api import serializers as s
 from api.permissions import EDIT_DOCUMENTS, MANAGE, READ_KB
 from api.views.base import ScopedAPIView
-from kb import access
+from kb import access, retrieval
 from kb.access import access_corpus, access_document, access_job, visible_corpora, visible_documents, visible_jobs
+from kb.ingest import UploadRejected, delete_document, reingest_document, start_reembed, upload_document
+from kb.ingest.corpora import save_corpus
 from kb.models import Corpus, DocumentStatus, IngestJob, JobStatus
 from tenants.scope import NotVisible, activate
 
@@ -56,8 +58,6 @@ class CorpusDetail(ScopedAPIView):
 
     @extend_schema(request=s.CorpusSerializer, responses=s.CorpusSerializer)
     def patch(self, request, corpus_id: int):
-        from kb.ingest.corpora import save_corpus
-
         with activate(self.scope):
             corpus = access_corpus(self.scope, corpus_id)
             access.check_may_change(self.scope, corpus, "corpus")
@@ -88,8 +88,6 @@ class CorpusReembed(ScopedAPIView):
 
     @extend_schema(request=s.ReembedSerializer, responses={202: s.IngestJobSerializer, 200: s.CorpusSerializer})
     def post(self, request, corpus_id: int):
-        from kb.ingest import start_reembed
-
         with activate(self.scope):
             corpus = access_corpus(self.scope, corpus_id)
         access.check_may_change(self.scope, corpus, "corpus")
@@ -149,8 +147,6 @@ class DocumentList(ScopedAPIView):
     def post(self, request):
         """202 at once with the documents (pending) and their job ids (None: same bytes, nothing to do);
         the worker parses, chunks and embeds, and `GET /jobs/{id}/` shows its progress per batch."""
-        from kb.ingest import UploadRejected, upload_document
-
         ser = s.UploadSerializer(data={"corpus": request.data.get("corpus"), "files": request.FILES.getlist("files"),
                                        **{k: request.data[k] for k in ("metadata", "title") if k in request.data}})
         ser.is_valid(raise_exception=True)
@@ -190,8 +186,6 @@ class DocumentDetail(ScopedAPIView):
 
     @extend_schema(responses={204: None})
     def delete(self, request, document_id: int):
-        from kb.ingest import delete_document
-
         with activate(self.scope):
             delete_document(scope=self.scope, document=access_document(self.scope, document_id))
         return Response(status=status.HTTP_204_NO_CONTENT)
@@ -204,8 +198,6 @@ class DocumentReingest(ScopedAPIView):
 
     @extend_schema(request=None, responses={202: s.IngestJobSerializer})
     def post(self, request, document_id: int):
-        from kb.ingest import reingest_document
-
         with activate(self.scope):
             job = reingest_document(scope=self.scope, document=access_document(self.scope, document_id))
         with activate(self.scope):
@@ -245,13 +237,11 @@ class Search(ScopedAPIView):
 
     @extend_schema(request=s.SearchRequestSerializer, responses=s.SearchResponseSerializer)
     def post(self, request):
-        from kb.retrieval import SearchFilters, search
-
         ser = s.SearchRequestSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
         data = ser.validated_data
         f = data.get("filters") or {}
-        filters = SearchFilters(
+        filters = retrieval.SearchFilters(
             corpus_ids=tuple(f["corpus_ids"]) if "corpus_ids" in f else None,
             document_ids=tuple(f["document_ids"]) if "document_ids" in f else None,
             department_ids=tuple(f["department_ids"]) if "department_ids" in f else None,
@@ -260,7 +250,7 @@ class Search(ScopedAPIView):
             date_before=f["date_before"].isoformat() if f.get("date_before") else None,
         )
         # search() sets the RLS tenant itself; outside a transaction it can run its hybrid rankings at once.
-        result = search(self.scope, data["query"], k=data["k"], mode=data["mode"], filters=filters, rerank=data["rerank"])
+        result = retrieval.search(self.scope, data["query"], k=data["k"], mode=data["mode"], filters=filters, rerank=data["rerank"])
         return Response(search_result_json(result))
 
 

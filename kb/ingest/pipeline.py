@@ -14,7 +14,6 @@ import numpy as np
 from django.utils import timezone
 
 from kb.chunking import chunk_document
-from kb.config import get_int
 from kb.embedding import Embedder, get_embedder
 from kb.ingest.documents import content_hash
 from kb.ingest.jobs import MAX_ATTEMPTS, TRANSIENT_ERRORS, _claim, _fail, _ModelSwitched, _note_transient, _take_lease, _update_job
@@ -23,6 +22,7 @@ from kb.ingest.vectors import _ensure_index_outside_transactions, _vector_cursor
 from kb.injection import detect_injection
 from kb.models import Corpus, Document, DocumentContent, DocumentStatus, IngestJob, JobStatus
 from kb.parsing import ParseError, parse
+from kb.project.config import get_int
 from kb.sentences import sentence_spans
 from tenants.scope import Scope, activate
 

@@ -15,9 +15,9 @@ from django.db.models import Q
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from kb.celery import app as celery_app
 from kb.ingest.jobs import TRANSIENT_ERRORS
 from kb.models import IngestJob, JobStatus
+from kb.project.celery import app as celery_app
 
 logger = logging.getLogger(__name__)
 

@@ -9,12 +9,15 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+import psycopg
 from django.db import connections
 from django.utils import timezone
+from pgvector.psycopg.vector import VectorBinaryDumper, VectorBinaryLoader, VectorDumper
+from psycopg.types import TypeInfo
 
-from kb.config import get_int
 from kb.embedding import Embedder, embed_windowed
 from kb.models import EmbeddingCache, IngestJob
+from kb.project.config import get_int
 from kb.vector_index import HALFVEC_MAX_DIM, ensure_vector_index
 from tenants.scope import Scope, activate
 
@@ -24,8 +27,8 @@ def embed_batch_size() -> int:
 
 
 PROGRESS_STEPS = 4  # a job's progress moves about this many times while it embeds...
-# ...in batches of at least this many texts: MiniLM on 2 cores (loaded, median of 3 alternating
-# rounds of 128 chunk-sized texts) ran 3.8 texts/s at 64, 3.5 at 16 (-9 %), 3.0 at 8 (-26 %).
+# ...in batches of at least this many texts: smaller batches embed markedly slower per text
+# (figures: docs/ingestion.md, "Figures behind rules in the code").
 MIN_PROGRESS_BATCH = 16
 
 
@@ -88,9 +91,6 @@ def _vectors_for(scope: Scope, embedder: Embedder, texts: dict[str, str],
 def _vector_cursor(alias: str = "default") -> Iterator[Any]:
     """A raw psycopg cursor on the Django connection (same transaction), with binary numpy<->vector
     adapters registered on this cursor only (the ORM's own vector handling is left untouched)."""
-    from pgvector.psycopg.vector import VectorBinaryDumper, VectorBinaryLoader, VectorDumper
-    from psycopg.types import TypeInfo
-
     conn = connections[alias]
     conn.ensure_connection()
     raw = conn.connection
@@ -98,7 +98,6 @@ def _vector_cursor(alias: str = "default") -> Iterator[Any]:
     if info is None:
         info = TypeInfo.fetch(raw, "vector")
         raw._grounded_vector_info = info
-    import psycopg
 
     # A server-side-binding cursor: Django's default ClientCursor cannot carry binary parameters or results.
     with psycopg.Cursor(raw) as cur:

@@ -91,9 +91,8 @@ def _keyword_search_one(plan: SearchPlan, lexemes: list[str], n: int, using: str
     with tf read from the tsvector by ts_rank_cd under unit weights (for a one-lexeme query it is
     exactly the occurrence count). Candidates: chunks containing one of the rarest query lexemes
     whose document frequencies add up to RETRIEVAL_BM25_CANDIDATE_SHARE of the chunks and at most
-    RETRIEVAL_BM25_MAX_CANDIDATES (a chunk with
-    only common words cannot outrank one with the rare ones in practice; measured in
-    docs/retrieval.md); every lexeme still counts in the score (a query of more than MAX_SCORED_TERMS:
+    RETRIEVAL_BM25_MAX_CANDIDATES (a chunk holding only common words does not outrank one holding the
+    rare ones: docs/retrieval.md, "Keyword search"); every lexeme still counts in the score (a query of more than MAX_SCORED_TERMS:
     its rarest ones). Fewer than n candidates: all lexemes.
     """
     if not lexemes:
@@ -154,8 +153,9 @@ def candidate_lexemes(terms: list[tuple[str, float, int]], limit: float) -> list
 def _bm25_sql(plan: SearchPlan, terms: list[tuple[str, float, int]], generators: list[str], avg_len: float, k1: float,
               b: float, n: int, using: str, prefetched: dict[int, tuple] | None) -> list[tuple[int, float]]:
     where, params = plan.where("c")
-    # GIN candidates are the access path: the visible corpora are checked on each candidate row, not
-    # ANDed in as a bitmap of every chunk of those corpora (the planner did that, 3 ms at 66k rows).
+    # GIN candidates are the access path: the visible corpora are checked on each candidate row, never
+    # ANDed in as a bitmap of every chunk of those corpora, which costs a scan of them all
+    # (docs/retrieval.md, "Figures behind rules in the code").
     where = where.replace("c.corpus_id = ANY(", "c.corpus_id + 0 = ANY(", 1)
     tsq = " | ".join(_tsquery_literal(t) for t in generators)
     tf_cols = ", ".join(f"ts_rank_cd('{{1,1,1,1}}', v, %s::tsquery, 0) AS tf{i}" for i in range(len(terms)))
@@ -179,8 +179,7 @@ def _bm25_sql(plan: SearchPlan, terms: list[tuple[str, float, int]], generators:
     if prefetched is not None:
         sql, sparams = _with_hits(sql, sparams, n, "DESC")
     # Planned per search, never prepared with a generic plan: the plan depends on the tsquery's
-    # selectivity and the document filter's size, which a generic plan cannot see (measured at
-    # 100k chunks: document-filtered keyword searches went from 5.7 to 70 ms p50 under one).
+    # selectivity and the document filter's size, which a generic plan cannot see (docs/retrieval.md, "Figures behind rules in the code").
     return _collect(plan.tx.query(sql, sparams)[0], prefetched)
 
 

@@ -63,8 +63,8 @@ def search(scope: Scope, query: str, *, k: int = 10, mode: Mode = "hybrid", filt
         keyword_list: list[tuple[int, float]] = []
         paths: list[str] = []
         # One list and no re-ranking after it: the ranking query returns the hit rows itself
-        # (one round trip less); otherwise only the winners are loaded afterwards (measured: hit
-        # rows for both hybrid lists, 2 x 50, cost more than loading the top k in a round trip).
+        # (one round trip less); otherwise only the k winners are loaded afterwards, one round trip
+        # that costs less than hit rows for every candidate of every list (docs/retrieval.md, "Figures behind rules in the code").
         single = mmr_lambda is None and (mode == "keyword" or (mode == "vector" and len(plan.by_model) == 1))
         prefetched: dict[int, tuple] | None = {} if single else None
         side = None  # hybrid outside the caller's transaction: BM25 on a side connection, at the same time

@@ -46,8 +46,8 @@ class TenantStatements:
                        retry: bool = True) -> list[tuple]:
         """The rows of one statement, run as a prepared statement of this connection with a generic plan.
 
-        Measured: planning the ranking statements cost 0.2-0.6 ms per search, more than executing
-        the vector one at 50k rows (docs/retrieval.md). `sql` uses %s placeholders; equal
+        Prepared because planning a ranking statement can cost more than executing it (figures:
+        docs/retrieval.md, "Vector search"). `sql` uses %s placeholders; equal
         SharedParameter parameters (the query vector literal) become one, so the vector is sent and
         parsed once. The statement is named by a hash of its text (which inlines the model key and,
         for vector statements, the tenant id) and prepared in the same script the first time this

@@ -38,7 +38,7 @@ DEFAULTS = {
     # pool_mode=transaction), where a session's prepared statements are not its own.
     "RETRIEVAL_PREPARED_STATEMENTS": True,
     # Not here: RETRIEVAL_PARALLEL_WORKERS, the side connections on which a hybrid search runs BM25, is an
-    # environment variable (declared in kb/config.py, read as settings.RETRIEVAL_PARALLEL_WORKERS).
+    # environment variable (declared in kb/project/config.py, read as settings.RETRIEVAL_PARALLEL_WORKERS).
 }
 
 

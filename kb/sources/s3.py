@@ -40,6 +40,7 @@ def check_secret(secret: dict) -> dict:
 
 
 def _client(config: dict, secret: dict):
+    # boto3 (~0.2 s to import) loads only when an S3 source is listed or fetched.
     import boto3
     from botocore import UNSIGNED
     from botocore.config import Config
@@ -62,7 +63,7 @@ class S3Listing:
         self.complete = False
 
     def __iter__(self) -> Iterator[Entry]:
-        from botocore.exceptions import BotoCoreError, ClientError
+        from botocore.exceptions import BotoCoreError, ClientError  # boto3: only for S3 sources
 
         bucket, prefix = self.config["bucket"], self.config.get("prefix", "")
         try:
@@ -87,7 +88,7 @@ class S3Listing:
 
     def _reader(self, bucket: str, key: str):
         def fetch() -> bytes:
-            from botocore.exceptions import BotoCoreError, ClientError
+            from botocore.exceptions import BotoCoreError, ClientError  # boto3: only for S3 sources
 
             try:
                 body = self.client.get_object(Bucket=bucket, Key=key)["Body"]

@@ -32,13 +32,14 @@ from django.db import connections, transaction
 from django.utils import timezone
 
 from kb import access
-from kb.celery import app as celery_app
 from kb.ingest import TRANSIENT_ERRORS, UploadRejected, delete_document, enqueue_job, upload_document
 from kb.ingest.documents import move_document
 from kb.ingest.pipeline import group_max_jobs
 from kb.metadata import text_problem
 from kb.models import Corpus, Document, DocumentStatus, IngestJob, JobStatus
 from kb.parsing import ParseError, declared_type, parse
+from kb.project.celery import app as celery_app
+from kb.sources import folder, s3, website
 from kb.sources.base import Entry, ItemError, SourceError
 from kb.sources.crypto import SecretUnreadable, decrypt_secret
 from kb.sources.models import ACTIVE_SYNC, Source, SourceChange, SourceItem, SourceKind, SourceSync, SyncStatus
@@ -59,8 +60,6 @@ STALE_QUEUED_SECONDS = 300  # a queued sync older than this lost its message: re
 
 def listing_for(source: Source):
     """The connector listing of `source` (credentials decrypted here, handed only to the connector)."""
-    from kb.sources import folder, s3, website
-
     secret = decrypt_secret(source.secret)
     kinds = {SourceKind.FOLDER: folder.FolderListing, SourceKind.S3: s3.S3Listing, SourceKind.WEBSITE: website.WebsiteListing}
     return kinds[source.kind](source.config, secret)

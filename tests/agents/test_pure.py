@@ -12,11 +12,11 @@ from hypothesis import strategies as st
 from agents.budgets import Budgets, budgets_from_settings
 from agents.chain import clean_json
 from agents.citations import RetrievedChunk, check_citations, is_not_enough_evidence
+from agents.lexical import looks_like_instructions, sentences, split_question
 from agents.loop import parse_json_object
 from agents.messages import AssistantMessage, ModelRequest, ProviderError, ToolCall, ToolResultMessage, UserMessage
 from agents.providers.offline import OfflineProvider
 from agents.providers.openai_compat import OpenAICompatProvider
-from agents.text import looks_like_instructions, sentences, split_question
 from agents.tools import TOOL_SPECS
 
 
@@ -323,8 +323,8 @@ def test_a_near_copy_of_a_chunk_already_in_the_context_does_not_take_a_slot():
 
 
 def test_shingle_containment_tells_copies_from_shared_phrases():
+    from agents.lexical import contained_share, shingles
     from agents.loop import NEAR_COPY
-    from agents.text import contained_share, shingles
 
     story = shingles(STORY)
     assert contained_share(shingles(f"By Ana Ruiz. {STORY}"), story) == 1.0

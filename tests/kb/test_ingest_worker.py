@@ -19,13 +19,13 @@ from pathlib import Path
 import pytest
 import redis
 
-from kb.celery import app as celery_app
 from kb.chunking import chunk_document
-from kb.config import get_str
 from kb.embedding import HashEmbedder
 from kb.ingest import resume_stuck_jobs, upload_document
 from kb.models import Chunk, Corpus, Document, IngestJob
 from kb.parsing import parse
+from kb.project.celery import app as celery_app
+from kb.project.config import get_str
 from kb.tasks import ingest_document_task
 from tenants.scope import activate
 from tests.celery_pools import reset_celery_pools

@@ -118,7 +118,7 @@ class Workers:
 
 def point_celery_at(broker_url: str, queue: str) -> dict:
     """Send this process's tasks to `broker_url`/`queue` (not eagerly); returns the settings to restore."""
-    from kb.celery import app
+    from kb.project.celery import app
 
     keys = ("task_always_eager", "broker_url", "task_default_queue")
     saved = {k: app.conf[k] for k in keys}
@@ -128,7 +128,7 @@ def point_celery_at(broker_url: str, queue: str) -> dict:
 
 
 def restore_celery(saved: dict) -> None:
-    from kb.celery import app
+    from kb.project.celery import app
 
     app.conf.update(saved)
     reset_celery_pools()

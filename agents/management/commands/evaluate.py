@@ -25,6 +25,7 @@ from pathlib import Path
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from tqdm import tqdm
 
 from agents.evaluation.conversation import conversation_figures, split_question
 from agents.evaluation.dataset import DatasetError, load_corpus, load_questions, sample_questions
@@ -41,6 +42,7 @@ from agents.evaluation.runner import (
 )
 from agents.evaluation.suite import DEFAULT_SET, CorpusProfile, profile_for, select
 from agents.evaluation.summary import QuestionResult, summarise
+from agents.providers import get_provider
 from kb.ingest.queue import run_jobs_here_without_a_worker
 
 DEFAULT_STRATEGIES = "classic,pipeline,agentic,auto"
@@ -141,8 +143,6 @@ class Command(BaseCommand):
     def _run_set(self, opts: dict, strategies: list[str], *, corpus: Path, questions_file: Path, tenant: str, corpus_name: str,
                  profile: CorpusProfile | None, out: Path, records: bool, set_name: str | None = None) -> tuple[dict, list[QuestionResult]]:
         """Ingest one corpus (reused when unchanged) and run its (sampled) questions through every strategy."""
-        from tqdm import tqdm
-
         try:
             docs = load_corpus(corpus)
             questions = load_questions(questions_file, docs)
@@ -169,7 +169,6 @@ class Command(BaseCommand):
         except EvaluationError as exc:
             raise CommandError(str(exc)) from exc
         ingest_s = time.perf_counter() - started
-        from agents.providers import get_provider
 
         provider = get_provider(opts["provider"])
         generates_text = provider.name != "offline"

@@ -9,10 +9,13 @@ The web application serves /mcp itself (api/mcp_http.py: stateless, JSON respons
 
 from __future__ import annotations
 
+import anyio
+import uvicorn
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from kb.config import get_str
+from api.mcp_server import build_server, http_app, key_scope
+from kb.project.config import get_str
 
 
 class Command(BaseCommand):
@@ -25,13 +28,7 @@ class Command(BaseCommand):
         parser.add_argument("--port", type=int, default=8765)
 
     def handle(self, *args, key: str, http: bool, host: str, port: int, **options) -> None:
-        import anyio
-
-        from api.mcp_server import build_server, http_app, key_scope
-
         if http:
-            import uvicorn
-
             hosts = [h for h in settings.ALLOWED_HOSTS if h != "*"]
             allowed = [*hosts, *(f"{h}:*" for h in hosts)] if "*" not in settings.ALLOWED_HOSTS else None
             uvicorn.run(http_app(allowed), host=host, port=port, log_level="warning", access_log=False)

@@ -6,6 +6,7 @@ An operator tool: it searches with a whole-tenant scope (narrowed by --departmen
 from __future__ import annotations
 
 import json as jsonlib
+from dataclasses import asdict
 
 from django.core.management.base import BaseCommand, CommandError
 
@@ -68,6 +69,4 @@ class Command(BaseCommand):
 
 
 def _dumps(result) -> str:
-    from dataclasses import asdict
-
     return jsonlib.dumps(asdict(result), default=str, indent=2)

@@ -3,7 +3,7 @@
 This is the one place configuration comes from. Code reads a variable only through `get` (or the typed
 `get_str`, `get_int`, `get_float`, `get_bool`, `get_list`), which parses and validates it against its
 declaration; nothing else in `tenants/ kb/ agents/ api/` reads `os.environ` (a test holds it to that).
-Pure Python, no Django: `kb/settings.py`, `kb/gunicorn_conf.py` and the embedded database import it
+Pure Python, no Django: `kb/project/settings.py`, `kb/project/gunicorn_conf.py` and the embedded database import it
 before Django is configured.
 
 Contracts:
@@ -11,10 +11,10 @@ Contracts:
   unset or empty variable means its default. A default may be computed from other settings.
 - A bad value raises `ConfigError` naming the variable ("GROUNDED_EMBED_BATCH must be an integer,
   got 'abc'"); a secret's value is never repeated in a message.
-- `check_environment()` runs at start-up (`kb/settings.py` at import, `kb/gunicorn_conf.py`): it
+- `check_environment()` runs at start-up (`kb/project/settings.py` at import, `kb/project/gunicorn_conf.py`): it
   rejects any `GROUNDED_*` variable that is not declared, naming the closest declared one, and any
   declared variable whose value does not parse, all in one line.
-- `python -m kb.config_docs --markdown` prints the configuration tables of docs/configuration.md
+- `python -m kb.project.config_docs --markdown` prints the configuration tables of docs/configuration.md
   (generated from these declarations), `--readme` the README's, `--write` rewrites both between their
   markers (tests/test_config_documented.py checks they match).
 """
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 PREFIX = "GROUNDED_"
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 Environ = Mapping[str, str]
 Default = Any  # a value of the setting's type, or a callable(environ) computing one
 
@@ -91,7 +91,7 @@ DECLARED: tuple[Setting, ...] = (
     Setting("CELERY_TASK_ALWAYS_EAGER", bool, False, "on: a job runs in the process that queues it, after commit (the test suite "
             "and the benches ask for it); `scripts/run` then starts no worker", SERVICES, main=True),
     Setting("CELERY_WORKER_PROC_ALIVE_TIMEOUT", int, 300, "seconds a Celery pool process may take to start (it loads the embedding "
-            "model first: `kb/warmup.py`)", SERVICES, minimum=1),
+            "model first: `kb/project/warmup.py`)", SERVICES, minimum=1),
     Setting("CELERY_QUEUE", str, "grounded", "the Celery queue tasks go to", SERVICES),
     Setting("CELERY_VISIBILITY_TIMEOUT", int, 3600, "seconds before Redis redelivers an unacknowledged task", SERVICES, minimum=1),
     Setting("SECRET_KEY", str, "", "required when `DEBUG` is off (or `SECRET_KEY_FILE`)", SERVICES,
@@ -309,7 +309,7 @@ def problems(environ: Environ | None = None) -> list[str]:
     stems = {name.removeprefix(PREFIX): name for name in SETTINGS}
     for name in sorted(n for n in env if n.startswith(PREFIX) and n not in SETTINGS):
         close = difflib.get_close_matches(name.removeprefix(PREFIX), list(stems), n=1, cutoff=0.6)
-        hint = f"did you mean {stems[close[0]]}?" if close else "see python -m kb.config_docs --list"
+        hint = f"did you mean {stems[close[0]]}?" if close else "see python -m kb.project.config_docs --list"
         found.append(f"unknown setting {name} ({hint})")
     for name in SETTINGS:
         try:

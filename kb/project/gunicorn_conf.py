@@ -1,15 +1,20 @@
-"""gunicorn settings: `gunicorn -c python:kb.gunicorn_conf kb.wsgi:application`.
+"""gunicorn settings: `gunicorn -c python:kb.project.gunicorn_conf kb.project.wsgi:application`.
 
 Threaded workers (gthread): an `ask/stream` SSE response holds one thread for the length of a run
 while the other threads keep serving, and the agent loop spends most of its time waiting on the
-model API, not on the CPU. Everything is overridable from the environment (declared in kb/config.py,
+model API, not on the CPU. Everything is overridable from the environment (declared in kb/project/config.py,
 checked here first: a bad or unknown variable stops gunicorn before it forks a worker).
 """
 
 from __future__ import annotations
 
-# Names only: gunicorn reads every global of this module as one of its settings ("config" is one).
-from kb.config import check_environment, get_int, get_str
+# gunicorn reads every global of this module as one of its settings: import names and modules whose
+# names are not settings ("config" is one, hence the names from kb.project.config).
+import threading
+
+from django.conf import settings
+
+from kb.project.config import check_environment, get_int, get_str
 
 check_environment()
 
@@ -39,18 +44,17 @@ control_socket = get_str("GUNICORN_CONTROL_SOCKET") or None
 
 def post_worker_init(worker) -> None:
     """Before the worker accepts a connection: join the embedded PostgreSQL (its start-up is not
-    thread-safe; with DATABASE_URL this does nothing), then warm up (kb/warmup.py: the embedding
+    thread-safe; with DATABASE_URL this does nothing), then warm up (kb/project/warmup.py: the embedding
     model, the database and side connections, the search path), so that no request meets a cold
     worker. Here rather than in post_fork, which runs before the worker has loaded Django."""
-    from django.conf import settings
-
     if getattr(settings, "EMBEDDED_DATABASE", False):
-        from kb.embedded_db import ensure_server
+        # Embedded mode only (pgserver is of no use with DATABASE_URL); the module reads settings at import,
+        # which must come after check_environment() has vetted them.
+        from kb.embedded.postgres import ensure_server
 
         ensure_server()
-    import threading
 
-    from kb import warmup
+    from kb.project import warmup  # imports models: only in a worker, which has loaded Django by now (the arbiter never does)
 
     if warmup.enabled():
         # In a thread, this one telling the arbiter the worker is alive meanwhile: a model load on a

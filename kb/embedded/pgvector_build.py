@@ -7,8 +7,8 @@ the shipped library on a throwaway server and, only when the probe crashes, rebu
 Debian's source tarball (sha256-pinned) with portable flags against pgserver's own headers and
 installs it in place, keeping the original as `vector.so.native`.
 
-    python -m kb.portable_pgvector ensure   # probe, rebuild if needed (scripts/bootstrap.sh runs it)
-    python -m kb.portable_pgvector probe    # exit 1 if pgvector crashes on this CPU
+    python -m kb.embedded.pgvector_build ensure   # probe, rebuild if needed (scripts/bootstrap.sh runs it)
+    python -m kb.embedded.pgvector_build probe    # exit 1 if pgvector crashes on this CPU
 
 Needs gcc and make. Without network access, point GROUNDED_PGVECTOR_TARBALL at the tarball.
 """
@@ -27,7 +27,9 @@ import time
 import urllib.request
 from pathlib import Path
 
-from kb.config import get_str
+import pgserver
+
+from kb.project.config import get_str
 
 # pgvector 0.8.0 is the newest source Debian's pool serves here; its SQL matches pgserver's 0.8.2
 # (the 0.8.0 -> 0.8.2 upgrade scripts add no objects), and two small edits port it to PostgreSQL 18.
@@ -43,8 +45,6 @@ PROBE_SQL = ("CREATE EXTENSION IF NOT EXISTS vector; "
 
 
 def pginstall() -> Path:
-    import pgserver
-
     return Path(pgserver.__file__).resolve().parent / "pginstall"
 
 
@@ -54,8 +54,6 @@ def library() -> Path:
 
 def probe() -> bool:
     """True when pgvector computes a 384-d cosine distance on a fresh throwaway server."""
-    import pgserver
-
     with tempfile.TemporaryDirectory(prefix="pgvector-probe-") as tmp:
         server = pgserver.get_server(tmp, cleanup_mode="stop")
         try:

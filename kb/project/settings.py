@@ -1,8 +1,8 @@
 """One env-driven settings module. Production differences come only from environment variables,
-each declared once in kb/config.py (type, default, doc) and read here through it.
+each declared once in kb/project/config.py (type, default, doc) and read here through it.
 
 Bad configuration fails at start with one line naming the setting (ImproperlyConfigured): a value
-that does not parse, or a GROUNDED_* variable that is not declared (kb.config.check_environment).
+that does not parse, or a GROUNDED_* variable that is not declared (kb.project.config.check_environment).
 """
 
 from __future__ import annotations
@@ -14,15 +14,15 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
-from kb import config
-from kb.config import get_bool, get_int, get_list, get_str
+from kb.project import config
+from kb.project.config import get_bool, get_int, get_list, get_str
 
 try:
     config.check_environment()
 except config.ConfigError as exc:
     raise ImproperlyConfigured(str(exc)) from None
 
-BASE_DIR = Path(__file__).resolve().parent.parent
+BASE_DIR = Path(__file__).resolve().parents[2]
 
 
 def parse_database_url(url: str) -> dict:
@@ -120,7 +120,7 @@ MIDDLEWARE = [
 ]
 
 ROOT_URLCONF = "api.root_urls"
-WSGI_APPLICATION = "kb.wsgi.application"
+WSGI_APPLICATION = "kb.project.wsgi.application"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 TEMPLATES = [
     {
@@ -162,7 +162,7 @@ if _database_url:
     EMBEDDED_DATABASE = False
 else:
     _owner = {
-        "ENGINE": "kb.db_embedded",
+        "ENGINE": "kb.embedded.django_backend",
         "NAME": get_str("GROUNDED_DB_NAME"),
         "USER": "postgres",
         "PASSWORD": "",
@@ -184,11 +184,11 @@ CELERY_BROKER_URL = get_str("CELERY_BROKER_URL")  # default: REDIS_URL
 for _name, _url in (("REDIS_URL", REDIS_URL), ("CELERY_BROKER_URL", CELERY_BROKER_URL)):
     if _url and urlsplit(_url).scheme not in {"redis", "rediss", "amqp", "pyamqp", "memory"}:
         raise ImproperlyConfigured(f"{_name} is malformed: expected redis://host:port/db")
-# No broker configured: the embedded Redis (kb/embedded_redis.py, a unix socket beside the embedded
+# No broker configured: the embedded Redis (kb/embedded/redis_broker.py, a unix socket beside the embedded
 # database), which scripts/run starts with a worker beside the web server.
 EMBEDDED_BROKER = not CELERY_BROKER_URL
 if EMBEDDED_BROKER:
-    from kb.embedded_redis import broker_url as _embedded_broker_url
+    from kb.embedded.redis_broker import broker_url as _embedded_broker_url
 
     CELERY_BROKER_URL = _embedded_broker_url()
 # Tasks run in the calling process (after commit) only when asked: the test suite and the benches.
@@ -197,7 +197,7 @@ CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-# A pool process warms up (loads the embedding model: kb/warmup.py) before it reports itself up;
+# A pool process warms up (loads the embedding model: kb/project/warmup.py) before it reports itself up;
 # Celery's default 4 s would have it killed as hung on a loaded machine.
 CELERY_WORKER_PROC_ALIVE_TIMEOUT = get_int("CELERY_WORKER_PROC_ALIVE_TIMEOUT")
 CELERY_TASK_SERIALIZER = "json"

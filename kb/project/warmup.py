@@ -1,5 +1,5 @@
-"""Warm-up at process start, so that no user request pays for it (issue 31: the first hybrid search
-in each web worker took 24.7 s, the model loading inside the request).
+"""Warm-up at process start, so that no user request pays for loading the embedding model, the views
+or the first search (figures: docs/ingestion.md, "The default run, measured").
 
 A gunicorn worker runs `warm_up()` in `post_worker_init` (after Django is set up, before it accepts
 a connection: a worker is never given a request while cold), a Celery pool process in
@@ -11,7 +11,7 @@ the search path once on an empty scope (tenant `NO_TENANT`, which owns nothing: 
 level security shows it no row) so its modules, SQL and the server's catalog caches are warm.
 
 `/healthz` reports `warm_up` and answers 503 with status "warming" while it runs (or "failed")
-in the process answering. GROUNDED_WARMUP=0 turns it off (bench/cold_start_bench.py compares).
+in the process answering. GROUNDED_WARMUP=0 turns it off (bench/embedded_stack_bench.py compares).
 """
 
 from __future__ import annotations
@@ -21,7 +21,17 @@ import threading
 import time
 from typing import Any
 
-from kb.config import get_bool, get_list
+from django.conf import settings
+from django.db import connections
+from django.urls import get_resolver
+
+from kb.embedding import GeminiEmbedder, default_model_key, embed_array, get_embedder
+from kb.ingest.queue import _embedded_broker_down
+from kb.project.celery import app
+from kb.project.config import get_bool, get_list
+from kb.retrieval import search
+from kb.retrieval.side_connections import submit
+from tenants.scope import Scope
 
 logger = logging.getLogger(__name__)
 
@@ -50,8 +60,6 @@ def begin() -> None:
 
 def model_keys() -> list[str]:
     """The default embedding model and those named in GROUNDED_WARMUP_MODELS (comma-separated keys)."""
-    from kb.embedding import default_model_key
-
     extra = get_list("GROUNDED_WARMUP_MODELS")
     return list(dict.fromkeys([default_model_key(), *extra]))
 
@@ -91,15 +99,11 @@ def warm_up(*, web: bool = True) -> dict[str, Any]:
 
 
 def _warm_database() -> None:
-    from django.db import connections
-
     with connections["default"].cursor() as cur:
         cur.execute("SELECT 1")
 
 
 def _warm_model(model_key: str) -> None:
-    from kb.embedding import GeminiEmbedder, embed_array, get_embedder
-
     embedder = get_embedder(model_key)
     if isinstance(embedder, GeminiEmbedder):  # a remote API: nothing to load, and no call at start
         return
@@ -108,13 +112,8 @@ def _warm_model(model_key: str) -> None:
 
 
 def _warm_requests() -> None:
-    """Import every view (the URLconf is otherwise loaded by the first request: ~0.4 s measured, the
-    most of a first upload's 0.7 s) and open the connection an upload sends its job on."""
-    from django.urls import get_resolver
-
-    from kb.celery import app
-    from kb.ingest.queue import _embedded_broker_down
-
+    """Import every view (otherwise the first request loads the URLconf and, through it, every view)
+    and open the connection an upload sends its job on."""
     get_resolver().url_patterns  # noqa: B018  (imports the root URLconf and, through it, every view)
     get_resolver()._populate()
     if not app.conf.task_always_eager and not _embedded_broker_down():
@@ -123,19 +122,11 @@ def _warm_requests() -> None:
 
 
 def _warm_search() -> None:
-    from django.conf import settings
-
-    from kb.retrieval import search
-    from kb.retrieval.side_connections import submit
-    from tenants.scope import Scope
-
     workers = settings.RETRIEVAL_PARALLEL_WORKERS
     if workers > 0:  # each side thread opens its own connection now, not in a user's search
         barrier = threading.Barrier(workers, timeout=30)
 
         def connect() -> None:
-            from django.db import connections
-
             barrier.wait()  # all at once: one thread per worker, not one thread doing them all
             with connections["default"].cursor() as cur:
                 # A full-text probe of the chunk table, the BM25 side's: its catalog entries and

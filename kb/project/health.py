@@ -1,4 +1,4 @@
-"""GET /healthz: database, pgvector version, broker, this process's warm-up (kb/warmup.py). 200 when all
+"""GET /healthz: database, pgvector version, broker, this process's warm-up (kb/project/warmup.py). 200 when all
 are up and the warm-up (if one was started) is done; 503 otherwise, with status "warming" while it runs.
 
 Apps above kb add informational sections through HEALTH_REPORTS (agents adds "providers": each
@@ -10,9 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import redis
 from django.conf import settings
 from django.db import connections
 from django.http import HttpRequest, JsonResponse
+
+from kb.embedded.redis_broker import client_url
+from kb.project import warmup
 
 HEALTH_REPORTS: dict[str, Callable[[], dict]] = {}  # section name -> report, registered in an AppConfig.ready()
 
@@ -32,16 +36,11 @@ def healthz(request: HttpRequest) -> JsonResponse:
         ok = False
     if not settings.CELERY_TASK_ALWAYS_EAGER:
         try:
-            import redis
-
-            from kb.embedded_redis import client_url
-
             redis.Redis.from_url(client_url(settings.CELERY_BROKER_URL), socket_timeout=2, socket_connect_timeout=2).ping()
             report["broker"] = "ok"
         except Exception as exc:
             report["broker_error"] = exc.__class__.__name__
             ok = False
-    from kb import warmup
 
     warm = warmup.state()
     if warm["status"] != "off":

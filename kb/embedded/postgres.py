@@ -17,9 +17,12 @@ import threading
 import time
 from pathlib import Path
 
+import pgserver
 import psutil
+import psycopg
+from pgserver.postgres_server import PostgresServer
 
-from kb.config import get_str
+from kb.project.config import get_str
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +115,6 @@ def _restart() -> str:
     """Start the stopped server again through this process's pgserver handle (which keeps it registered
     as held), under pgserver's inter-process lock so that two processes do not both start it."""
     global _socket_dir
-    from pgserver.postgres_server import PostgresServer
 
     server = PostgresServer._instances.get(data_dir())
     if server is None:
@@ -127,8 +129,6 @@ def _restart() -> str:
 
 def _start() -> str:
     global _socket_dir
-    import pgserver  # heavy import, only in embedded mode
-    from pgserver.postgres_server import PostgresServer
 
     pgdata = data_dir()
     pgdata.parent.mkdir(parents=True, exist_ok=True)
@@ -144,9 +144,9 @@ def _start() -> str:
     return _socket_dir
 
 
-# PostgreSQL's defaults (128 MB shared buffers) leave a 100k-chunk table and its HNSW index
-# mostly outside the buffer cache; measured in bench/retrieval_bench.py: filtered HNSW p95 at a
-# 10k-row scope 15.3 -> 11.1 ms. shared_buffers applies from the server's next start.
+# Shared buffers large enough to hold a 100k-chunk table, its model index and the scope indexes
+# (PostgreSQL's default 128 MB leaves most of them outside the cache; figures: docs/retrieval.md, "Figures behind rules in the code").
+# shared_buffers applies from the server's next start.
 TUNING = {
     "shared_buffers": get_str("GROUNDED_PG_SHARED_BUFFERS"),
     "effective_cache_size": "4GB",
@@ -168,8 +168,6 @@ def _tune(conn) -> None:
 
 def _bootstrap(server) -> None:
     """Create the application database and its non-superuser, non-BYPASSRLS role."""
-    import psycopg
-
     with psycopg.connect(host=str(server.get_postmaster_info().socket_dir), user="postgres",
                          dbname="postgres", autocommit=True) as conn:
         if not conn.execute("SELECT 1 FROM pg_roles WHERE rolname=%s", [APP_ROLE]).fetchone():
@@ -179,7 +177,7 @@ def _bootstrap(server) -> None:
             conn.execute(f"CREATE DATABASE {DATABASE_NAME}")
 
 
-if __name__ == "__main__":  # python -m kb.embedded_db stop|stop-stale|status
+if __name__ == "__main__":  # python -m kb.embedded.postgres stop|stop-stale|status
     import sys
 
     action = sys.argv[1] if len(sys.argv) > 1 else "status"

