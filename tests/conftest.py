@@ -5,10 +5,18 @@ from __future__ import annotations
 import os
 
 import pytest
+from django.conf import settings
 
+from kb.embedded.postgres import ensure_server
 from kb.project.config import get_str
+from tests import databases
 
 os.environ.setdefault("GROUNDED_EMBEDDER", "hash")
+# Under pytest-xdist each worker gets Redis databases of its own (tests/databases.py); set before any
+# test module reads these URLs at import time. Real-worker subprocesses inherit them.
+if databases.xdist_worker():
+    for _url_setting in ("GROUNDED_TEST_REDIS_URL", "GROUNDED_RELIABILITY_REDIS_URL"):
+        os.environ[_url_setting] = databases.redis_url_for_worker(get_str(_url_setting), databases.xdist_worker())
 
 pytest_plugins = ["tests.factories"]
 
@@ -17,12 +25,28 @@ def pytest_addoption(parser):
     parser.addoption("--runslow", action="store_true", default=False, help="run slow tests")
 
 
+def pytest_configure(config):
+    """With xdist workers, start the embedded server in the controller before they spawn: workers
+    starting a fresh server together would race to initialise it."""
+    if config.getoption("dist", "no") != "no" and not databases.xdist_worker() and settings.EMBEDDED_DATABASE:
+        ensure_server()
+
+
+# Fixtures that reach the test database: a test using one (or marked django_db) is a `db` test.
+DATABASE_FIXTURES = {"db", "transactional_db", "django_db_reset_sequences", "django_db_serialized_rollback",
+                     "live_server", "django_db_setup"}
+
+
 def pytest_collection_modifyitems(config, items):
-    if config.getoption("--runslow"):
-        return
+    """Mark every test that needs the database `db` (`pytest -m "not db"`: the pure tests alone,
+    which pytest-django would stop from touching it), and skip `slow` tests without --runslow."""
     skip = pytest.mark.skip(reason="slow: run with --runslow")
+    # The quality gate is the longest test by far: first, so a parallel run does not end waiting for it alone.
+    items.sort(key=lambda item: item.get_closest_marker("quality_gate") is None)
     for item in items:
-        if "slow" in item.keywords:
+        if item.get_closest_marker("django_db") or DATABASE_FIXTURES & set(item.fixturenames):
+            item.add_marker(pytest.mark.db)
+        if "slow" in item.keywords and not config.getoption("--runslow"):
             item.add_marker(skip)
 
 
@@ -30,8 +54,6 @@ def pytest_collection_modifyitems(config, items):
 def _hash_embedder_by_default():
     """pytest-django imports settings before this file runs, so the setdefault above comes too late
     for settings.DEFAULT_EMBEDDER: apply it here (tests never load torch unless they ask for MiniLM)."""
-    from django.conf import settings
-
     settings.DEFAULT_EMBEDDER = get_str("GROUNDED_EMBEDDER")
 
 
@@ -40,8 +62,6 @@ def _eager_celery_by_default():
     """Jobs run in the test process after commit (CELERY_TASK_ALWAYS_EAGER, on here unless the
     environment says 0) unless a test sends them to a real worker (tests/kb/test_ingest_worker.py).
     In this process only: worker, gunicorn and soak subprocesses keep their own settings."""
-    from django.conf import settings
-
     from kb.project.celery import app
 
     eager = os.environ.get("CELERY_TASK_ALWAYS_EAGER", "1").lower() in {"1", "true", "yes", "on"}
@@ -57,25 +77,33 @@ def _no_network_models(monkeypatch):
 
 @pytest.fixture(scope="session")
 def django_db_setup(django_test_environment, django_db_blocker):
-    """Create and migrate the test database as the owner role; tests then use the app role.
+    """This worker's test database, copied from the migrated template (tests/databases.py) as the
+    owner role; tests then use the app role.
 
     Django's own test-database setup would create it through the 'default' alias, which is the
-    application role and (rightly) may not create databases or tables.
+    application role and (rightly) may not create databases or tables. `migrate` runs once more on
+    the copy: nothing is left to apply, but its post_migrate hooks grant the application role its
+    rights on this database by name, exactly as on a database migrated from nothing.
     """
     from django.core.management import call_command
     from django.db import connections
 
-    name = connections["owner"].settings_dict["TEST"]["NAME"]
-    with django_db_blocker.unblock():
-        owner = connections["owner"]
-        with owner._nodb_cursor() as cur:
-            cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-            cur.execute(f'CREATE DATABASE "{name}"')
+    def use(name: str) -> None:
         for alias in ("owner", "default"):
             connections[alias].close()
             connections[alias].settings_dict["NAME"] = name
-        os.environ["GROUNDED_DB_NAME"] = name  # for worker subprocesses started by tests
+
+    def migrate(name: str) -> None:
+        use(name)
         call_command("migrate", database="owner", verbosity=0)
+        use(name)  # closes the connections: the template must have none when it is renamed and copied
+
+    base = connections["owner"].settings_dict["TEST"]["NAME"]
+    name = databases.worker_database_name(base, databases.xdist_worker())
+    with django_db_blocker.unblock():
+        databases.create_from_template(name, base, migrate)
+        os.environ["GROUNDED_DB_NAME"] = name  # for worker subprocesses started by tests
+        migrate(name)
     yield
     with django_db_blocker.unblock():
         for alias in ("owner", "default"):

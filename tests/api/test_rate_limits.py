@@ -1,4 +1,4 @@
-"""Per-key rate limits (Redis DB 4 and the cache fallback) and their atomicity."""
+"""Per-key rate limits (Redis DB 4, under xdist the worker's own DB, and the cache fallback) and their atomicity."""
 
 from __future__ import annotations
 
@@ -11,10 +11,12 @@ import redis
 from rest_framework.test import APIClient
 
 from api import ratelimit
+from tests.databases import redis_url_for_worker, xdist_worker
 
 pytestmark = pytest.mark.django_db(databases=["default", "owner"])
 
-REDIS_URL = "redis://127.0.0.1:6379/4"
+# Parallel workers have databases of their own, so their key and tenant ids repeat: their windows must not meet.
+REDIS_URL = redis_url_for_worker("redis://127.0.0.1:6379/4", xdist_worker())
 
 
 @pytest.fixture(params=["redis", "cache"])

@@ -69,7 +69,7 @@ MIN_VERIFIED_CITATIONS = 0.9
 METRICS_SHOWN = ("evidence_recall", "all_facts", "hits_at_10", "hits_at_4", "null_abstained", "answer_containment",
                  "answer_precision", "citations_verified_share")
 
-pytestmark = pytest.mark.django_db(databases=["default", "owner"])
+pytestmark = [pytest.mark.quality_gate, pytest.mark.django_db(databases=["default", "owner"])]
 
 
 def multihop_subset() -> tuple[list[CorpusDoc], list[Question]]:
