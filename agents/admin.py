@@ -12,6 +12,7 @@ import dataclasses
 import io
 import json
 from datetime import UTC, datetime
+from typing import cast
 
 from django import forms
 from django.contrib import admin, messages
@@ -47,8 +48,9 @@ class DepartmentFilter(admin.SimpleListFilter):
         return [(d.pk, str(d)) for d in scoped_queryset(request, Department).select_related("tenant").order_by("tenant", "name")]
 
     def queryset(self, request, queryset):
-        if self.value() and str(self.value()).isdigit():
-            return queryset.filter(Q(scope__all_departments=True) | Q(scope__department_ids__contains=[int(self.value())]))
+        department_id = self.value()
+        if department_id and department_id.isdigit():
+            return queryset.filter(Q(scope__all_departments=True) | Q(scope__department_ids__contains=[int(department_id)]))
         return queryset
 
 
@@ -63,9 +65,10 @@ class PrincipalFilter(admin.SimpleListFilter):
         return sorted({(r.principal, r.principal_name) for r in runs})
 
     def queryset(self, request, queryset):
-        if self.value() and "\x00" in self.value():  # PostgreSQL text cannot hold NUL: nothing can match
+        principal = self.value()
+        if principal and "\x00" in principal:  # PostgreSQL text cannot hold NUL: nothing can match
             return queryset.none()
-        return queryset.filter(principal=self.value()) if self.value() else queryset
+        return queryset.filter(principal=principal) if principal else queryset
 
 
 class UnverifiedFilter(admin.SimpleListFilter):
@@ -222,7 +225,8 @@ class RunAdmin(ReadOnlyAuditAdmin):
     def change_view(self, request, object_id, form_url="", extra_context=None):
         run = self.get_object(request, object_id)
         if run is None or not self.has_view_permission(request, run):
-            return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
+            # Django's own change_view answers a missing object with this helper; the stubs leave it out.
+            return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)  # type: ignore[attr-defined]
         context = {**self.admin_site.each_context(request), "opts": self.opts, "title": f"Run {run.pk}", **trace_context(request, run)}
         return TemplateResponse(request, "admin/agents/run/detail.html", context)
 
@@ -345,8 +349,8 @@ class PlaygroundForm(forms.Form):
 
     def __init__(self, *args, choices, strategies, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["act_as"].choices = choices
-        self.fields["strategy"].choices = [(s, s) for s in strategies]
+        cast(forms.ChoiceField, self.fields["act_as"]).choices = choices
+        cast(forms.ChoiceField, self.fields["strategy"]).choices = [(s, s) for s in strategies]
 
 
 def _actors(request):

@@ -51,9 +51,10 @@ class CorpusFilter(admin.SimpleListFilter):
         return [(c.pk, c.name) for c in scoped_queryset(request, Corpus).order_by("name")[:200]]
 
     def queryset(self, request, queryset):
-        if not (self.value() and str(self.value()).isdigit()):
+        corpus_id = self.value()
+        if not (corpus_id and corpus_id.isdigit()):
             return queryset
-        documents = scoped_queryset(request, Document).filter(corpus_id=int(self.value())).values("pk")
+        documents = scoped_queryset(request, Document).filter(corpus_id=int(corpus_id)).values("pk")
         runs = scoped_queryset(request, Citation).filter(document_id__in=documents).values("run_id")
         return queryset.filter(run_id__in=runs)
 

@@ -102,6 +102,7 @@ def record_run(*, scope: Scope, state: RunState, result: LoopResult | None, erro
     With `conversation_id`, the run is the conversation's next turn (numbered under the chain's lock)
     and `message` what the caller typed."""
     budgets = state.budgets
+    outcome: str
     if result is None:
         answer, outcome, grounded, checks = "", Outcome.FAILED, False, []
     else:

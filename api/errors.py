@@ -57,9 +57,9 @@ def exception_handler(exc, context):
         logging.getLogger(f"django.security.{exc.__class__.__name__}").warning(str(exc))
         exc = ParseError({"body": [_suspicious_message(exc)]})
     elif isinstance(exc, RunNotRecorded):
-        response = Response(error_body("run_not_recorded", str(exc)), status=503)
-        response["Retry-After"] = "30"
-        return response
+        unavailable = Response(error_body("run_not_recorded", str(exc)), status=503)
+        unavailable["Retry-After"] = "30"
+        return unavailable
     elif isinstance(exc, NotVisible):
         exc = NotFound(str(exc))
     elif isinstance(exc, NotAllowed):
@@ -99,7 +99,8 @@ def _server_error(exc: BaseException, context) -> Response:
     # Error reporters (and Django's test client) listen for this, as for any unhandled exception.
     got_request_exception.send(sender=None, request=request)
     response = Response(error_body("server_error", "internal error"), status=500)
-    response._has_been_logged = True  # django.utils.log.log_response: logged above, with the traceback
+    # django.utils.log.log_response reads this flag (logged above, with the traceback); the stubs do not declare it.
+    response._has_been_logged = True  # type: ignore[attr-defined]
     return response
 
 

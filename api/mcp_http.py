@@ -13,6 +13,9 @@ connection. Sessions (API keys only) are not accepted here.
 
 from __future__ import annotations
 
+from collections.abc import MutableMapping
+from typing import Any
+
 import anyio
 from asgiref.sync import async_to_sync
 from django.http import HttpResponse
@@ -96,7 +99,7 @@ async def mcp_exchange(raw_key: str, scope: dict, body: bytes) -> tuple[int, lis
         await finished.wait()  # the client "disconnects" only once the answer is complete
         return {"type": "http.disconnect"}
 
-    async def send(message: dict) -> None:
+    async def send(message: MutableMapping[str, Any]) -> None:
         if message["type"] == "http.response.start":
             answer["status"] = message["status"]
             answer["headers"] = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in message.get("headers", [])]

@@ -4,6 +4,8 @@ user's tenant scope (tenants.admin.TenantScopedAdmin)."""
 
 from __future__ import annotations
 
+from typing import cast
+
 from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
@@ -21,7 +23,7 @@ from kb.ingest.corpora import DeclarationRejected, check_declarations, save_corp
 from kb.ingest.dates import document_date
 from kb.metadata import MetadataRejected, parse_metadata, text_problem
 from kb.models import DEFAULT_EMBEDDING_DIM, DEFAULT_EMBEDDING_MODEL, DEFAULT_LANGUAGE, Chunk, Corpus, Document, DocumentStatus, IngestJob
-from kb.retrieval import SearchFilters, search
+from kb.retrieval import MODES, SearchFilters, search, search_mode
 from tenants.admin_base import TenantScopedAdmin, admin_scope, scoped_filter, scoped_queryset, scoped_view
 from tenants.models import Department
 from tenants.scope import NotAllowed, Scope
@@ -162,7 +164,8 @@ class MultiFileField(forms.FileField):
 
 class UploadForm(forms.Form):
     corpus = forms.ModelChoiceField(queryset=Corpus.objects.unscoped_dangerously().none())
-    files = MultiFileField(help_text=f"Up to {settings.MAX_FILES_PER_UPLOAD} files (txt, md, html, pdf, docx).")
+    # The stubs see BaseForm.files (the bound upload dict); Django's form metaclass takes declared fields out of the class.
+    files = MultiFileField(help_text=f"Up to {settings.MAX_FILES_PER_UPLOAD} files (txt, md, html, pdf, docx).")  # type: ignore[assignment]
     title = forms.CharField(required=False, max_length=500, help_text="Optional, single file only.")
     metadata = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 3}),
                                help_text='JSON object, e.g. {"category": "travel", "effective_date": "2025-01-01"}; '
@@ -232,9 +235,10 @@ class DocumentAdmin(TenantScopedAdmin):
         """While a listed document is pending or processing, the page reloads itself (every 2 s) so
         its progress bar moves as the worker commits each embedding batch."""
         response = super().changelist_view(request, extra_context)
-        cl = getattr(response, "context_data", None) and response.context_data.get("cl")
-        if cl is not None:
-            response.context_data["ingesting"] = any(
+        context = response.context_data if isinstance(response, TemplateResponse) else None  # not on a redirect
+        cl = context.get("cl") if context else None
+        if context is not None and cl is not None:
+            context["ingesting"] = any(
                 d.status in (DocumentStatus.PENDING, DocumentStatus.PROCESSING) for d in cl.result_list)
         return response
 
@@ -246,7 +250,7 @@ class DocumentAdmin(TenantScopedAdmin):
         if not self.has_add_permission(request):
             raise PermissionDenied("not allowed")
         form = UploadForm(request.POST or None, request.FILES or None)
-        form.fields["corpus"].queryset = scoped_queryset(request, Corpus)
+        cast(forms.ModelChoiceField, form.fields["corpus"]).queryset = scoped_queryset(request, Corpus)
         if request.method == "POST" and form.is_valid():
             files = form.cleaned_data["files"]
             corpus = form.cleaned_data["corpus"]
@@ -328,13 +332,14 @@ class ChunkAdmin(TenantScopedAdmin):
         error = text_problem(query) or ""
         if error:
             query, error = "", f"The query {error}."
-        mode = request.GET.get("mode", "hybrid") if request.GET.get("mode") in {"vector", "keyword", "hybrid"} else "hybrid"
+        mode = search_mode(request.GET["mode"]) if request.GET.get("mode") in MODES else "hybrid"
         corpora = list(scoped_queryset(request, Corpus).order_by("name"))
         corpus_id = request.GET.get("corpus", "")
         result = None
         if query:
             corpus = next((c for c in corpora if str(c.pk) == corpus_id), None)
-            tenant_id = corpus.tenant_id if corpus else (admin_scope(request).tenant_id if admin_scope(request) else None)
+            scope = admin_scope(request)
+            tenant_id = corpus.tenant_id if corpus else (scope.tenant_id if scope else None)
             if tenant_id is None:
                 error = "Superusers: pick a corpus (search runs in one tenant)."
             else:

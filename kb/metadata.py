@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable
 
 # Upload metadata (one JSON object applied to every file): stored per document and matched by filters.
 MAX_METADATA_CHARS = 64 * 1024
@@ -45,7 +46,7 @@ def json_problem(value, *, max_depth: int, max_string: int | None = None, check_
                 return f"nested deeper than {max_depth} levels"
             children = item.values() if isinstance(item, dict) else item
             stack.extend((child, depth + 1) for child in children)
-            strings = item.keys() if isinstance(item, dict) and check_text else ()
+            strings: Iterable[str] = item.keys() if isinstance(item, dict) and check_text else ()
         elif isinstance(item, float) and not math.isfinite(item):
             return "numbers must be finite"
         else:

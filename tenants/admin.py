@@ -7,6 +7,8 @@ inside the user's tenant. Superusers act as operators across tenants through the
 
 from __future__ import annotations
 
+from typing import Any
+
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
@@ -114,8 +116,9 @@ class GrantForm(forms.ModelForm):
 
     acting_scope: Scope | None = None  # set by TenantScopedAdmin.get_form
 
-    def clean(self):
-        data = super().clean()
+    def clean(self) -> dict[str, Any]:
+        super().clean()
+        data = self.cleaned_data
         tenant = data.get("tenant") or (self.instance.tenant if self.instance.tenant_id else None)
         departments = list(data.get("departments") or [])
         if tenant is not None and any(d.tenant_id != tenant.pk for d in departments):

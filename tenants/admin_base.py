@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import weakref
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from django.contrib import admin
 from django.contrib.auth import get_user_model
@@ -28,6 +30,19 @@ from tenants.principals import TenantChoice, tenants_of_user, user_scope
 from tenants.scope import NotAllowed, Scope, TenantScopedManager, activate, validating_tenant
 
 ADMIN_SITE_ROLES = frozenset({"admin", "editor", "auditor"})
+
+
+@dataclass
+class _RequestCache:
+    """What one admin request has worked out about its tenant, computed once per request."""
+
+    choices: list[TenantChoice] | None = None
+    scope_known: bool = False
+    scope: Scope | None = None
+
+
+# Per request, dropped with the request (a typed cache instead of attributes set on HttpRequest).
+_PER_REQUEST: weakref.WeakKeyDictionary[HttpRequest, _RequestCache] = weakref.WeakKeyDictionary()
 SESSION_TENANT = "admin_tenant"
 
 
@@ -36,10 +51,10 @@ def admin_tenant_choices(request: HttpRequest) -> list[TenantChoice]:
     user = request.user
     if not getattr(user, "is_authenticated", False) or not user.is_staff or not user.is_active:
         return []
-    cached = getattr(request, "_admin_tenant_choices", None)
-    if cached is None:
-        cached = request._admin_tenant_choices = [c for c in tenants_of_user(user) if c.role in ADMIN_SITE_ROLES]
-    return cached
+    cache = _PER_REQUEST.setdefault(request, _RequestCache())
+    if cache.choices is None:
+        cache.choices = [c for c in tenants_of_user(user) if c.role in ADMIN_SITE_ROLES]
+    return cache.choices
 
 
 def chosen_tenant(request: HttpRequest) -> TenantChoice | None:
@@ -55,10 +70,12 @@ def admin_scope(request: HttpRequest) -> Scope | None:
     have no admin-site membership or have not picked one of several tenants."""
     if request.user.is_superuser:
         return None
-    if not hasattr(request, "_admin_scope"):
+    cache = _PER_REQUEST.setdefault(request, _RequestCache())
+    if not cache.scope_known:
         choice = chosen_tenant(request)
-        request._admin_scope = user_scope(request.user, choice.tenant_id) if choice else None
-    return request._admin_scope
+        cache.scope = user_scope(request.user, choice.tenant_id) if choice else None
+        cache.scope_known = True
+    return cache.scope
 
 
 def admin_role(request: HttpRequest) -> str | None:
@@ -105,13 +122,14 @@ def scoped_queryset(request: HttpRequest, model: type[models.Model]) -> models.Q
     """`model`'s rows the admin user may see: the domain's visibility rule for its scope; every row
     (owner connection) for a superuser; none without a scope."""
     user_model = get_user_model()
+    manager = model._default_manager
     if request.user.is_superuser:
-        if is_tenant_scoped(model):
-            return model.objects.unscoped_dangerously(using="owner")
-        return model._default_manager.using("owner")
+        if isinstance(manager, TenantScopedManager):
+            return manager.unscoped_dangerously(using="owner")
+        return manager.using("owner")
     scope = admin_scope(request)
     if scope is None:
-        return (model.objects.unscoped_dangerously() if is_tenant_scoped(model) else model._default_manager).none()
+        return (manager.unscoped_dangerously() if isinstance(manager, TenantScopedManager) else manager).none()
     if model is user_model:
         return visible_users(scope)
     return visible(scope, model)
@@ -222,7 +240,8 @@ class TenantScopedAdmin(admin.ModelAdmin):
         scope = admin_scope(request)
         has_tenant = any(f.name == "tenant" for f in self.model._meta.fields)
 
-        class ScopedForm(form):
+        # mypy cannot check a class whose base is a run-time value (the form class ModelAdmin built).
+        class ScopedForm(form):  # type: ignore[valid-type,misc]
             acting_scope = scope
 
             def _get_validation_exclusions(self):

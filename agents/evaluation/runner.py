@@ -37,6 +37,7 @@ from agents.evaluation.suite import CorpusProfile
 from agents.evaluation.summary import ABSTAIN_OUTCOME, RETRIEVAL_ONLY, QuestionResult, judge_answer
 from agents.models import Citation, RunStep
 from kb.models import Chunk, Corpus, Document, DocumentStatus, IngestJob, JobStatus
+from kb.retrieval.query import Mode
 from tenants.models import Tenant
 from tenants.scope import Scope, activate
 
@@ -168,19 +169,11 @@ def _declare(scope: Scope, corpus: Corpus, declared: dict) -> None:
     changed = [k for k, v in declared.items() if getattr(corpus, k) != v]
     if not changed:
         return
-    try:
-        from kb.ingest.corpora import save_corpus
-    except ImportError:  # a kb without the service: declarations that need no recomputation only
-        save_corpus = None
-        if "language" in changed:
-            raise EvaluationError(f"corpus {corpus.name!r} is indexed in {corpus.language!r}, not {declared['language']!r}: "
-                                  "use another --corpus-name or --tenant, or delete it first") from None
+    from kb.ingest.corpora import save_corpus
+
     for key in changed:
         setattr(corpus, key, declared[key])
-    if save_corpus is not None:
-        save_corpus(scope=scope, corpus=corpus, changed=changed)
-    else:
-        corpus.save(update_fields=changed)
+    save_corpus(scope=scope, corpus=corpus, changed=changed)
 
 
 # --- One question -----------------------------------------------------------------------------
@@ -283,7 +276,7 @@ def facet_sources(ev: EvalCorpus) -> planning.Facets:
         return planning.Facets.from_tool(metadata_facets(ev.scope, max_values=10_000))
 
 
-def facet_search(scope: Scope, question: str, facets: planning.Facets, mode: str, *, k: int = K_CONTEXT) -> tuple[list[int], int]:
+def facet_search(scope: Scope, question: str, facets: planning.Facets, mode: Mode, *, k: int = K_CONTEXT) -> tuple[list[int], int]:
     """The planner's narrowed searches alone, without the agent loop: (chunk ids best first, searches made)."""
     from kb.retrieval import SearchFilters, search
 
@@ -292,7 +285,7 @@ def facet_search(scope: Scope, question: str, facets: planning.Facets, mode: str
     found = planning.find_mentions(question, facets)
     subs = planning.GeneralPlanner.mention_queries(question, found, facets) if found else [planning.SubQuery(question)]
     for sub in subs:
-        meta = dict((key, list(values)) for key, values in sub.narrow) or None
+        meta: dict[str, str | int | float | bool | list | tuple] | None = {key: list(values) for key, values in sub.narrow} or None
         dated = SearchFilters(metadata=meta, date_after=sub.date_after, date_before=sub.date_before)
         hits = search(scope, sub.text, k=k, mode=mode, filters=dated).hits
         calls += 1
@@ -304,9 +297,10 @@ def facet_search(scope: Scope, question: str, facets: planning.Facets, mode: str
 
 
 def run_retrieval(ev: EvalCorpus, q: Question, strategy: str, sources: planning.Facets) -> QuestionResult:
-    from kb.retrieval import search
+    from kb.retrieval import search, search_mode
 
-    kind, _, mode = strategy.partition(":")
+    kind, _, mode_name = strategy.partition(":")
+    mode = search_mode(mode_name)
     started = time.perf_counter()
     if kind == "search":
         ids, calls = [h.chunk_id for h in search(ev.scope, q.question, k=K_CONTEXT, mode=mode).hits], 1

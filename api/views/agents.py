@@ -253,7 +253,7 @@ class RunList(ScopedAPIView):
         with activate(self.scope):
             qs = _with_unverified_count(filter_runs(visible_runs(self.scope), request.query_params))
             paginator = self.pagination_class()
-            page = paginator.paginate_queryset(qs, request, view=self)
+            page: list[Run] = paginator.paginate_queryset(qs, request, view=self) or []
             names = principal_names(self.scope.tenant_id, [run.principal for run in page])
             return paginator.get_paginated_response(s.RunSerializer(page, many=True, context={"principal_names": names}).data)
 

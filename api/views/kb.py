@@ -14,7 +14,7 @@ from api.permissions import EDIT_DOCUMENTS, MANAGE, READ_KB
 from api.views.base import ScopedAPIView
 from kb import access
 from kb.access import access_corpus, access_document, access_job, visible_corpora, visible_documents, visible_jobs
-from kb.models import Corpus, DocumentStatus, IngestJob, JobStatus
+from kb.models import Corpus, Document, DocumentStatus, IngestJob, JobStatus
 from tenants.scope import NotVisible, activate
 
 
@@ -112,7 +112,7 @@ def _documents_out(docs) -> list[dict]:
     for d in docs:
         if hasattr(d, "all_jobs"):
             d.latest_jobs = d.all_jobs[:1]
-    return s.DocumentSerializer(docs, many=True).data
+    return list(s.DocumentSerializer(docs, many=True).data)
 
 
 def _choice(value: str, allowed: list[str], field: str) -> str:
@@ -142,7 +142,7 @@ class DocumentList(ScopedAPIView):
             if request.query_params.get("status"):
                 qs = qs.filter(status=_choice(request.query_params["status"], DocumentStatus.values, "status"))
             paginator = self.pagination_class()
-            page = paginator.paginate_queryset(qs, request, view=self)
+            page: list[Document] = paginator.paginate_queryset(qs, request, view=self) or []
             return paginator.get_paginated_response(_documents_out(page))
 
     @extend_schema(request={"multipart/form-data": s.UploadSerializer}, responses={202: s.UploadResultSerializer})

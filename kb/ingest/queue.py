@@ -22,7 +22,7 @@ from kb.models import IngestJob, JobStatus
 logger = logging.getLogger(__name__)
 
 
-TASK_NAMES = {IngestJob.Kind.INGEST: "kb.ingest_document", IngestJob.Kind.REEMBED: "kb.reembed_corpus"}  # kb.tasks
+TASK_NAMES: dict[str, str] = {IngestJob.Kind.INGEST: "kb.ingest_document", IngestJob.Kind.REEMBED: "kb.reembed_corpus"}  # kb.tasks
 # kind -> the service that runs a job of that kind in process (registered by kb.ingest.pipeline and
 # kb.ingest.reembed, which import this module: the queue does not import the work it queues).
 RUNNERS: dict[str, Callable[..., str]] = {}

@@ -36,8 +36,8 @@ class SearchPlan:
     document_ids: tuple[int, ...] | None  # None: no document-level narrowing
     doc_rows: int | None  # stored chunk count of those documents
     filters: SearchFilters
+    tx: TenantStatements  # runs this search's statements under the scope's RLS tenant
     by_model: dict[str, list[PlannedCorpus]] = field(default_factory=dict)
-    tx: TenantStatements | None = None  # runs this search's statements under the scope's RLS tenant
 
     @property
     def empty(self) -> bool:

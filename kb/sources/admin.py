@@ -5,6 +5,7 @@ typed once, stored encrypted, never shown again."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
@@ -58,8 +59,9 @@ class SourceForm(forms.ModelForm):
         except NotAllowed as exc:
             raise forms.ValidationError(str(exc)) from None
 
-    def clean(self):
-        data = super().clean()
+    def clean(self) -> dict[str, Any]:
+        super().clean()
+        data = self.cleaned_data
         kind = data.get("kind") or self.instance.kind
         if "config" in data and kind:
             try:

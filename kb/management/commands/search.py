@@ -10,7 +10,7 @@ import json as jsonlib
 from django.core.management.base import BaseCommand, CommandError
 
 from kb.models import Corpus
-from kb.retrieval import SearchFilters, search
+from kb.retrieval import MODES, Mode, SearchFilters, search, search_mode
 from tenants.models import Department, Tenant
 from tenants.scope import Scope, activate
 
@@ -21,13 +21,13 @@ class Command(BaseCommand):
     def add_arguments(self, parser) -> None:
         parser.add_argument("query")
         parser.add_argument("--tenant", required=True, help="tenant slug")
-        parser.add_argument("--mode", choices=["vector", "keyword", "hybrid"], default="hybrid")
+        parser.add_argument("--mode", choices=MODES, type=search_mode, default="hybrid")
         parser.add_argument("--k", type=int, default=10)
         parser.add_argument("--corpus", action="append", default=[], help="corpus id or name (repeatable)")
         parser.add_argument("--department", action="append", default=[], help="department id or name (repeatable)")
         parser.add_argument("--json", action="store_true", dest="as_json", help="print the whole result as JSON")
 
-    def handle(self, *args, query: str, tenant: str, mode: str, k: int, corpus: list[str], department: list[str],
+    def handle(self, *args, query: str, tenant: str, mode: Mode, k: int, corpus: list[str], department: list[str],
                as_json: bool, **options) -> None:
         found = Tenant.objects.filter(slug=tenant).first()
         if found is None:
