@@ -91,7 +91,7 @@ def _run_in_process(kind: str, job_id: int, tenant_id: int) -> None:
             if attempt == EAGER_RETRIES:
                 logger.error("job %s still failing after %d in-process attempts: %s", job_id, attempt + 1, exc)
                 return
-            time.sleep(min(2.0, 0.05 * 2**attempt) * random.uniform(0.5, 1.0))
+            time.sleep(min(2.0, 0.05 * 2**attempt) * random.uniform(0.5, 1.0))  # noqa: S311  (retry jitter, not a secret)
 
 
 def resume_stuck_jobs(*, older_than: float = 600, running_older_than: float | None = None, limit: int = 500) -> list[int]:

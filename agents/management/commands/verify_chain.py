@@ -9,6 +9,8 @@ Exit status 1 when any chain is broken or any digest fails. Reads as the owner (
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from django.core.management.base import BaseCommand, CommandError
 
 from agents.chain import verify_tenant_chain
@@ -46,7 +48,7 @@ class Command(BaseCommand):
 
     def _check_digests(self, tenant: Tenant, folder: str, public_key: str | None) -> int:
         try:
-            public = load_public_key(open(public_key).read()) if public_key else signing_key().public_key()
+            public = load_public_key(Path(public_key).read_text()) if public_key else signing_key().public_key()
         except (OSError, ValueError) as exc:
             raise CommandError(f"--public-key: {exc}") from None
         report = verify_digests(tenant.id, folder, public)
