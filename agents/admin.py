@@ -12,16 +12,16 @@ import dataclasses
 import io
 import json
 from datetime import UTC, datetime
-from typing import cast
+from typing import Any, cast
 
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.core.exceptions import PermissionDenied, SuspiciousOperation
-from django.db.models import Count, Q
-from django.http import HttpResponse
+from django.db.models import Count, Q, QuerySet
+from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
-from django.urls import path, reverse
+from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
 from agents import evidence
@@ -44,10 +44,10 @@ class DepartmentFilter(admin.SimpleListFilter):
     title = "department"
     parameter_name = "department"
 
-    def lookups(self, request, model_admin):
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[Any, str]]:
         return [(d.pk, str(d)) for d in scoped_queryset(request, Department).select_related("tenant").order_by("tenant", "name")]
 
-    def queryset(self, request, queryset):
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
         department_id = self.value()
         if department_id and department_id.isdigit():
             return queryset.filter(Q(scope__all_departments=True) | Q(scope__department_ids__contains=[int(department_id)]))
@@ -58,13 +58,13 @@ class PrincipalFilter(admin.SimpleListFilter):
     title = "user / key"
     parameter_name = "principal"
 
-    def lookups(self, request, model_admin):
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[Any, str]]:
         rows = scoped_queryset(request, Run).order_by().values_list("tenant_id", "principal").distinct()[:100]
         runs = [Run(tenant_id=tenant_id, principal=principal) for tenant_id, principal in rows]
         name_principals(request, runs)
         return sorted({(r.principal, r.principal_name) for r in runs})
 
-    def queryset(self, request, queryset):
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
         principal = self.value()
         if principal and "\x00" in principal:  # PostgreSQL text cannot hold NUL: nothing can match
             return queryset.none()
@@ -75,10 +75,10 @@ class UnverifiedFilter(admin.SimpleListFilter):
     title = "unverified citations"
     parameter_name = "unverified"
 
-    def lookups(self, request, model_admin):
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[Any, str]]:
         return [("yes", "has unverified citations"), ("no", "all citations verified")]
 
-    def queryset(self, request, queryset):
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
         if self.value() == "yes":
             return queryset.filter(n_unverified__gt=0)
         if self.value() == "no":
@@ -155,7 +155,7 @@ class RunAdmin(ReadOnlyAuditAdmin):
         filters = list(super().get_list_filter(request))
         return filters if request.user.is_superuser else filters[1:]
 
-    def get_queryset(self, request):
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
         # A run's feedback is visible exactly when the run is (agents.access.visible_feedback).
         return scoped_queryset(request, Run).select_related("tenant").annotate(
             n_citations=Count("citations", distinct=True),
@@ -205,7 +205,7 @@ class RunAdmin(ReadOnlyAuditAdmin):
     def latency(self, obj) -> str:
         return f"{obj.latency_ms:.0f} ms"
 
-    def get_urls(self):
+    def get_urls(self) -> list[URLPattern]:
         wrap = self.admin_site.admin_view
         return [
             path("export.csv", wrap(scoped_view(self.export_csv)), name="agents_run_export_csv"),

@@ -18,7 +18,7 @@ class SignInLockout(AuthenticationForm):
     the address is locked out, and every failure counted. Mixed into the admin's and the chat's forms."""
 
     def clean(self) -> dict[str, Any]:
-        address = ratelimit.client_address(self.request)
+        address = ratelimit.client_address(self.request) if self.request is not None else "unknown"
         locked = ratelimit.auth_failures_exceeded(address)
         if locked is not None:
             raise forms.ValidationError(f"Too many failed sign-ins from this address: try again in {locked.retry_after} s.",

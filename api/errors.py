@@ -9,6 +9,7 @@ debug 404 page, which lists every URL pattern, is never reached).
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation, TooManyFieldsSent, TooManyFilesSent
 from django.core.signals import got_request_exception
@@ -42,7 +43,7 @@ def error_body(code: str, message: str, fields: dict[str, list[str]] | None = No
     return {"error": {"code": code, "message": message, "fields": fields or {}}}
 
 
-def exception_handler(exc, context):
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
     """DRF's handler in the one error format; the domain's access errors (tenants.scope) mapped:
     NotVisible -> 404, NotAllowed -> 400 on the field it names, else 403; a run that could not be
     stored (agents.services.RunNotRecorded) -> 503 `run_not_recorded`. Any other exception is a
@@ -126,14 +127,14 @@ def _json_or_default(request, status: int, code: str, message: str, default):
     return default()
 
 
-def handler404(request, exception=None):
+def handler404(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
     """Unknown URLs under /api/ answer in the API's error format (HTML elsewhere)."""
     from django.views import defaults
 
     return _json_or_default(request, 404, "not_found", "no such endpoint", lambda: defaults.page_not_found(request, exception))
 
 
-def handler500(request):
+def handler500(request: HttpRequest) -> HttpResponse:
     """Unhandled errors under /api/ answer in the API's error format, without details."""
     from django.views import defaults
 

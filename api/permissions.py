@@ -7,10 +7,15 @@ members and runs. auditor: read runs and chain status (and nothing else).
 from __future__ import annotations
 
 from collections.abc import Collection
+from typing import TYPE_CHECKING
 
 from rest_framework import permissions
+from rest_framework.request import Request
 
 from api.auth import request_scope
+
+if TYPE_CHECKING:  # rest_framework.views loads the authentication classes, which import this module
+    from rest_framework.views import APIView
 
 ASK = frozenset({"reader", "editor", "admin"})
 READ_KB = frozenset({"reader", "editor", "admin"})
@@ -36,7 +41,7 @@ class RolePermission(permissions.BasePermission):
 
     message = "your role does not allow this"
 
-    def has_permission(self, request, view) -> bool:
+    def has_permission(self, request: Request, view: APIView) -> bool:
         if not getattr(request.user, "is_authenticated", False):
             return False
         role = request_scope(request).role

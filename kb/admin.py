@@ -4,16 +4,17 @@ user's tenant scope (tenants.admin.TenantScopedAdmin)."""
 
 from __future__ import annotations
 
-from typing import cast
+from typing import Any, cast
 
 from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
-from django.db.models import Count, OuterRef, Subquery
+from django.db.models import Count, OuterRef, QuerySet, Subquery
+from django.http import HttpRequest
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
-from django.urls import path, reverse
+from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
 from kb import access
@@ -88,20 +89,20 @@ class CorpusAdmin(TenantScopedAdmin):
     readonly_fields = ["embedding_model", "embedding_dim", "next_embedding_model", "next_embedding_dim", "chunk_count", "created_at"]
     view_roles = EDITORS
 
-    def get_queryset(self, request):
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
         return super().get_queryset(request).annotate(n_documents=Count("documents"))
 
     def get_readonly_fields(self, request, obj=None):
         # Documents and chunks copy the corpus's department; moving the corpus would strand them.
         return [*self.readonly_fields, "department"] if obj is not None else self.readonly_fields
 
-    def may_change_object(self, scope: Scope, obj) -> None:
+    def may_change_object(self, scope: Scope, obj: Any) -> None:
         if obj.pk is None:
             access.check_may_create_corpus(scope, obj.department_id)
         else:
             access.check_may_change(scope, obj, "corpus")
 
-    def save_model(self, request, obj, form, change):
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         if not change:
             return super().save_model(request, obj, form, change)
         try:  # a changed date key or language is applied to the corpus's documents and chunks
@@ -196,17 +197,17 @@ class DocumentAdmin(TenantScopedAdmin):
         actions.pop("delete_selected", None)  # deletion goes through the ingest service
         return actions
 
-    def get_queryset(self, request):
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
         # The latest job's progress, as a correlated subquery on rows the outer (scoped) query already chose.
         latest = IngestJob.objects.unscoped_dangerously().filter(document=OuterRef("pk")).order_by("-id")
         return super().get_queryset(request).annotate(
             job_status=Subquery(latest.values("status")[:1]), job_stage=Subquery(latest.values("stage")[:1]),
             job_done=Subquery(latest.values("chunks_done")[:1]), job_total=Subquery(latest.values("chunks_total")[:1]))
 
-    def may_change_object(self, scope: Scope, obj) -> None:
+    def may_change_object(self, scope: Scope, obj: Any) -> None:
         access.check_may_change(scope, obj, "document")
 
-    def save_model(self, request, obj, form, change):
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         if "metadata" in form.changed_data:
             obj.dated_at = document_date(obj.metadata, Corpus.objects.for_scope(_acting_scope(request, obj.tenant_id))
                                          .values_list("date_key", flat=True).get(pk=obj.corpus_id))
@@ -242,7 +243,7 @@ class DocumentAdmin(TenantScopedAdmin):
                 d.status in (DocumentStatus.PENDING, DocumentStatus.PROCESSING) for d in cl.result_list)
         return response
 
-    def get_urls(self):
+    def get_urls(self) -> list[URLPattern]:
         return [path("upload/", self.admin_site.admin_view(scoped_view(self.upload_view)), name="kb_document_upload"),
                 *super().get_urls()]
 
@@ -321,7 +322,7 @@ class ChunkAdmin(TenantScopedAdmin):
     def get_readonly_fields(self, request, obj=None):
         return [f.name for f in self.model._meta.fields if f.name not in {"embedding", "search_vector"}]
 
-    def get_urls(self):
+    def get_urls(self) -> list[URLPattern]:
         return [path("search/", self.admin_site.admin_view(scoped_view(self.search_view)), name="kb_chunk_search"),
                 *super().get_urls()]
 

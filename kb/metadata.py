@@ -34,7 +34,7 @@ def text_problem(text: str) -> str | None:
     return None
 
 
-def json_problem(value, *, max_depth: int, max_string: int | None = None, check_text: bool = False) -> str | None:
+def json_problem(value: object, *, max_depth: int, max_string: int | None = None, check_text: bool = False) -> str | None:
     """The first reason `value` (parsed JSON) is unfit, else None: nesting deeper than `max_depth`,
     non-finite numbers (jsonb refuses them), and with `check_text` keys or strings that `text_problem`
     refuses or longer than `max_string`. Iterative, so hostile nesting cannot exhaust the stack."""
@@ -59,7 +59,7 @@ def json_problem(value, *, max_depth: int, max_string: int | None = None, check_
     return None
 
 
-def metadata_problem(value) -> str | None:
+def metadata_problem(value: object) -> str | None:
     """Why `value` cannot be a document's metadata: not a JSON object, too deep, unstorable text."""
     if not isinstance(value, dict):
         return NOT_A_JSON_OBJECT

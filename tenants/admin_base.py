@@ -18,12 +18,15 @@ import functools
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from django.contrib import admin
 from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
 from django.db import models
+from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.urls import URLPattern
 
 from tenants.access import visible, visible_users
 from tenants.principals import TenantChoice, tenants_of_user, user_scope
@@ -142,10 +145,10 @@ def scoped_filter(field: str, model: type[models.Model], title: str, label=str) 
     class Filter(admin.SimpleListFilter):
         parameter_name = field
 
-        def lookups(self, request, model_admin):
+        def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[Any, str]]:
             return [(obj.pk, label(obj)) for obj in scoped_queryset(request, model).order_by("pk")[:200]]
 
-        def queryset(self, request, queryset):
+        def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
             value = self.value()
             if value and str(value).isdigit():
                 return queryset.filter(**{f"{field}_id": int(value)})
@@ -197,13 +200,13 @@ class TenantScopedAdmin(admin.ModelAdmin):
             return False
         return True
 
-    def may_change_object(self, scope: Scope, obj) -> None:
+    def may_change_object(self, scope: Scope, obj: Any) -> None:
         """Raise NotAllowed unless `scope` may change or delete `obj` (a row it sees)."""
         if hasattr(obj, "department_id"):
             scope.check_may_change(obj.department_id, obj._meta.verbose_name)
 
     # --- what they see -----------------------------------------------------------------------------
-    def get_queryset(self, request):
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
         qs = scoped_queryset(request, self.model)
         ordering = self.get_ordering(request)
         return qs.order_by(*ordering) if ordering else qs
@@ -262,7 +265,7 @@ class TenantScopedAdmin(admin.ModelAdmin):
         ScopedForm.__name__ = form.__name__
         return ScopedForm
 
-    def save_model(self, request, obj, form, change):
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         scope = admin_scope(request)
         if scope is not None and hasattr(obj, "tenant_id"):
             obj.tenant_id = scope.tenant_id
@@ -276,11 +279,11 @@ class TenantScopedAdmin(admin.ModelAdmin):
             return
         super().save_model(request, obj, form, change)
 
-    def delete_model(self, request, obj):
+    def delete_model(self, request: HttpRequest, obj: Any) -> None:
         self._check_delete(request, [obj])
         super().delete_model(request, obj)
 
-    def delete_queryset(self, request, queryset):
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet) -> None:
         self._check_delete(request, list(queryset))
         super().delete_queryset(request, queryset)
 
@@ -289,9 +292,7 @@ class TenantScopedAdmin(admin.ModelAdmin):
             raise PermissionDenied("you may not delete some of these rows")
 
     # --- every view runs inside the user's tenant ---------------------------------------------------
-    def get_urls(self):
-        from django.urls import URLPattern
-
+    def get_urls(self) -> list[URLPattern]:
         urls = super().get_urls()
         for url in urls:
             if isinstance(url, URLPattern):

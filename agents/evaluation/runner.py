@@ -35,7 +35,7 @@ from agents.evaluation.metrics import (
 )
 from agents.evaluation.suite import CorpusProfile
 from agents.evaluation.summary import ABSTAIN_OUTCOME, RETRIEVAL_ONLY, QuestionResult, judge_answer
-from agents.models import Citation, RunStep
+from agents.models import Citation, Run, RunStep
 from kb.models import Chunk, Corpus, Document, DocumentStatus, IngestJob, JobStatus
 from kb.retrieval.query import Mode
 from tenants.models import Tenant
@@ -252,7 +252,7 @@ def run_conversation(ev: EvalCorpus, q: Question, strategy: str, provider: str |
     return result
 
 
-def score_run(ev: EvalCorpus, q: Question, run, *, strategy: str, generates_text: bool) -> QuestionResult:
+def score_run(ev: EvalCorpus, q: Question, run: Run, *, strategy: str, generates_text: bool) -> QuestionResult:
     """One stored Run scored against the question's gold: its final context, outcome, citations and cost."""
     with activate(ev.scope):
         steps = list(RunStep.objects.for_scope(ev.scope).filter(run_id=run.pk).order_by("ordinal")

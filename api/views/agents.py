@@ -18,6 +18,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.exceptions import Throttled, ValidationError
+from rest_framework.request import Request
 from rest_framework.response import Response
 
 from agents import evidence
@@ -144,7 +145,7 @@ class Ask(ScopedAPIView):
     roles = ASK
 
     @extend_schema(request=s.AskRequestSerializer, responses=s.RunDetailSerializer)
-    def post(self, request):
+    def post(self, request: Request) -> Response:
         ser = s.AskRequestSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
         _check_daily_budget(self.scope)
@@ -218,7 +219,7 @@ class AskStream(ScopedAPIView):
 
     @extend_schema(request=s.AskRequestSerializer,
                    responses={(200, "text/event-stream"): OpenApiResponse(OpenApiTypes.STR, description="SSE stream")})
-    def post(self, request):
+    def post(self, request: Request) -> StreamingHttpResponse:
         ser = s.AskRequestSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
         _check_daily_budget(self.scope)
@@ -249,7 +250,7 @@ class RunList(ScopedAPIView):
     roles = AUDIT
 
     @extend_schema(parameters=RUN_FILTERS, responses=s.RunSerializer(many=True))
-    def get(self, request):
+    def get(self, request: Request) -> Response:
         with activate(self.scope):
             qs = _with_unverified_count(filter_runs(visible_runs(self.scope), request.query_params))
             paginator = self.pagination_class()
@@ -264,7 +265,7 @@ class RunDetail(ScopedAPIView):
     roles = AUDIT
 
     @extend_schema(responses=s.RunDetailSerializer)
-    def get(self, request, run_id: int):
+    def get(self, request: Request, run_id: int) -> Response:
         with activate(self.scope):
             return Response(run_detail(self.scope, access_run(self.scope, run_id)))
 
@@ -275,7 +276,7 @@ class ChainVerify(ScopedAPIView):
     roles = AUDIT
 
     @extend_schema(responses=s.ChainStatusSerializer)
-    def get(self, request):
+    def get(self, request: Request) -> Response:
         from agents.chain import verify_tenant_chain
 
         with activate(self.scope):

@@ -7,6 +7,7 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.exceptions import ValidationError
 from rest_framework.parsers import FormParser, MultiPartParser
+from rest_framework.request import Request
 from rest_framework.response import Response
 
 from api import serializers as s
@@ -25,13 +26,13 @@ class CorpusList(ScopedAPIView):
     write_roles = MANAGE
 
     @extend_schema(responses=s.CorpusSerializer(many=True))
-    def get(self, request):
+    def get(self, request: Request) -> Response:
         with activate(self.scope):
             qs = visible_corpora(self.scope).annotate(document_count=Count("documents"))
             return self.paginated(qs, s.CorpusSerializer)
 
     @extend_schema(request=s.CorpusSerializer, responses={201: s.CorpusSerializer})
-    def post(self, request):
+    def post(self, request: Request) -> Response:
         with activate(self.scope):
             ser = s.CorpusSerializer(data=request.data, context={"scope": self.scope})
             ser.is_valid(raise_exception=True)
@@ -48,14 +49,14 @@ class CorpusDetail(ScopedAPIView):
     write_roles = MANAGE
 
     @extend_schema(responses=s.CorpusSerializer)
-    def get(self, request, corpus_id: int):
+    def get(self, request: Request, corpus_id: int) -> Response:
         with activate(self.scope):
             corpus = access_corpus(self.scope, corpus_id)
             corpus.document_count = visible_documents(self.scope).filter(corpus=corpus).count()
             return Response(s.CorpusSerializer(corpus).data)
 
     @extend_schema(request=s.CorpusSerializer, responses=s.CorpusSerializer)
-    def patch(self, request, corpus_id: int):
+    def patch(self, request: Request, corpus_id: int) -> Response:
         from kb.ingest.corpora import save_corpus
 
         with activate(self.scope):
@@ -71,7 +72,7 @@ class CorpusDetail(ScopedAPIView):
             return Response(s.CorpusSerializer(corpus).data)
 
     @extend_schema(responses={204: None})
-    def delete(self, request, corpus_id: int):
+    def delete(self, request: Request, corpus_id: int) -> Response:
         with activate(self.scope):
             corpus = access_corpus(self.scope, corpus_id)
             access.check_may_change(self.scope, corpus, "corpus")
@@ -87,7 +88,7 @@ class CorpusReembed(ScopedAPIView):
     roles = MANAGE
 
     @extend_schema(request=s.ReembedSerializer, responses={202: s.IngestJobSerializer, 200: s.CorpusSerializer})
-    def post(self, request, corpus_id: int):
+    def post(self, request: Request, corpus_id: int) -> Response:
         from kb.ingest import start_reembed
 
         with activate(self.scope):
@@ -134,7 +135,7 @@ class DocumentList(ScopedAPIView):
 
     @extend_schema(parameters=[OpenApiParameter("corpus", int), OpenApiParameter("status", str, enum=DocumentStatus.values)],
                    responses=s.DocumentSerializer(many=True))
-    def get(self, request):
+    def get(self, request: Request) -> Response:
         with activate(self.scope):
             qs = _with_latest_job(visible_documents(self.scope), self.scope)
             if request.query_params.get("corpus"):
@@ -146,13 +147,16 @@ class DocumentList(ScopedAPIView):
             return paginator.get_paginated_response(_documents_out(page))
 
     @extend_schema(request={"multipart/form-data": s.UploadSerializer}, responses={202: s.UploadResultSerializer})
-    def post(self, request):
+    def post(self, request: Request) -> Response:
         """202 at once with the documents (pending) and their job ids (None: same bytes, nothing to do);
         the worker parses, chunks and embeds, and `GET /jobs/{id}/` shows its progress per batch."""
         from kb.ingest import UploadRejected, upload_document
 
-        ser = s.UploadSerializer(data={"corpus": request.data.get("corpus"), "files": request.FILES.getlist("files"),
-                                       **{k: request.data[k] for k in ("metadata", "title") if k in request.data}})
+        form = request.data
+        if not isinstance(form, dict):  # not from this view's parsers (multipart, form): they give a QueryDict
+            raise ValidationError({"body": ["expected a multipart form"]})
+        ser = s.UploadSerializer(data={"corpus": form.get("corpus"), "files": request.FILES.getlist("files"),
+                                       **{k: form[k] for k in ("metadata", "title") if k in form}})
         ser.is_valid(raise_exception=True)
         data = ser.validated_data
         documents, jobs = [], []
@@ -183,13 +187,13 @@ class DocumentDetail(ScopedAPIView):
     write_roles = EDIT_DOCUMENTS
 
     @extend_schema(responses=s.DocumentSerializer)
-    def get(self, request, document_id: int):
+    def get(self, request: Request, document_id: int) -> Response:
         with activate(self.scope):
             doc = access_document(self.scope, document_id)
             return Response(s.DocumentSerializer(doc, context={"scope": self.scope}).data)
 
     @extend_schema(responses={204: None})
-    def delete(self, request, document_id: int):
+    def delete(self, request: Request, document_id: int) -> Response:
         from kb.ingest import delete_document
 
         with activate(self.scope):
@@ -203,7 +207,7 @@ class DocumentReingest(ScopedAPIView):
     roles = EDIT_DOCUMENTS
 
     @extend_schema(request=None, responses={202: s.IngestJobSerializer})
-    def post(self, request, document_id: int):
+    def post(self, request: Request, document_id: int) -> Response:
         from kb.ingest import reingest_document
 
         with activate(self.scope):
@@ -219,7 +223,7 @@ class JobList(ScopedAPIView):
 
     @extend_schema(parameters=[OpenApiParameter("status", str, enum=JobStatus.values), OpenApiParameter("document", int)],
                    responses=s.IngestJobSerializer(many=True))
-    def get(self, request):
+    def get(self, request: Request) -> Response:
         with activate(self.scope):
             qs = visible_jobs(self.scope)
             if request.query_params.get("status"):
@@ -233,7 +237,7 @@ class JobDetail(ScopedAPIView):
     roles = READ_KB
 
     @extend_schema(responses=s.IngestJobSerializer)
-    def get(self, request, job_id: int):
+    def get(self, request: Request, job_id: int) -> Response:
         with activate(self.scope):
             return Response(s.IngestJobSerializer(access_job(self.scope, job_id)).data)
 
@@ -244,7 +248,7 @@ class Search(ScopedAPIView):
     roles = READ_KB
 
     @extend_schema(request=s.SearchRequestSerializer, responses=s.SearchResponseSerializer)
-    def post(self, request):
+    def post(self, request: Request) -> Response:
         from kb.retrieval import SearchFilters, search
 
         ser = s.SearchRequestSerializer(data=request.data)

@@ -27,7 +27,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.db import connections, transaction
 from django.utils import timezone
@@ -116,7 +116,7 @@ def enqueue_sync(sync_id: int, tenant_id: int) -> None:
     transaction.on_commit(send, robust=True)
 
 
-def schedule_due_sources(*, now=None, limit: int = 200) -> list[int]:
+def schedule_due_sources(*, now: datetime | None = None, limit: int = 200) -> list[int]:
     """Queue a sync of every unpaused source whose schedule is due, and resend queued syncs whose
     message was lost. Across tenants: maintenance, owner connection (like the job reaper)."""
     now = now or timezone.now()
