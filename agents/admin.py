@@ -12,16 +12,17 @@ import dataclasses
 import io
 import json
 from datetime import UTC, datetime
+from typing import Any, cast
 
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.core.exceptions import PermissionDenied, SuspiciousOperation
-from django.db.models import Count, Q
-from django.http import HttpResponse
+from django.db.models import Count, Q, QuerySet
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
-from django.urls import path, reverse
+from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
 from agents import evidence
@@ -47,12 +48,13 @@ class DepartmentFilter(admin.SimpleListFilter):
     title = "department"
     parameter_name = "department"
 
-    def lookups(self, request, model_admin):
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[Any, str]]:
         return [(d.pk, str(d)) for d in scoped_queryset(request, Department).select_related("tenant").order_by("tenant", "name")]
 
-    def queryset(self, request, queryset):
-        if self.value() and str(self.value()).isdigit():
-            return queryset.filter(Q(scope__all_departments=True) | Q(scope__department_ids__contains=[int(self.value())]))
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        department_id = self.value()
+        if department_id and department_id.isdigit():
+            return queryset.filter(Q(scope__all_departments=True) | Q(scope__department_ids__contains=[int(department_id)]))
         return queryset
 
 
@@ -60,26 +62,27 @@ class PrincipalFilter(admin.SimpleListFilter):
     title = "user / key"
     parameter_name = "principal"
 
-    def lookups(self, request, model_admin):
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[Any, str]]:
         rows = scoped_queryset(request, Run).order_by().values_list("tenant_id", "principal").distinct()[:100]
         runs = [Run(tenant_id=tenant_id, principal=principal) for tenant_id, principal in rows]
         name_principals(request, runs)
         return sorted({(r.principal, r.principal_name) for r in runs})
 
-    def queryset(self, request, queryset):
-        if self.value() and "\x00" in self.value():  # PostgreSQL text cannot hold NUL: nothing can match
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        principal = self.value()
+        if principal and "\x00" in principal:  # PostgreSQL text cannot hold NUL: nothing can match
             return queryset.none()
-        return queryset.filter(principal=self.value()) if self.value() else queryset
+        return queryset.filter(principal=principal) if principal else queryset
 
 
 class UnverifiedFilter(admin.SimpleListFilter):
     title = "unverified citations"
     parameter_name = "unverified"
 
-    def lookups(self, request, model_admin):
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[Any, str]]:
         return [("yes", "has unverified citations"), ("no", "all citations verified")]
 
-    def queryset(self, request, queryset):
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
         if self.value() == "yes":
             return queryset.filter(n_unverified__gt=0)
         if self.value() == "no":
@@ -156,7 +159,7 @@ class RunAdmin(ReadOnlyAuditAdmin):
         filters = list(super().get_list_filter(request))
         return filters if request.user.is_superuser else filters[1:]
 
-    def get_queryset(self, request):
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
         # A run's feedback is visible exactly when the run is (agents.access.visible_feedback).
         return scoped_queryset(request, Run).select_related("tenant").annotate(
             n_citations=Count("citations", distinct=True),
@@ -206,7 +209,7 @@ class RunAdmin(ReadOnlyAuditAdmin):
     def latency(self, obj) -> str:
         return f"{obj.latency_ms:.0f} ms"
 
-    def get_urls(self):
+    def get_urls(self) -> list[URLPattern]:
         wrap = self.admin_site.admin_view
         return [
             path("export.csv", wrap(scoped_view(self.export_csv)), name="agents_run_export_csv"),
@@ -226,7 +229,8 @@ class RunAdmin(ReadOnlyAuditAdmin):
     def change_view(self, request, object_id, form_url="", extra_context=None):
         run = self.get_object(request, object_id)
         if run is None or not self.has_view_permission(request, run):
-            return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
+            # Django's own change_view answers a missing object with this helper; the stubs leave it out.
+            return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)  # type: ignore[attr-defined]
         context = {**self.admin_site.each_context(request), "opts": self.opts, "title": f"Run {run.pk}", **trace_context(request, run)}
         return TemplateResponse(request, "admin/agents/run/detail.html", context)
 
@@ -340,8 +344,8 @@ class PlaygroundForm(forms.Form):
 
     def __init__(self, *args, choices, strategies, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["act_as"].choices = choices
-        self.fields["strategy"].choices = [(s, s) for s in strategies]
+        cast(forms.ChoiceField, self.fields["act_as"]).choices = choices
+        cast(forms.ChoiceField, self.fields["strategy"]).choices = [(s, s) for s in strategies]
 
 
 def _actors(request):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 from tenants.models import Tenant
 
@@ -45,7 +46,7 @@ _LIMITS: dict[str, tuple[float, float]] = {
 }
 
 
-def budgets_from_settings(tenant_settings: dict | None, **overrides) -> Budgets:
+def budgets_from_settings(tenant_settings: dict | None, **overrides: Any) -> Budgets:
     raw = dict(tenant_settings or {})
     raw.update(raw.pop("budgets", {}) if isinstance(raw.get("budgets"), dict) else {})
     raw.update({k: v for k, v in overrides.items() if v is not None})
@@ -67,6 +68,6 @@ def budgets_from_settings(tenant_settings: dict | None, **overrides) -> Budgets:
     return Budgets(**values)
 
 
-def budgets_for_tenant(tenant_id: int, **overrides) -> Budgets:
+def budgets_for_tenant(tenant_id: int, **overrides: Any) -> Budgets:
     tenant_settings = Tenant.objects.filter(pk=tenant_id).values_list("settings", flat=True).first()
     return budgets_from_settings(tenant_settings, **overrides)

@@ -17,6 +17,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import Any
 
 from django.conf import settings
 from django.db import connections, models
@@ -28,7 +29,7 @@ CHAIN_LOCK_CLASS = 0x6167  # first key of pg_advisory_xact_lock(int4, int4); the
 TRACE_TABLES = ("agents_run", "agents_runstep", "agents_citation", "agents_feedback")  # append-only for the app role
 
 
-def clean_json(value):
+def clean_json(value: Any) -> Any:
     """Make a value store and load back identically through jsonb (so hashes survive the round trip).
 
     Integral floats become ints (jsonb prints 1e16 as 10000000000000000), NUL characters are
@@ -94,7 +95,7 @@ def allocate_ids(model: type[models.Model], n: int, using: str = "default") -> l
     if n <= 0:
         return []
     with connections[using].cursor() as cur:
-        cur.execute(f"SELECT nextval(pg_get_serial_sequence('{model._meta.db_table}', 'id')) FROM generate_series(1, %s)", [n])
+        cur.execute(f"SELECT nextval(pg_get_serial_sequence('{model._meta.db_table}', 'id')) FROM generate_series(1, %s)", [n])  # noqa: S608  (the table name comes from the model's metadata)
         return [r[0] for r in cur.fetchall()]
 
 

@@ -91,18 +91,20 @@ def _check_one(ordinal: int, chunk_id: int, quote: str, claim: str, retrieved: M
     chunk = retrieved.get(chunk_id)
     if chunk is None:
         return CitationCheck(ordinal, chunk_id, quote, claim, "not_retrieved", "this chunk was not retrieved in this run")
-    base = {"document_id": chunk.document_id, "content_hash": chunk.content_hash}
+
+    def check(verdict: str, reason: str) -> CitationCheck:
+        return CitationCheck(ordinal, chunk_id, quote, claim, verdict, reason, chunk.document_id, chunk.content_hash)
+
     if quote:
         if normalise(quote) in normalise(neutralise_markers(chunk.text)):
-            return CitationCheck(ordinal, chunk_id, quote, claim, "verified", "quoted text occurs in the chunk", **base)
-        return CitationCheck(ordinal, chunk_id, quote, claim, "quote_mismatch", "quoted text does not occur in the cited chunk", **base)
+            return check("verified", "quoted text occurs in the chunk")
+        return check("quote_mismatch", "quoted text does not occur in the cited chunk")
     claim_terms = terms(claim)
     if len(claim_terms) >= 3:
         support = coverage(claim_terms, terms(chunk.text))
         if support < MIN_SUPPORT:
-            return CitationCheck(ordinal, chunk_id, quote, claim, "unsupported",
-                                 f"only {support:.0%} of the claim's terms occur in the chunk", **base)
-    return CitationCheck(ordinal, chunk_id, quote, claim, "verified", "chunk retrieved in this run and supports the claim", **base)
+            return check("unsupported", f"only {support:.0%} of the claim's terms occur in the chunk")
+    return check("verified", "chunk retrieved in this run and supports the claim")
 
 
 def is_not_enough_evidence(answer: str) -> bool:

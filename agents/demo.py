@@ -7,6 +7,7 @@ same bytes is a no-op in kb.ingest.upload_document.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,14 +52,14 @@ DOCS = (
 USERS = (("ada", "Engineering"), ("sam", "Sales"))
 
 
-def load_demo(*, wait_seconds: float = 120.0, log=print) -> Tenant:
+def load_demo(*, wait_seconds: float = 120.0, log: Callable[[str], object] = print) -> Tenant:
     """Create or refresh the demo tenant and wait until its documents are ingested."""
     tenant = seed_demo(log=log)
     wait_until_ready(Scope.system(tenant.id, principal="load_demo"), wait_seconds, log)
     return tenant
 
 
-def seed_demo(*, log=print) -> Tenant:
+def seed_demo(*, log: Callable[[str], object] = print) -> Tenant:
     """Tenant, departments, corpora, users, and the uploads (ingestion runs after commit, or in a worker)."""
     with transaction.atomic(using="default"):
         tenant, _ = Tenant.objects.get_or_create(slug=TENANT_SLUG, defaults={"name": TENANT_NAME})
@@ -98,7 +99,7 @@ def _ensure_users(scope: Scope, tenant: Tenant, departments: dict[str, Departmen
             membership.departments.set([departments[dept]])
 
 
-def wait_until_ready(scope: Scope, wait_seconds: float, log) -> None:
+def wait_until_ready(scope: Scope, wait_seconds: float, log: Callable[[str], object]) -> None:
     deadline = time.monotonic() + wait_seconds
     while True:
         with activate(scope):

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import csv
 import io
+from typing import Any
 
 from django.contrib import admin
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.core.exceptions import PermissionDenied, SuspiciousOperation
-from django.db.models import Q
-from django.http import HttpResponse
-from django.urls import path, reverse
+from django.db.models import Q, QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
 from agents.admin_base import ReadOnlyAuditAdmin, csv_cell
@@ -30,10 +31,10 @@ class RunFeedbackFilter(admin.SimpleListFilter):
     title = "feedback"
     parameter_name = "feedback"
 
-    def lookups(self, request, model_admin):
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[Any, str]]:
         return [("down", "thumbs down"), ("up", "thumbs up"), ("none", "no feedback")]
 
-    def queryset(self, request, queryset):
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
         if self.value() in Rating.values:
             return queryset.filter(feedback__rating=self.value()).distinct()
         if self.value() == "none":
@@ -47,13 +48,14 @@ class CorpusFilter(admin.SimpleListFilter):
     title = "corpus"
     parameter_name = "corpus"
 
-    def lookups(self, request, model_admin):
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[Any, str]]:
         return [(c.pk, c.name) for c in scoped_queryset(request, Corpus).order_by("name")[:200]]
 
-    def queryset(self, request, queryset):
-        if not (self.value() and str(self.value()).isdigit()):
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        corpus_id = self.value()
+        if not (corpus_id and corpus_id.isdigit()):
             return queryset
-        documents = scoped_queryset(request, Document).filter(corpus_id=int(self.value())).values("pk")
+        documents = scoped_queryset(request, Document).filter(corpus_id=int(corpus_id)).values("pk")
         runs = scoped_queryset(request, Citation).filter(document_id__in=documents).values("run_id")
         return queryset.filter(run_id__in=runs)
 
@@ -66,7 +68,7 @@ class FeedbackAdmin(ReadOnlyAuditAdmin):
     list_filter = ["rating", ("created_at", admin.DateFieldListFilter), CorpusFilter]
     search_fields = ["comment", "run__question"]
 
-    def get_queryset(self, request):
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
         return scoped_queryset(request, Feedback).select_related("run").order_by("-created_at", "-id")
 
     def get_search_results(self, request, queryset, search_term):
@@ -113,7 +115,7 @@ class FeedbackAdmin(ReadOnlyAuditAdmin):
     def corpora(self, obj) -> str:
         return ", ".join(getattr(obj, "corpus_names", [])) or "—"
 
-    def get_urls(self):
+    def get_urls(self) -> list[URLPattern]:
         wrap = self.admin_site.admin_view
         return [path("export.csv", wrap(scoped_view(self.export_csv)), name="agents_feedback_export_csv"), *super().get_urls()]
 

@@ -122,11 +122,14 @@ def sentences(text: str) -> list[str]:
     return out
 
 
+_UNIFIED_MARKS = str.maketrans({"“": "'", "”": "'", '"': "'", "‘": "'", "’": "'", "–": "-", "—": "-", "\u00a0": " "})
+
+
 def normalise(text: str) -> str:
     """For quote matching: casefolded, quotation marks and dashes unified, whitespace collapsed."""
     text = unicodedata.normalize("NFKC", text)
     # Every quotation mark is one character: a quoted sentence's own quotes are shown as single ones.
-    text = text.translate(str.maketrans({"“": "'", "”": "'", '"': "'", "‘": "'", "’": "'", "–": "-", "—": "-", "\u00a0": " "}))
+    text = text.translate(_UNIFIED_MARKS)
     text = re.sub(r"[*_`]", "", text)
     return re.sub(r"\s+", " ", text).strip().casefold()
 

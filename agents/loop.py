@@ -271,7 +271,7 @@ def planned_queries(state: RunState, facets: Facets) -> list[tuple[str, dict | N
     planned = [(sub.text, sub.filters()) for sub in state.planner.plan(state.question, facets)]
     whole = json.dumps([state.question, None], sort_keys=True)
     out = [k for k in dict.fromkeys(json.dumps(q, sort_keys=True) for q in [*planned, *rewrite(state, facets)]) if k != whole]
-    return [tuple(json.loads(k)) for k in [*out[:MAX_SUBQUERIES], whole]]  # type: ignore[misc]
+    return [(query, filters) for query, filters in map(json.loads, [*out[:MAX_SUBQUERIES], whole])]
 
 
 def _share(state: RunState, n_queries: int) -> int:
@@ -343,28 +343,41 @@ def rewrite(state: RunState, facets: Facets) -> list[tuple[str, dict | None]]:
     return _parsed_queries(proposed.get("queries", [])[:MAX_SUBQUERIES], facets)
 
 
+def _proposed_filters(item: dict, facets: Facets) -> dict:
+    """The filters of one proposed search object: metadata values the facets list under their key, ISO dates."""
+    filters: dict = {}
+    asked = item.get("metadata")
+    narrowing: dict[str, list[str]] = {}
+    for key, values in asked.items() if isinstance(asked, dict) else []:
+        known = facets.enumerations.get(key, {})
+        listed = [values] if isinstance(values, str) else values if isinstance(values, list) else []
+        kept = [v for v in listed if isinstance(v, str) and v in known]
+        if kept:
+            narrowing[key] = kept
+    if narrowing:
+        filters["metadata"] = narrowing
+    for name in ("date_after", "date_before"):
+        value = item.get(name)
+        if isinstance(value, str) and _ISO_DAY.match(value):
+            filters[name] = value
+    return filters
+
+
 def _parsed_queries(items: list, facets: Facets) -> list[tuple[str, dict | None]]:
     """A model's proposed searches: strings, or {query, metadata, date_after, date_before} objects
     whose metadata values must be values the facets listed under that key; duplicates dropped."""
     out: dict[str, tuple[str, dict | None]] = {}
+    query: object
+    filters: dict | None
     for item in items if isinstance(items, list) else []:
-        query, filters = (item, None) if isinstance(item, str) else (item.get("query"), {}) if isinstance(item, dict) else (None, None)
+        if isinstance(item, str):
+            query, filters = item, None
+        elif isinstance(item, dict):
+            query, filters = item.get("query"), _proposed_filters(item, facets)
+        else:
+            continue
         if not isinstance(query, str) or not query.strip():
             continue
-        if isinstance(item, dict):
-            asked = item.get("metadata") if isinstance(item.get("metadata"), dict) else {}
-            narrowing = {}
-            for key, values in asked.items():
-                known = facets.enumerations.get(key, {})
-                values = [values] if isinstance(values, str) else values if isinstance(values, list) else []
-                kept = [v for v in values if isinstance(v, str) and v in known]
-                if kept:
-                    narrowing[key] = kept
-            if narrowing:
-                filters["metadata"] = narrowing
-            for name in ("date_after", "date_before"):
-                if isinstance(item.get(name), str) and _ISO_DAY.match(item[name]):
-                    filters[name] = item[name]
         out.setdefault(json.dumps([query.strip(), filters or None], sort_keys=True), (query.strip(), filters or None))
     return list(out.values())
 

@@ -151,7 +151,10 @@ def find_mentions(text: str, facets: Facets) -> list[Mention]:
 def _day(match: str) -> dt.date:
     if m := _ISO_DAY.search(match):
         return dt.date(int(m.group(1)), int(m.group(2)), int(m.group(3)))
-    month, day, year = _NAMED_DAY.search(match).groups()
+    named = _NAMED_DAY.search(match)
+    if named is None:
+        raise ValueError(f"not a date: {match!r}")
+    month, day, year = named.groups()
     return dt.datetime.strptime(f"{month} {day} {year}", "%B %d %Y").date()
 
 

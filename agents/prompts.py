@@ -53,7 +53,8 @@ def chunk_block(chunk: RetrievedChunk, max_chars: int) -> str:
 
 def fitting_chunks(chunks: Iterable[RetrievedChunk], *, max_chars_per_chunk: int, max_total_chars: int) -> list[RetrievedChunk]:
     """The leading chunks whose blocks fit in max_total_chars (always the first one): what render_context shows."""
-    shown, used = [], 0
+    shown: list[RetrievedChunk] = []
+    used = 0
     for chunk in chunks:
         size = len(chunk_block(chunk, max_chars_per_chunk))
         if used + size > max_total_chars and shown:

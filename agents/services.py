@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from django.utils import timezone
@@ -96,12 +97,13 @@ def check_question(question: str, strategy: str) -> str:
 
 
 def record_run(*, scope: Scope, state: RunState, result: LoopResult | None, error: str, strategy_requested: str,
-               created_at, latency_ms: float, conversation_id: int | None = None, message: str = "") -> Run:
+               created_at: datetime, latency_ms: float, conversation_id: int | None = None, message: str = "") -> Run:
     """Write the run, its steps and citations in one transaction and append it to the tenant's chain.
 
     With `conversation_id`, the run is the conversation's next turn (numbered under the chain's lock)
     and `message` what the caller typed."""
     budgets = state.budgets
+    outcome: str
     if result is None:
         answer, outcome, grounded, checks = "", Outcome.FAILED, False, []
     else:

@@ -131,7 +131,9 @@ _ID_LIST = {"type": "array", "items": {"type": "integer"}}
 
 def _render_hits(deps: ToolDeps, chunks: list[RetrievedChunk], extra: dict) -> ToolOutcome:
     """Put chunks in front of the model as delimited data within the output budget, and remember them."""
-    results, used, overflow = [], 0, []
+    results: list[dict] = []
+    overflow: list[RetrievedChunk] = []
+    used = 0
     for chunk in chunks:
         block = chunk_block(chunk, deps.budgets.chunk_chars)
         if results and used + len(block) > deps.budgets.tool_output_chars:

@@ -4,18 +4,21 @@ Installed on the admin site by ApiConfig.ready (the lockout belongs to the HTTP 
 
 from __future__ import annotations
 
+from typing import Any
+
 from django import forms
 from django.contrib.admin.forms import AdminAuthenticationForm
+from django.contrib.auth.forms import AuthenticationForm
 
 from api import ratelimit
 
 
-class SignInLockout:
+class SignInLockout(AuthenticationForm):
     """A sign-in form's clean() with the API's lockout per client address (api.ratelimit): refused while
     the address is locked out, and every failure counted. Mixed into the admin's and the chat's forms."""
 
-    def clean(self):
-        address = ratelimit.client_address(self.request)
+    def clean(self) -> dict[str, Any]:
+        address = ratelimit.client_address(self.request) if self.request is not None else "unknown"
         locked = ratelimit.auth_failures_exceeded(address)
         if locked is not None:
             raise forms.ValidationError(f"Too many failed sign-ins from this address: try again in {locked.retry_after} s.",

@@ -7,9 +7,14 @@ key's or user's tenant and reading their row under it is tenants.principals' job
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.models import AnonymousUser
+from django.http import HttpRequest
 from rest_framework import authentication, exceptions
+from rest_framework.request import Request
 
 from api import ratelimit
 from tenants.models import ApiKey
@@ -39,7 +44,7 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
     keyword = "Bearer"
 
     @classmethod
-    def raw_key(cls, request) -> str:
+    def raw_key(cls, request: HttpRequest) -> str:
         """The key the request presents: `X-API-Key`, else `Authorization: Bearer <key>`; '' without one."""
         raw = request.headers.get("X-API-Key", "")
         header = request.headers.get("Authorization", "")
@@ -47,7 +52,7 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
             raw = header[len(cls.keyword) + 1:].strip()
         return raw
 
-    def authenticate(self, request):
+    def authenticate(self, request: Request) -> tuple[Principal, ApiKey] | None:
         raw = self.raw_key(request)
         if not raw:
             return None
@@ -62,11 +67,11 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         key, scope = found
         return Principal(scope=scope, api_key=key), key
 
-    def authenticate_header(self, request) -> str:
+    def authenticate_header(self, request: Request) -> str:
         return self.keyword
 
 
-def scope_for_user(user, tenant_slug: str | None = None) -> Scope | None:
+def scope_for_user(user: AbstractBaseUser | AnonymousUser, tenant_slug: str | None = None) -> Scope | None:
     """The scope of a logged-in user in the tenant they named (`tenant_slug`), or in their only one.
 
     None when they have no membership. A user of several tenants who names none, or names one that is
@@ -81,9 +86,13 @@ def scope_for_user(user, tenant_slug: str | None = None) -> Scope | None:
     return user_scope(user, choice.tenant_id)
 
 
-def request_scope(request) -> Scope:
+# Per request, dropped with the request (a typed cache instead of an attribute set on Request).
+_SCOPES: weakref.WeakKeyDictionary[Request, Scope] = weakref.WeakKeyDictionary()
+
+
+def request_scope(request: Request) -> Scope:
     """The caller's scope, from the authenticated principal only (worked out once per request)."""
-    cached = getattr(request, "_grounded_scope", None)
+    cached = _SCOPES.get(request)
     if cached is not None:
         return cached
     user = request.user
@@ -94,5 +103,5 @@ def request_scope(request) -> Scope:
         scope = scope_for_user(user, request.headers.get(TENANT_HEADER))
     if scope is None:
         raise exceptions.NotAuthenticated("no tenant membership for this caller")
-    request._grounded_scope = scope
+    _SCOPES[request] = scope
     return scope

@@ -9,6 +9,7 @@ debug 404 page, which lists every URL pattern, is never reached).
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation, TooManyFieldsSent, TooManyFilesSent
@@ -49,7 +50,7 @@ def error_body(code: str, message: str, fields: dict[str, list[str]] | None = No
     return {"error": {"code": code, "message": message, "fields": fields or {}}}
 
 
-def exception_handler(exc, context):
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
     """DRF's handler in the one error format; the domain's access errors (tenants.scope) mapped:
     NotVisible -> 404, NotAllowed -> 400 on the field it names, else 403; a run that could not be
     stored (agents.services.RunNotRecorded) -> 503 `run_not_recorded`. Any other exception is a
@@ -59,9 +60,9 @@ def exception_handler(exc, context):
         logging.getLogger(f"django.security.{exc.__class__.__name__}").warning(str(exc))
         exc = ParseError({"body": [_suspicious_message(exc)]})
     elif isinstance(exc, RunNotRecorded):
-        response = Response(error_body("run_not_recorded", str(exc)), status=503)
-        response["Retry-After"] = "30"
-        return response
+        unavailable = Response(error_body("run_not_recorded", str(exc)), status=503)
+        unavailable["Retry-After"] = "30"
+        return unavailable
     elif isinstance(exc, NotVisible):
         exc = NotFound(str(exc))
     elif isinstance(exc, NotAllowed):
@@ -99,7 +100,8 @@ def _server_error(exc: BaseException, context) -> Response:
     # Error reporters (and Django's test client) listen for this, as for any unhandled exception.
     got_request_exception.send(sender=None, request=request)
     response = Response(error_body("server_error", "internal error"), status=500)
-    response._has_been_logged = True  # django.utils.log.log_response: logged above, with the traceback
+    # django.utils.log.log_response reads this flag (logged above, with the traceback); the stubs do not declare it.
+    response._has_been_logged = True  # type: ignore[attr-defined]
     return response
 
 
@@ -123,11 +125,11 @@ def _json_or_default(request, status: int, code: str, message: str, default):
     return default()
 
 
-def handler404(request, exception=None):
+def handler404(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
     """Unknown URLs under /api/ answer in the API's error format (HTML elsewhere)."""
     return _json_or_default(request, 404, "not_found", "no such endpoint", lambda: defaults.page_not_found(request, exception))
 
 
-def handler500(request):
+def handler500(request: HttpRequest) -> HttpResponse:
     """Unhandled errors under /api/ answer in the API's error format, without details."""
     return _json_or_default(request, 500, "server_error", "internal error", lambda: defaults.server_error(request))

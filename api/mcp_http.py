@@ -13,10 +13,14 @@ connection. Sessions (API keys only) are not accepted here.
 
 from __future__ import annotations
 
+from collections.abc import MutableMapping
+from typing import Any
+
 import anyio
 from asgiref.sync import async_to_sync
-from django.http import HttpResponse
+from django.http import HttpRequest, HttpResponse
 from rest_framework.permissions import IsAuthenticated
+from rest_framework.request import Request
 from rest_framework.views import APIView
 
 from api.auth import ApiKeyAuthentication
@@ -40,7 +44,7 @@ class McpEndpoint(APIView):
     # a WSGI worker it would hold a thread for good. Without sessions there is none to end by DELETE either.
     # Both are 405 (the transport's answer for "not offered"), after authentication like any request.
 
-    def post(self, request) -> HttpResponse:
+    def post(self, request: Request) -> HttpResponse:
         raw_key = ApiKeyAuthentication.raw_key(request)
         status, headers, body = async_to_sync(mcp_exchange)(raw_key, asgi_scope(request), request.body)
         response = HttpResponse(body, status=status)
@@ -51,7 +55,7 @@ class McpEndpoint(APIView):
         return response
 
 
-def asgi_scope(request) -> dict:
+def asgi_scope(request: HttpRequest) -> dict:
     """The ASGI scope of a Django request, aimed at the SDK's MCP_PATH. The host is Django's validated one
     (ALLOWED_HOSTS), so the SDK's own DNS-rebinding check is not needed on top; a request with no Accept
     header is given one that the SDK accepts (it answers JSON either way)."""
@@ -97,7 +101,7 @@ async def mcp_exchange(raw_key: str, scope: dict, body: bytes) -> tuple[int, lis
         await finished.wait()  # the client "disconnects" only once the answer is complete
         return {"type": "http.disconnect"}
 
-    async def send(message: dict) -> None:
+    async def send(message: MutableMapping[str, Any]) -> None:
         if message["type"] == "http.response.start":
             answer["status"] = message["status"]
             answer["headers"] = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in message.get("headers", [])]

@@ -6,9 +6,16 @@ members and runs. auditor: read runs and chain status (and nothing else).
 
 from __future__ import annotations
 
+from collections.abc import Collection
+from typing import TYPE_CHECKING
+
 from rest_framework import permissions
+from rest_framework.request import Request
 
 from api.auth import request_scope
+
+if TYPE_CHECKING:  # rest_framework.views loads the authentication classes, which import this module
+    from rest_framework.views import APIView
 
 ASK = frozenset({"reader", "editor", "admin"})
 READ_KB = frozenset({"reader", "editor", "admin"})
@@ -19,7 +26,7 @@ AUDIT = frozenset({"auditor", "admin"})
 _ROLE_ORDER = ("reader", "editor", "auditor", "admin")
 
 
-def role_denied_message(role: str, allowed: frozenset[str] | tuple[str, ...]) -> str:
+def role_denied_message(role: str, allowed: Collection[str]) -> str:
     """The 403 message: which roles the request needs and which one the caller has (it starts with
     RolePermission.message, which clients and tests match on)."""
     needed = " or ".join(r for r in _ROLE_ORDER if r in allowed) or "a role no caller has"
@@ -34,14 +41,15 @@ class RolePermission(permissions.BasePermission):
 
     message = "your role does not allow this"
 
-    def has_permission(self, request, view) -> bool:
+    def has_permission(self, request: Request, view: APIView) -> bool:
         if not getattr(request.user, "is_authenticated", False):
             return False
         role = request_scope(request).role
+        allowed: Collection[str]
         if request.method in permissions.SAFE_METHODS:
-            allowed = getattr(view, "read_roles", None) or getattr(view, "roles", ())
+            allowed = getattr(view, "read_roles", None) or getattr(view, "roles", None) or ()
         else:
-            allowed = getattr(view, "write_roles", None) or getattr(view, "roles", ())
+            allowed = getattr(view, "write_roles", None) or getattr(view, "roles", None) or ()
         if role in allowed:
             return True
         # DRF instantiates permissions per request, so setting the message here is not shared state.

@@ -7,6 +7,9 @@ SPECTACULAR_SETTINGS["POSTPROCESSING_HOOKS"], so the served schema and `manage.p
 from __future__ import annotations
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.generators import SchemaGenerator
+from drf_spectacular.openapi import AutoSchema
+from rest_framework.request import Request
 
 BEARER_SCHEME = "ApiKey"
 HEADER_SCHEME = "ApiKeyHeader"
@@ -65,11 +68,11 @@ class ApiKeyScheme(OpenApiAuthenticationExtension):
     target_class = "api.auth.ApiKeyAuthentication"
     name = [BEARER_SCHEME, HEADER_SCHEME]
 
-    def get_security_requirement(self, auto_schema) -> list[dict[str, list]]:
+    def get_security_requirement(self, auto_schema: AutoSchema) -> list[dict[str, list]]:
         # One requirement per scheme: either header is enough (a single dict would demand both).
         return [{BEARER_SCHEME: []}, {HEADER_SCHEME: []}]
 
-    def get_security_definition(self, auto_schema) -> list[dict[str, str]]:
+    def get_security_definition(self, auto_schema: AutoSchema) -> list[dict[str, str]]:
         return [
             {"type": "http", "scheme": "bearer", "bearerFormat": "gk_<id>_<secret>",
              "description": "`Authorization: Bearer gk_<id>_<secret>`: an API key (see the introduction)."},
@@ -78,7 +81,7 @@ class ApiKeyScheme(OpenApiAuthenticationExtension):
         ]
 
 
-def describe_api(result: dict, generator, request, public) -> dict:
+def describe_api(result: dict, generator: SchemaGenerator, request: Request | None, public: bool) -> dict:
     """Post-processing hook (after drf-spectacular's enum hook): the introduction as `info.description`."""
     result.setdefault("info", {})["description"] = API_DESCRIPTION
     return result

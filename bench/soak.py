@@ -13,6 +13,7 @@ embedder and the offline answer provider, so it measures the service, not a mode
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -88,10 +89,8 @@ def rss_mb(pid: int) -> float:
         return 0.0
     total = 0
     for p in procs:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             total += p.memory_info().rss
-        except psutil.NoSuchProcess:
-            pass
     return total / 2**20
 
 

@@ -4,14 +4,17 @@ user's tenant scope (tenants.admin.TenantScopedAdmin)."""
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
-from django.db.models import Count, OuterRef, Subquery
+from django.db.models import Count, OuterRef, QuerySet, Subquery
+from django.http import HttpRequest
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
-from django.urls import path, reverse
+from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
 from kb import access
@@ -21,7 +24,7 @@ from kb.ingest.corpora import DeclarationRejected, check_declarations, save_corp
 from kb.ingest.dates import document_date
 from kb.metadata import MetadataRejected, parse_metadata, text_problem
 from kb.models import DEFAULT_EMBEDDING_DIM, DEFAULT_EMBEDDING_MODEL, DEFAULT_LANGUAGE, Chunk, Corpus, Document, DocumentStatus, IngestJob
-from kb.retrieval import SearchFilters, search
+from kb.retrieval import MODES, SearchFilters, search, search_mode
 from tenants.admin_base import TenantScopedAdmin, admin_scope, scoped_filter, scoped_queryset, scoped_view
 from tenants.models import Department
 from tenants.scope import NotAllowed, Scope
@@ -86,20 +89,20 @@ class CorpusAdmin(TenantScopedAdmin):
     readonly_fields = ["embedding_model", "embedding_dim", "next_embedding_model", "next_embedding_dim", "chunk_count", "created_at"]
     view_roles = EDITORS
 
-    def get_queryset(self, request):
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
         return super().get_queryset(request).annotate(n_documents=Count("documents"))
 
     def get_readonly_fields(self, request, obj=None):
         # Documents and chunks copy the corpus's department; moving the corpus would strand them.
         return [*self.readonly_fields, "department"] if obj is not None else self.readonly_fields
 
-    def may_change_object(self, scope: Scope, obj) -> None:
+    def may_change_object(self, scope: Scope, obj: Any) -> None:
         if obj.pk is None:
             access.check_may_create_corpus(scope, obj.department_id)
         else:
             access.check_may_change(scope, obj, "corpus")
 
-    def save_model(self, request, obj, form, change):
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         if not change:
             return super().save_model(request, obj, form, change)
         try:  # a changed date key or language is applied to the corpus's documents and chunks
@@ -162,7 +165,8 @@ class MultiFileField(forms.FileField):
 
 class UploadForm(forms.Form):
     corpus = forms.ModelChoiceField(queryset=Corpus.objects.unscoped_dangerously().none())
-    files = MultiFileField(help_text=f"Up to {settings.MAX_FILES_PER_UPLOAD} files (txt, md, html, pdf, docx).")
+    # The stubs see BaseForm.files (the bound upload dict); Django's form metaclass takes declared fields out of the class.
+    files = MultiFileField(help_text=f"Up to {settings.MAX_FILES_PER_UPLOAD} files (txt, md, html, pdf, docx).")  # type: ignore[assignment]
     title = forms.CharField(required=False, max_length=500, help_text="Optional, single file only.")
     metadata = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 3}),
                                help_text='JSON object, e.g. {"category": "travel", "effective_date": "2025-01-01"}; '
@@ -193,17 +197,17 @@ class DocumentAdmin(TenantScopedAdmin):
         actions.pop("delete_selected", None)  # deletion goes through the ingest service
         return actions
 
-    def get_queryset(self, request):
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
         # The latest job's progress, as a correlated subquery on rows the outer (scoped) query already chose.
         latest = IngestJob.objects.unscoped_dangerously().filter(document=OuterRef("pk")).order_by("-id")
         return super().get_queryset(request).annotate(
             job_status=Subquery(latest.values("status")[:1]), job_stage=Subquery(latest.values("stage")[:1]),
             job_done=Subquery(latest.values("chunks_done")[:1]), job_total=Subquery(latest.values("chunks_total")[:1]))
 
-    def may_change_object(self, scope: Scope, obj) -> None:
+    def may_change_object(self, scope: Scope, obj: Any) -> None:
         access.check_may_change(scope, obj, "document")
 
-    def save_model(self, request, obj, form, change):
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         if "metadata" in form.changed_data:
             obj.dated_at = document_date(obj.metadata, Corpus.objects.for_scope(_acting_scope(request, obj.tenant_id))
                                          .values_list("date_key", flat=True).get(pk=obj.corpus_id))
@@ -232,13 +236,14 @@ class DocumentAdmin(TenantScopedAdmin):
         """While a listed document is pending or processing, the page reloads itself (every 2 s) so
         its progress bar moves as the worker commits each embedding batch."""
         response = super().changelist_view(request, extra_context)
-        cl = getattr(response, "context_data", None) and response.context_data.get("cl")
-        if cl is not None:
-            response.context_data["ingesting"] = any(
+        context = response.context_data if isinstance(response, TemplateResponse) else None  # not on a redirect
+        cl = context.get("cl") if context else None
+        if context is not None and cl is not None:
+            context["ingesting"] = any(
                 d.status in (DocumentStatus.PENDING, DocumentStatus.PROCESSING) for d in cl.result_list)
         return response
 
-    def get_urls(self):
+    def get_urls(self) -> list[URLPattern]:
         return [path("upload/", self.admin_site.admin_view(scoped_view(self.upload_view)), name="kb_document_upload"),
                 *super().get_urls()]
 
@@ -246,7 +251,7 @@ class DocumentAdmin(TenantScopedAdmin):
         if not self.has_add_permission(request):
             raise PermissionDenied("not allowed")
         form = UploadForm(request.POST or None, request.FILES or None)
-        form.fields["corpus"].queryset = scoped_queryset(request, Corpus)
+        cast(forms.ModelChoiceField, form.fields["corpus"]).queryset = scoped_queryset(request, Corpus)
         if request.method == "POST" and form.is_valid():
             files = form.cleaned_data["files"]
             corpus = form.cleaned_data["corpus"]
@@ -317,7 +322,7 @@ class ChunkAdmin(TenantScopedAdmin):
     def get_readonly_fields(self, request, obj=None):
         return [f.name for f in self.model._meta.fields if f.name not in {"embedding", "search_vector"}]
 
-    def get_urls(self):
+    def get_urls(self) -> list[URLPattern]:
         return [path("search/", self.admin_site.admin_view(scoped_view(self.search_view)), name="kb_chunk_search"),
                 *super().get_urls()]
 
@@ -328,13 +333,14 @@ class ChunkAdmin(TenantScopedAdmin):
         error = text_problem(query) or ""
         if error:
             query, error = "", f"The query {error}."
-        mode = request.GET.get("mode", "hybrid") if request.GET.get("mode") in {"vector", "keyword", "hybrid"} else "hybrid"
+        mode = search_mode(request.GET["mode"]) if request.GET.get("mode") in MODES else "hybrid"
         corpora = list(scoped_queryset(request, Corpus).order_by("name"))
         corpus_id = request.GET.get("corpus", "")
         result = None
         if query:
             corpus = next((c for c in corpora if str(c.pk) == corpus_id), None)
-            tenant_id = corpus.tenant_id if corpus else (admin_scope(request).tenant_id if admin_scope(request) else None)
+            scope = admin_scope(request)
+            tenant_id = corpus.tenant_id if corpus else (scope.tenant_id if scope else None)
             if tenant_id is None:
                 error = "Superusers: pick a corpus (search runs in one tenant)."
             else:

@@ -284,7 +284,7 @@ class GeminiEmbedder:
             if attempt > self.max_retries:
                 raise TransientEmbeddingError(f"Gemini embedding failed after {attempt} attempts: {failure}") from failure
             delay = min(self.backoff_cap, self.backoff_base * 2 ** (attempt - 1))
-            self._sleep(random.uniform(delay / 2, delay))  # jittered exponential backoff
+            self._sleep(random.uniform(delay / 2, delay))  # jittered exponential backoff  # noqa: S311  (retry jitter, not a secret)
         embeddings = response.embeddings or []
         if len(embeddings) != len(texts):
             raise EmbeddingError(f"Gemini returned {len(embeddings)} vectors for {len(texts)} texts")

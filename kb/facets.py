@@ -62,7 +62,7 @@ def scope_facets(scope: Scope, corpus_ids: Iterable[int] | None = None, max_valu
         facet_keys = [k for _, keys in declared for k in (keys or []) if isinstance(k, str)]
         docs_sql, docs_params = documents.values("metadata").query.sql_with_params()
         with connections["default"].cursor() as cur:
-            cur.execute(f"SELECT e.key, count(*) FILTER (WHERE jsonb_typeof(e.value) = 'string'), "
+            cur.execute(f"SELECT e.key, count(*) FILTER (WHERE jsonb_typeof(e.value) = 'string'), "  # noqa: S608  (docs_sql: the ORM's compiled SQL, its values parameters)
                         f"count(DISTINCT e.value) FILTER (WHERE jsonb_typeof(e.value) = 'string') "
                         f"FROM ({docs_sql}) d CROSS JOIN LATERAL jsonb_each(CASE WHEN jsonb_typeof(d.metadata) = 'object' "
                         f"THEN d.metadata ELSE '{{}}'::jsonb END) e GROUP BY e.key", docs_params)
@@ -70,7 +70,7 @@ def scope_facets(scope: Scope, corpus_ids: Iterable[int] | None = None, max_valu
             keys = enumeration_keys(stats, facet_keys, max_values=max_values, exclude=date_keys)
             enumerations: dict[str, dict[str, int]] = {k: {} for k in keys}
             if keys:
-                cur.execute(f"SELECT key, value, n FROM (SELECT e.key, e.value #>> '{{}}' AS value, count(*) AS n, "
+                cur.execute(f"SELECT key, value, n FROM (SELECT e.key, e.value #>> '{{}}' AS value, count(*) AS n, "  # noqa: S608  (as above)
                             f"row_number() OVER (PARTITION BY e.key ORDER BY count(*) DESC, e.value #>> '{{}}') AS rank "
                             f"FROM ({docs_sql}) d CROSS JOIN LATERAL jsonb_each(CASE WHEN jsonb_typeof(d.metadata) = 'object' "
                             f"THEN d.metadata ELSE '{{}}'::jsonb END) e "

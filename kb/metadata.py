@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable
 
 # Upload metadata (one JSON object applied to every file): stored per document and matched by filters.
 MAX_METADATA_CHARS = 64 * 1024
@@ -33,7 +34,7 @@ def text_problem(text: str) -> str | None:
     return None
 
 
-def json_problem(value, *, max_depth: int, max_string: int | None = None, check_text: bool = False) -> str | None:
+def json_problem(value: object, *, max_depth: int, max_string: int | None = None, check_text: bool = False) -> str | None:
     """The first reason `value` (parsed JSON) is unfit, else None: nesting deeper than `max_depth`,
     non-finite numbers (jsonb refuses them), and with `check_text` keys or strings that `text_problem`
     refuses or longer than `max_string`. Iterative, so hostile nesting cannot exhaust the stack."""
@@ -45,7 +46,7 @@ def json_problem(value, *, max_depth: int, max_string: int | None = None, check_
                 return f"nested deeper than {max_depth} levels"
             children = item.values() if isinstance(item, dict) else item
             stack.extend((child, depth + 1) for child in children)
-            strings = item.keys() if isinstance(item, dict) and check_text else ()
+            strings: Iterable[str] = item.keys() if isinstance(item, dict) and check_text else ()
         elif isinstance(item, float) and not math.isfinite(item):
             return "numbers must be finite"
         else:
@@ -58,7 +59,7 @@ def json_problem(value, *, max_depth: int, max_string: int | None = None, check_
     return None
 
 
-def metadata_problem(value) -> str | None:
+def metadata_problem(value: object) -> str | None:
     """Why `value` cannot be a document's metadata: not a JSON object, too deep, unstorable text."""
     if not isinstance(value, dict):
         return NOT_A_JSON_OBJECT

@@ -56,6 +56,9 @@ class Corpus(models.Model):
     chunk_count = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
 
+    # Not a column: the visible documents' count, set by the API's corpus views (annotation or count) for display.
+    document_count: int
+
     objects = TenantScopedManager()
 
     class Meta:

@@ -378,8 +378,8 @@ def _parse_html(data: bytes, guard: Guard) -> tuple[_Builder, str]:
         while open_blocks and open_blocks[-1] >= d:
             open_blocks.pop()
             flush()
-        if isinstance(el, NavigableString):
-            if not isinstance(el, PreformattedString):  # comments, CDATA, doctype
+        if not isinstance(el, Tag):
+            if isinstance(el, NavigableString) and not isinstance(el, PreformattedString):  # not comments, CDATA, doctype
                 buf.append(str(el))
             continue
         name = el.name.lower()
@@ -421,7 +421,7 @@ def _parse_pdf(data: bytes, guard: Guard) -> tuple[_Builder, str]:
         reader = pypdf.PdfReader(io.BytesIO(data))
         if reader.is_encrypted and not _decrypt_with_empty_password(reader):
             raise ParseError("PDF is encrypted: remove the password and upload again")
-        title = str((reader.metadata or {}).get("/Title") or "")
+        title = str(reader.metadata.get("/Title") or "") if reader.metadata else ""
         if (pages := len(reader.pages)) > guard.limits.max_pdf_pages:
             raise ParseLimitExceeded(f"PDF has {pages} pages; at most {guard.limits.max_pdf_pages} (limit)")
         builder = _Builder(guard)

@@ -6,6 +6,8 @@ worker killed mid-job leaves it for redelivery; the services are idempotent, so 
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 from celery import shared_task
 from celery.signals import worker_process_init
 
@@ -13,7 +15,18 @@ from kb import ingest
 from kb.project import warmup
 from kb.sources.sync import run_sync, schedule_due_sources
 
-_RETRY = {
+
+class _RetryOptions(TypedDict):
+    acks_late: bool
+    reject_on_worker_lost: bool
+    autoretry_for: tuple[type[BaseException], ...]
+    retry_backoff: int
+    retry_backoff_max: int
+    retry_jitter: bool
+    max_retries: int
+
+
+_RETRY: _RetryOptions = {
     "acks_late": True,
     "reject_on_worker_lost": True,
     "autoretry_for": ingest.TRANSIENT_ERRORS,

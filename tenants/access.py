@@ -17,6 +17,7 @@ the tenant's settings. The one home of these rules; the API (api.views) and the 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import TypeVar
 
 from django.contrib.auth import get_user_model
 from django.db.models import Model, Q, QuerySet
@@ -36,6 +37,7 @@ ROLE_GRANTS: dict[str, frozenset[str]] = {
 MANAGERS = frozenset({Role.ADMIN, "system"})
 
 _RULES: dict[type[Model], Callable[[Scope], QuerySet]] = {}
+_M = TypeVar("_M", bound=Model)
 
 
 def visibility_rule(model: type[Model]) -> Callable[[Callable[[Scope], QuerySet]], Callable[[Scope], QuerySet]]:
@@ -65,7 +67,7 @@ def visible(scope: Scope, model: type[Model]) -> QuerySet:
     return rule(scope)
 
 
-def one(qs: QuerySet, obj_id: object, what: str) -> Model:
+def one(qs: QuerySet[_M], obj_id: object, what: str) -> _M:
     """The row `obj_id` of `qs`, or NotVisible (malformed ids included)."""
     pk = _int(obj_id)
     obj = qs.filter(pk=pk).first() if pk else None

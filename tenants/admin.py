@@ -7,11 +7,15 @@ inside the user's tenant. Superusers act as operators across tenants through the
 
 from __future__ import annotations
 
+from typing import Any
+
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
+from django.http import HttpRequest
 from django.shortcuts import redirect
-from django.urls import path
+from django.urls import URLPattern, path
 from django.utils.html import format_html
 
 from tenants import access, services
@@ -55,13 +59,13 @@ class TenantAdmin(TenantScopedAdmin):
     def has_delete_permission(self, request, obj=None) -> bool:
         return False
 
-    def may_change_object(self, scope: Scope, obj) -> None:
+    def may_change_object(self, scope: Scope, obj: Any) -> None:
         access.check_may_change_tenant_settings(scope)
 
     def get_readonly_fields(self, request, obj=None):
         return [] if request.user.is_superuser else ["name", "slug"]
 
-    def get_urls(self):
+    def get_urls(self) -> list[URLPattern]:
         return [path("switch/<slug:slug>/", self.admin_site.admin_view(self.switch_view), name="tenants_tenant_switch"),
                 *super().get_urls()]
 
@@ -74,7 +78,7 @@ class TenantAdmin(TenantScopedAdmin):
             messages.error(request, "You have no admin-site membership in that tenant.")
         return redirect("admin:index")
 
-    def save_model(self, request, obj, form, change):
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         scope = admin_scope(request)
         if scope is None:
             return super().save_model(request, obj, form, change)
@@ -98,7 +102,7 @@ class DepartmentAdmin(TenantScopedAdmin):
         scope = admin_scope(request)
         return super().has_add_permission(request) and (scope is None or access.may_change_tenant_settings(scope))
 
-    def may_change_object(self, scope: Scope, obj) -> None:
+    def may_change_object(self, scope: Scope, obj: Any) -> None:
         access.check_may_manage_departments(scope)
 
     def has_delete_permission(self, request, obj=None) -> bool:
@@ -114,8 +118,9 @@ class GrantForm(forms.ModelForm):
 
     acting_scope: Scope | None = None  # set by TenantScopedAdmin.get_form
 
-    def clean(self):
-        data = super().clean()
+    def clean(self) -> dict[str, Any]:
+        super().clean()
+        data = self.cleaned_data
         tenant = data.get("tenant") or (self.instance.tenant if self.instance.tenant_id else None)
         departments = list(data.get("departments") or [])
         if tenant is not None and any(d.tenant_id != tenant.pk for d in departments):
@@ -149,16 +154,16 @@ class MembershipAdmin(TenantScopedAdmin):
     def department_names(self, obj) -> str:
         return ", ".join(d.name for d in obj.departments.all()) or ("all" if obj.all_departments else "—")
 
-    def get_queryset(self, request):
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
         return super().get_queryset(request).select_related("user", "tenant").prefetch_related("departments")
 
     def get_readonly_fields(self, request, obj=None):
         return ["user", "tenant"] if obj is not None else []  # a membership is not moved to another user
 
-    def may_change_object(self, scope: Scope, obj) -> None:
+    def may_change_object(self, scope: Scope, obj: Any) -> None:
         access.check_may_change_principal(scope, obj)
 
-    def save_model(self, request, obj, form, change):
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         scope = admin_scope(request)
         if scope is None:
             return super().save_model(request, obj, form, change)
@@ -178,7 +183,7 @@ class MembershipAdmin(TenantScopedAdmin):
         if admin_scope(request) is None:
             super().save_related(request, form, formsets, change)  # tenant admins' departments are set by the service
 
-    def delete_model(self, request, obj):
+    def delete_model(self, request: HttpRequest, obj: Any) -> None:
         scope = admin_scope(request)
         if scope is None:
             return super().delete_model(request, obj)
@@ -187,7 +192,7 @@ class MembershipAdmin(TenantScopedAdmin):
         except NotAllowed as exc:
             raise PermissionDenied(str(exc)) from None
 
-    def delete_queryset(self, request, queryset):
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet) -> None:
         for obj in queryset:
             self.delete_model(request, obj)
 
@@ -223,13 +228,13 @@ class ApiKeyAdmin(TenantScopedAdmin):
             return []
         return ["tenant", "name", "role", "all_departments", "departments", "public_id", "created_at", "revoked_at", "last_used_at"]
 
-    def may_change_object(self, scope: Scope, obj) -> None:
+    def may_change_object(self, scope: Scope, obj: Any) -> None:
         access.check_may_change_principal(scope, obj)
 
     def has_delete_permission(self, request, obj=None) -> bool:
         return False  # revoke instead: the key's id stays meaningful in run traces
 
-    def save_model(self, request, obj, form, change):
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         if change:
             return
         data = form.cleaned_data

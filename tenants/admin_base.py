@@ -15,12 +15,16 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import weakref
 from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
 
 from django.contrib import admin
 from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
 from django.db import models
+from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.urls import URLPattern
 
@@ -29,6 +33,19 @@ from tenants.principals import TenantChoice, tenants_of_user, user_scope
 from tenants.scope import NotAllowed, Scope, TenantScopedManager, activate, validating_tenant
 
 ADMIN_SITE_ROLES = frozenset({"admin", "editor", "auditor"})
+
+
+@dataclass
+class _RequestCache:
+    """What one admin request has worked out about its tenant, computed once per request."""
+
+    choices: list[TenantChoice] | None = None
+    scope_known: bool = False
+    scope: Scope | None = None
+
+
+# Per request, dropped with the request (a typed cache instead of attributes set on HttpRequest).
+_PER_REQUEST: weakref.WeakKeyDictionary[HttpRequest, _RequestCache] = weakref.WeakKeyDictionary()
 SESSION_TENANT = "admin_tenant"
 
 
@@ -37,10 +54,10 @@ def admin_tenant_choices(request: HttpRequest) -> list[TenantChoice]:
     user = request.user
     if not getattr(user, "is_authenticated", False) or not user.is_staff or not user.is_active:
         return []
-    cached = getattr(request, "_admin_tenant_choices", None)
-    if cached is None:
-        cached = request._admin_tenant_choices = [c for c in tenants_of_user(user) if c.role in ADMIN_SITE_ROLES]
-    return cached
+    cache = _PER_REQUEST.setdefault(request, _RequestCache())
+    if cache.choices is None:
+        cache.choices = [c for c in tenants_of_user(user) if c.role in ADMIN_SITE_ROLES]
+    return cache.choices
 
 
 def chosen_tenant(request: HttpRequest) -> TenantChoice | None:
@@ -56,10 +73,12 @@ def admin_scope(request: HttpRequest) -> Scope | None:
     have no admin-site membership or have not picked one of several tenants."""
     if request.user.is_superuser:
         return None
-    if not hasattr(request, "_admin_scope"):
+    cache = _PER_REQUEST.setdefault(request, _RequestCache())
+    if not cache.scope_known:
         choice = chosen_tenant(request)
-        request._admin_scope = user_scope(request.user, choice.tenant_id) if choice else None
-    return request._admin_scope
+        cache.scope = user_scope(request.user, choice.tenant_id) if choice else None
+        cache.scope_known = True
+    return cache.scope
 
 
 def admin_role(request: HttpRequest) -> str | None:
@@ -106,13 +125,14 @@ def scoped_queryset(request: HttpRequest, model: type[models.Model]) -> models.Q
     """`model`'s rows the admin user may see: the domain's visibility rule for its scope; every row
     (owner connection) for a superuser; none without a scope."""
     user_model = get_user_model()
+    manager = model._default_manager
     if request.user.is_superuser:
-        if is_tenant_scoped(model):
-            return model.objects.unscoped_dangerously(using="owner")
-        return model._default_manager.using("owner")
+        if isinstance(manager, TenantScopedManager):
+            return manager.unscoped_dangerously(using="owner")
+        return manager.using("owner")
     scope = admin_scope(request)
     if scope is None:
-        return (model.objects.unscoped_dangerously() if is_tenant_scoped(model) else model._default_manager).none()
+        return (manager.unscoped_dangerously() if isinstance(manager, TenantScopedManager) else manager).none()
     if model is user_model:
         return visible_users(scope)
     return visible(scope, model)
@@ -125,10 +145,10 @@ def scoped_filter(field: str, model: type[models.Model], title: str, label=str) 
     class Filter(admin.SimpleListFilter):
         parameter_name = field
 
-        def lookups(self, request, model_admin):
+        def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[Any, str]]:
             return [(obj.pk, label(obj)) for obj in scoped_queryset(request, model).order_by("pk")[:200]]
 
-        def queryset(self, request, queryset):
+        def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
             value = self.value()
             if value and str(value).isdigit():
                 return queryset.filter(**{f"{field}_id": int(value)})
@@ -180,13 +200,13 @@ class TenantScopedAdmin(admin.ModelAdmin):
             return False
         return True
 
-    def may_change_object(self, scope: Scope, obj) -> None:
+    def may_change_object(self, scope: Scope, obj: Any) -> None:
         """Raise NotAllowed unless `scope` may change or delete `obj` (a row it sees)."""
         if hasattr(obj, "department_id"):
             scope.check_may_change(obj.department_id, obj._meta.verbose_name)
 
     # --- what they see -----------------------------------------------------------------------------
-    def get_queryset(self, request):
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
         qs = scoped_queryset(request, self.model)
         ordering = self.get_ordering(request)
         return qs.order_by(*ordering) if ordering else qs
@@ -223,7 +243,8 @@ class TenantScopedAdmin(admin.ModelAdmin):
         scope = admin_scope(request)
         has_tenant = any(f.name == "tenant" for f in self.model._meta.fields)
 
-        class ScopedForm(form):
+        # mypy cannot check a class whose base is a run-time value (the form class ModelAdmin built).
+        class ScopedForm(form):  # type: ignore[valid-type,misc]
             acting_scope = scope
 
             def _get_validation_exclusions(self):
@@ -244,7 +265,7 @@ class TenantScopedAdmin(admin.ModelAdmin):
         ScopedForm.__name__ = form.__name__
         return ScopedForm
 
-    def save_model(self, request, obj, form, change):
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         scope = admin_scope(request)
         if scope is not None and hasattr(obj, "tenant_id"):
             obj.tenant_id = scope.tenant_id
@@ -258,11 +279,11 @@ class TenantScopedAdmin(admin.ModelAdmin):
             return
         super().save_model(request, obj, form, change)
 
-    def delete_model(self, request, obj):
+    def delete_model(self, request: HttpRequest, obj: Any) -> None:
         self._check_delete(request, [obj])
         super().delete_model(request, obj)
 
-    def delete_queryset(self, request, queryset):
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet) -> None:
         self._check_delete(request, list(queryset))
         super().delete_queryset(request, queryset)
 
@@ -271,7 +292,7 @@ class TenantScopedAdmin(admin.ModelAdmin):
             raise PermissionDenied("you may not delete some of these rows")
 
     # --- every view runs inside the user's tenant ---------------------------------------------------
-    def get_urls(self):
+    def get_urls(self) -> list[URLPattern]:
         urls = super().get_urls()
         for url in urls:
             if isinstance(url, URLPattern):

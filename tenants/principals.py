@@ -18,6 +18,8 @@ from __future__ import annotations
 import hmac
 from dataclasses import dataclass
 
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.models import AnonymousUser
 from django.db import connections
 from django.utils import timezone
 
@@ -82,25 +84,27 @@ def authenticate_key(raw: str) -> tuple[ApiKey, Scope] | None:
         return key, key.scope()
 
 
-def tenants_of_user(user) -> list[TenantChoice]:
+def tenants_of_user(user: AbstractBaseUser | AnonymousUser) -> list[TenantChoice]:
     """The tenants `user` is a member of, by slug (none for an anonymous or unsaved user)."""
-    if not getattr(user, "pk", None) or not getattr(user, "is_authenticated", False):
+    user_id = getattr(user, "pk", None)
+    if not user_id or not getattr(user, "is_authenticated", False):
         return []
     with connections["default"].cursor() as cur:
-        cur.execute("SELECT tenant_id, slug, name, role FROM grounded_user_tenants(%s)", [int(user.pk)])
+        cur.execute("SELECT tenant_id, slug, name, role FROM grounded_user_tenants(%s)", [int(user_id)])
         return [TenantChoice(int(t), slug, name, role) for t, slug, name, role in cur.fetchall()]
 
 
-def user_scope(user, tenant_id: int) -> Scope | None:
+def user_scope(user: AbstractBaseUser | AnonymousUser, tenant_id: int) -> Scope | None:
     """`user`'s scope in tenant `tenant_id` (their membership's role and departments), None without one."""
-    if not getattr(user, "pk", None):
+    user_id = getattr(user, "pk", None)
+    if not user_id:
         return None
     with activate(Scope.system(int(tenant_id), principal="authentication")):
-        membership = Membership.objects.filter(user_id=user.pk, tenant_id=tenant_id).first()
+        membership = Membership.objects.filter(user_id=user_id, tenant_id=tenant_id).first()
         return membership.scope() if membership is not None else None
 
 
-def choose_tenant(user, requested_slug: str | None) -> TenantChoice:
+def choose_tenant(user: AbstractBaseUser | AnonymousUser, requested_slug: str | None) -> TenantChoice:
     """The tenant `user` acts in: the one requested (which must be one of theirs), or their only one.
 
     Raises TenantChoiceRequired when they have no membership, when they have several and none was

@@ -8,6 +8,8 @@ link tables and the user-flag guard are in tenants/migrations/0003_row_level_sec
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
 from django.db import connections
 from django.db.migrations.operations import RunSQL
@@ -32,7 +34,7 @@ def enable_rls(table: str) -> RunSQL:
     )
 
 
-def grant_app_role(sender, using: str = "default", **kwargs) -> None:
+def grant_app_role(sender: object, using: str = "default", **kwargs: Any) -> None:
     """After migrations (run as owner): make sure the app role exists and may use the tables.
 
     The role never gets ownership, superuser, BYPASSRLS or TRUNCATE. It may run the two

@@ -174,7 +174,11 @@ def _has_field(model: type[models.Model], name: str) -> bool:
     return True
 
 
-class TenantScopedManager(models.Manager.from_queryset(TenantScopedQuerySet)):
+# A module-level name, not an expression in the class statement, so the django-stubs plugin can type it.
+_TenantScopedManagerBase = models.Manager.from_queryset(TenantScopedQuerySet)
+
+
+class TenantScopedManager(_TenantScopedManagerBase):
     """Default manager of tenant-owned models: every read must say whose data it is.
 
     `Model.objects.for_scope(scope)` is the way in. `Model.objects.unscoped_dangerously()` is the

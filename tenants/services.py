@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django.contrib.auth import get_user_model
+from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.validators import UnicodeUsernameValidator
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError, transaction
@@ -46,10 +47,11 @@ def login_name(tenant: Tenant, name: str) -> str:
     return f"{name}@{tenant.slug}"
 
 
-def display_name(user, tenant_slug: str) -> str:
+def display_name(user: AbstractBaseUser, tenant_slug: str) -> str:
     """A member's name as its tenant sees it: without the tenant's own login suffix."""
     suffix = f"@{tenant_slug}"
-    return user.username[: -len(suffix)] if user.username.endswith(suffix) else user.username
+    username = user.get_username()
+    return username[: -len(suffix)] if username.endswith(suffix) else username
 
 
 @dataclass(frozen=True)
@@ -92,7 +94,7 @@ def add_member(scope: Scope, *, username: str, email: str = "", grant: MemberGra
         return _make_member(scope, _tenant_user(scope, tenant, username.strip(), email), grant, field="username")
 
 
-def add_member_user(scope: Scope, *, user, grant: MemberGrant) -> Membership:
+def add_member_user(scope: Scope, *, user: AbstractBaseUser, grant: MemberGrant) -> Membership:
     """Make an existing user the actor may pick (access.visible_users) a member (the admin site's form)."""
     access.check_grant(scope, role=grant.role, all_departments=grant.all_departments, departments=grant.departments)
     if not access.visible_users(scope).filter(pk=user.pk).exists():

@@ -50,7 +50,7 @@ class TwoTurns:
 
 def split_question(question: Question, docs: Mapping[str, CorpusDoc]) -> TwoTurns | None:
     """The question as two turns, or None when it names nothing of its gold documents."""
-    gold = [docs[g.doc_key] for g in question.gold if g.doc_key in docs]
+    gold = [docs[g.doc_key] for g in question.gold if g.doc_key is not None and g.doc_key in docs]
     if not gold:
         return None
     text = question.question
@@ -120,13 +120,14 @@ def conversation_figures(results: Iterable[QuestionResult]) -> dict[str, dict]:
         kind, _, base = strategy.partition(":")
         if kind != "conversation" or base not in by_strategy:
             continue
-        pairs = [(t, by_strategy[base][qid]) for qid, t in turns.items()
-                 if qid in by_strategy[base] and t.scores is not None and by_strategy[base][qid].scores is not None]
+        # (second turn, its evidence recall, the standalone question's), for questions both scored
+        pairs = [(t, t.scores.evidence_recall, standalone.scores.evidence_recall) for qid, t in turns.items()
+                 if (standalone := by_strategy[base].get(qid)) is not None and t.scores is not None and standalone.scores is not None]
         if not pairs:
             continue
-        second = sum(t.scores.evidence_recall for t, _ in pairs) / len(pairs)
-        alone = sum(s.scores.evidence_recall for _, s in pairs) / len(pairs)
-        resolved = sum(bool(t.extra.get("resolved_back")) for t, _ in pairs)
+        second = sum(recall for _, recall, _ in pairs) / len(pairs)
+        alone = sum(recall for _, _, recall in pairs) / len(pairs)
+        resolved = sum(bool(t.extra.get("resolved_back")) for t, _, _ in pairs)
         figures[strategy] = {"questions": len(pairs), "second_turn_recall": round(second, 4), "standalone_recall": round(alone, 4),
                              "difference_points": round(100 * (second - alone), 1), "resolved_back": round(resolved / len(pairs), 4)}
     return figures

@@ -121,7 +121,7 @@ def sample_questions(questions: list[Question], *, limit: int | None, seed: int)
     """A seeded sample stratified by question type (file order when no limit), so a small run keeps the mix."""
     if limit is None or limit >= len(questions):
         return list(questions)
-    rng = random.Random(seed)
+    rng = random.Random(seed)  # noqa: S311  (a seeded sample, reproducible on purpose: not a secret)
     by_type: dict[str, list[Question]] = {}
     for q in questions:
         by_type.setdefault(q.question_type, []).append(q)

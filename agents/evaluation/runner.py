@@ -36,14 +36,15 @@ from agents.evaluation.metrics import (
 )
 from agents.evaluation.suite import CorpusProfile
 from agents.evaluation.summary import ABSTAIN_OUTCOME, RETRIEVAL_ONLY, QuestionResult, judge_answer
-from agents.models import Citation, RunStep
+from agents.models import Citation, Run, RunStep
 from agents.selectors import metadata_facets
 from agents.services import ask
 from kb.embedding import ModelChoiceError, checked_model_key, default_model_key
 from kb.ingest import resume_stuck_jobs, run_ingest_job, upload_document
 from kb.ingest.corpora import save_corpus
 from kb.models import Chunk, Corpus, Document, DocumentStatus, IngestJob, JobStatus
-from kb.retrieval import SearchFilters, search
+from kb.retrieval import SearchFilters, search, search_mode
+from kb.retrieval.query import Mode
 from tenants.models import Tenant
 from tenants.scope import Scope, activate
 
@@ -249,7 +250,7 @@ def run_conversation(ev: EvalCorpus, q: Question, strategy: str, provider: str |
     return result
 
 
-def score_run(ev: EvalCorpus, q: Question, run, *, strategy: str, generates_text: bool) -> QuestionResult:
+def score_run(ev: EvalCorpus, q: Question, run: Run, *, strategy: str, generates_text: bool) -> QuestionResult:
     """One stored Run scored against the question's gold: its final context, outcome, citations and cost."""
     with activate(ev.scope):
         steps = list(RunStep.objects.for_scope(ev.scope).filter(run_id=run.pk).order_by("ordinal")
@@ -271,14 +272,14 @@ def facet_sources(ev: EvalCorpus) -> planning.Facets:
         return planning.Facets.from_tool(metadata_facets(ev.scope, max_values=10_000))
 
 
-def facet_search(scope: Scope, question: str, facets: planning.Facets, mode: str, *, k: int = K_CONTEXT) -> tuple[list[int], int]:
+def facet_search(scope: Scope, question: str, facets: planning.Facets, mode: Mode, *, k: int = K_CONTEXT) -> tuple[list[int], int]:
     """The planner's narrowed searches alone, without the agent loop: (chunk ids best first, searches made)."""
     lists: list[list[int]] = []
     calls = 0
     found = planning.find_mentions(question, facets)
     subs = planning.GeneralPlanner.mention_queries(question, found, facets) if found else [planning.SubQuery(question)]
     for sub in subs:
-        meta = dict((key, list(values)) for key, values in sub.narrow) or None
+        meta: dict[str, str | int | float | bool | list | tuple] | None = {key: list(values) for key, values in sub.narrow} or None
         dated = SearchFilters(metadata=meta, date_after=sub.date_after, date_before=sub.date_before)
         hits = search(scope, sub.text, k=k, mode=mode, filters=dated).hits
         calls += 1
@@ -290,7 +291,8 @@ def facet_search(scope: Scope, question: str, facets: planning.Facets, mode: str
 
 
 def run_retrieval(ev: EvalCorpus, q: Question, strategy: str, sources: planning.Facets) -> QuestionResult:
-    kind, _, mode = strategy.partition(":")
+    kind, _, mode_name = strategy.partition(":")
+    mode = search_mode(mode_name)
     started = time.perf_counter()
     if kind == "search":
         ids, calls = [h.chunk_id for h in search(ev.scope, q.question, k=K_CONTEXT, mode=mode).hits], 1

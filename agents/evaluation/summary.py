@@ -69,6 +69,7 @@ def judge_answer(*, answer: str, outcome: str, gold: str | None, generates_text:
 def _figures(results: list[QuestionResult]) -> dict:
     """Figures of one group; abstention only for strategies that answer (retrieval-only baselines do not)."""
     answerable = [r for r in results if r.answerable and r.scores is not None]
+    answerable_scores = [r.scores for r in answerable if r.scores is not None]
     unanswerable = [r for r in results if not r.answerable]
     judged = [r for r in results if r.lenient is not None]
     citations = sum(r.citations for r in results)
@@ -90,7 +91,7 @@ def _figures(results: list[QuestionResult]) -> dict:
         "mrr_at_10": score("mrr_at_10"),
         "map_at_10": score("map_at_10"),
         "evidence_recall": score("evidence_recall"),
-        "all_facts": mean(float(r.scores.evidence_recall >= 1.0) for r in answerable),
+        "all_facts": mean(float(s.evidence_recall >= 1.0) for s in answerable_scores),
         "null_abstained": mean(float(r.outcome == ABSTAIN_OUTCOME) for r in unanswerable if r.outcome != RETRIEVAL_ONLY),
         "answerable_abstained": mean(float(r.outcome == ABSTAIN_OUTCOME) for r in answerable if r.outcome != RETRIEVAL_ONLY),
         "accuracy_lenient": mean(float(bool(r.lenient)) for r in judged),

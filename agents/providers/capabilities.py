@@ -34,7 +34,7 @@ from django.conf import settings
 from django.core.cache import cache
 
 from agents.messages import ModelRequest, ToolSpec, UserMessage
-from agents.providers import get_provider
+from agents.providers import Provider, get_provider
 
 log = logging.getLogger(__name__)
 
@@ -64,11 +64,11 @@ class Capabilities:
         return asdict(self)
 
 
-def provider_key(provider) -> str:
+def provider_key(provider: Provider) -> str:
     return f"grounded:capabilities:{provider.name}:{provider.model}:{getattr(provider, 'endpoint', '')}"
 
 
-def known_capabilities(provider) -> Capabilities | None:
+def known_capabilities(provider: Provider) -> Capabilities | None:
     """The cached probe result for this provider (None if never probed or expired); the offline provider's declared ones."""
     if provider.name == "offline":
         return Capabilities(provider.name, provider.model, True, True, True)
@@ -76,7 +76,7 @@ def known_capabilities(provider) -> Capabilities | None:
     return Capabilities(**data) if data else None
 
 
-def probe(provider, *, timeout_s: float = PROBE_TIMEOUT_S) -> Capabilities:
+def probe(provider: Provider, *, timeout_s: float = PROBE_TIMEOUT_S) -> Capabilities:
     """Probe `provider` now (three small calls) and cache the result. Never raises."""
     if provider.name == "offline":
         return known_capabilities(provider)  # type: ignore[return-value]
@@ -162,7 +162,7 @@ def provider_report() -> dict:
     return report
 
 
-def probe_in_background(provider) -> None:
+def probe_in_background(provider: Provider) -> None:
     key = provider_key(provider)
     with _probing_lock:
         if key in _probing:

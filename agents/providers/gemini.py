@@ -27,6 +27,7 @@ from google.genai import errors, types
 from agents.messages import (
     AssistantMessage,
     DeadlineExceeded,
+    FinishReason,
     Message,
     ModelRequest,
     ModelTurn,
@@ -102,7 +103,8 @@ class GeminiProvider:
                                                "the call was abandoned")
                     chunks.append(chunk)
             finally:
-                stream.close()  # closes the HTTP response too: the server sees the client go
+                # google-genai declares an Iterator; it returns a generator, whose close() ends the HTTP response too.
+                stream.close()  # type: ignore[attr-defined]
             if not any(c.candidates for c in chunks) and not any(c.prompt_feedback and c.prompt_feedback.block_reason for c in chunks):
                 raise errors.UnknownApiResponseError("response has no candidates")
             return chunks
@@ -183,7 +185,7 @@ def from_response(response: types.GenerateContentResponse) -> ModelTurn:
         elif part.text and not part.thought:
             texts.append(part.text)
     finish = candidate.finish_reason if candidate else None
-    reason = "" if finish is None else "length" if finish == types.FinishReason.MAX_TOKENS else \
+    reason: FinishReason = "" if finish is None else "length" if finish == types.FinishReason.MAX_TOKENS else \
         "stop" if finish == types.FinishReason.STOP else "other"
     if reason == "stop" and calls:
         reason = "tool_calls"

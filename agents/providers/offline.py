@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 
 from agents.citations import NOT_ENOUGH_EVIDENCE
 from agents.conversation_text import resolve_followup
@@ -80,11 +81,11 @@ class OfflineProvider:
         asked = _searches_asked(request)
         if rounds == 1:
             subs = [(sub.text, sub.filters()) for sub in GeneralPlanner().plan(request.question, facets)]
-            wanted = [*subs[: MAX_FIRST_SEARCHES - 1], (request.question, None)]
+            wanted: list[tuple[str, dict | None]] = [*subs[: MAX_FIRST_SEARCHES - 1], (request.question, None)]
         else:
             chunks = _chunks_from(request)
             follow = follow_ups(request.question, chunks, facets) if rounds < MAX_ROUNDS else []
-            wanted = [(q, None) for q in follow][:MAX_FOLLOW_UPS]
+            wanted = [(q, None) for q in follow[:MAX_FOLLOW_UPS]]
         new = {_key(q, f): (q, f) for q, f in wanted}
         calls = [ToolCall(f"offline-{rounds}-{i}", "search", {"query": q, "k": DEPTH, **(f or {})})
                  for i, (q, f) in enumerate(v for k, v in new.items() if k not in asked)]
@@ -183,7 +184,7 @@ def _shown(sentence: str) -> str:
     return sentence.replace('"', "'").replace("“", "'").replace("”", "'")
 
 
-def _ranked_sentences(part: str, chunks: list[SeenChunk], values: list[str], *, own_words: bool = True) -> list[tuple[float, str, int]]:
+def _ranked_sentences(part: str, chunks: list[SeenChunk], values: Sequence[str], *, own_words: bool = True) -> list[tuple[float, str, int]]:
     """Every quotable sentence scored as an answer to `part` (agents.sufficiency.support), best first;
     with `own_words`, only sentences holding a word of the part themselves (not only under a fitting
     title): a text about a name the evidence gave may answer in other words, and is asked without it."""
@@ -200,7 +201,7 @@ def _ranked_sentences(part: str, chunks: list[SeenChunk], values: list[str], *, 
     return sorted(out, key=lambda x: -x[0])
 
 
-def compose_answer(question: str, chunks: list[SeenChunk], values: list[str] = ()) -> str:
+def compose_answer(question: str, chunks: list[SeenChunk], values: Sequence[str] = ()) -> str:
     """Quote, per part, the sentences that answer it (and, for a part answered through a name the
     evidence gave, the best sentence about that name); name the parts nothing answers.
 
@@ -210,7 +211,8 @@ def compose_answer(question: str, chunks: list[SeenChunk], values: list[str] = (
     values = list(values)
     parts = split_question(question)
     used: set[str] = set()
-    lines, missing = [], []
+    lines: list[str] = []
+    missing: list[str] = []
     for part in parts:
         halves = split_relative(part)
         if halves:
@@ -253,7 +255,7 @@ def _source_of(chunk_id: int, chunks: list[SeenChunk]) -> str:
     return f" ({title})" if title else ""
 
 
-def _chained_sentences(asked: str, described: str, chunks: list[SeenChunk], values: list[str],
+def _chained_sentences(asked: str, described: str, chunks: list[SeenChunk], values: Sequence[str],
                        used: set[str]) -> list[tuple[str, int]] | None:
     """For a part whose subject is described by a relative clause ("the palace | at which X died"):
     the sentence that identifies the subject, then the one answering what is asked about it, taken
@@ -278,7 +280,7 @@ def _chained_sentences(asked: str, described: str, chunks: list[SeenChunk], valu
     return [(s, cid) for s, cid in ((first, first_cid), answers[0][1:]) if s not in used]
 
 
-def _hop_sentence(part: str, best: str, best_chunk_id: int, chunks: list[SeenChunk], values: list[str],
+def _hop_sentence(part: str, best: str, best_chunk_id: int, chunks: list[SeenChunk], values: Sequence[str],
                   used: set[str]) -> list[tuple[str, int]]:
     """For a part its best sentence does not fully answer: the best sentence of a chunk about a name
     that sentence gives (the second hop), scored on the part's words the first sentence lacks.

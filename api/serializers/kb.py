@@ -114,12 +114,18 @@ class ReembedSerializer(serializers.Serializer):
         return {"model_key": f"{model}:{dim}"}
 
 
+def job_percent(job: IngestJob) -> float:
+    """How far the job is, 0-100 (one decimal)."""
+    if job.status == "done":
+        return 100.0
+    return round(100.0 * job.chunks_done / job.chunks_total, 1) if job.chunks_total else 0.0
+
+
 def job_progress(job: IngestJob | None) -> dict | None:
     if job is None:
         return None
-    percent = 100.0 if job.status == "done" else (round(100.0 * job.chunks_done / job.chunks_total, 1) if job.chunks_total else 0.0)
     return {"job": job.id, "status": job.status, "stage": job.stage, "chunks_done": job.chunks_done,
-            "chunks_total": job.chunks_total, "percent": percent}
+            "chunks_total": job.chunks_total, "percent": job_percent(job)}
 
 
 class ProgressSerializer(serializers.Serializer):
@@ -157,7 +163,7 @@ class IngestJobSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
     def get_percent(self, obj: IngestJob) -> float:
-        return job_progress(obj)["percent"]
+        return job_percent(obj)
 
 
 class UploadSerializer(serializers.Serializer):

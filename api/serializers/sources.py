@@ -11,7 +11,8 @@ class SourceSyncSerializer(serializers.Serializer):
     """One sync's status and summary (counts; seconds from start to end)."""
 
     id = serializers.IntegerField()
-    source = serializers.IntegerField(source="source_id")
+    # The stubs see Field.source (a string) here; DRF's metaclass takes declared fields out of the class attributes.
+    source = serializers.IntegerField(source="source_id")  # type: ignore[assignment]
     trigger = serializers.CharField()
     status = serializers.CharField()
     stage = serializers.CharField()
@@ -50,7 +51,8 @@ class SourceSerializer(serializers.Serializer):
                                         help_text="s3: {access_key_id, secret_access_key}; website: {authorization}. "
                                                   "Never returned.")
     has_credentials = serializers.BooleanField(source="has_secret", read_only=True)
-    department_rules = SourceRuleSerializer(many=True, required=False, max_length=200)
+    # many=True passes max_length to the ListSerializer (DRF 3.14+); the stubs do not list it.
+    department_rules = SourceRuleSerializer(many=True, required=False, max_length=200)  # type: ignore[call-arg]
     schedule_minutes = serializers.IntegerField(min_value=0, max_value=60 * 24 * 31, required=False, default=60)
     paused = serializers.BooleanField(required=False, default=False)
     next_sync_at = serializers.DateTimeField(read_only=True, allow_null=True)
@@ -59,8 +61,9 @@ class SourceSerializer(serializers.Serializer):
 
 
 class SourcePatchSerializer(SourceSerializer):
-    corpus = None
-    kind = None
+    # None removes an inherited declared field (DRF's documented way); the stubs type only the field.
+    corpus = None  # type: ignore[assignment]
+    kind = None  # type: ignore[assignment]
     schedule_minutes = serializers.IntegerField(min_value=0, max_value=60 * 24 * 31, required=False)
     paused = serializers.BooleanField(required=False)
 

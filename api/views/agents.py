@@ -18,6 +18,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.exceptions import Throttled, ValidationError
+from rest_framework.request import Request
 from rest_framework.response import Response
 
 from agents import evidence
@@ -143,7 +144,7 @@ class Ask(ScopedAPIView):
     roles = ASK
 
     @extend_schema(request=s.AskRequestSerializer, responses=s.RunDetailSerializer)
-    def post(self, request):
+    def post(self, request: Request) -> Response:
         ser = s.AskRequestSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
         _check_daily_budget(self.scope)
@@ -217,7 +218,7 @@ class AskStream(ScopedAPIView):
 
     @extend_schema(request=s.AskRequestSerializer,
                    responses={(200, "text/event-stream"): OpenApiResponse(OpenApiTypes.STR, description="SSE stream")})
-    def post(self, request):
+    def post(self, request: Request) -> StreamingHttpResponse:
         ser = s.AskRequestSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
         _check_daily_budget(self.scope)
@@ -248,11 +249,11 @@ class RunList(ScopedAPIView):
     roles = AUDIT
 
     @extend_schema(parameters=RUN_FILTERS, responses=s.RunSerializer(many=True))
-    def get(self, request):
+    def get(self, request: Request) -> Response:
         with activate(self.scope):
             qs = _with_unverified_count(filter_runs(visible_runs(self.scope), request.query_params))
             paginator = self.pagination_class()
-            page = paginator.paginate_queryset(qs, request, view=self)
+            page: list[Run] = paginator.paginate_queryset(qs, request, view=self) or []
             names = principal_names(self.scope.tenant_id, [run.principal for run in page])
             return paginator.get_paginated_response(s.RunSerializer(page, many=True, context={"principal_names": names}).data)
 
@@ -263,7 +264,7 @@ class RunDetail(ScopedAPIView):
     roles = AUDIT
 
     @extend_schema(responses=s.RunDetailSerializer)
-    def get(self, request, run_id: int):
+    def get(self, request: Request, run_id: int) -> Response:
         with activate(self.scope):
             return Response(run_detail(self.scope, access_run(self.scope, run_id)))
 
@@ -274,7 +275,7 @@ class ChainVerify(ScopedAPIView):
     roles = AUDIT
 
     @extend_schema(responses=s.ChainStatusSerializer)
-    def get(self, request):
+    def get(self, request: Request) -> Response:
         with activate(self.scope):
             report = verify_tenant_chain(self.scope.tenant_id, using="default")
         brk = report.first_break

@@ -58,13 +58,15 @@ class IdCursorPagination(CursorPagination):
     max_page_size = 200
 
     def decode_cursor(self, request):
+        invalid = ValidationError({self.cursor_query_param: ["invalid cursor: use the next or previous link of a page"]})
         try:
             cursor = super().decode_cursor(request)
         except NotFound:
-            cursor = False
-        position = cursor.position if cursor else None
-        if cursor is False or (position is not None and not (re.fullmatch(r"\d{1,19}", position) and int(position) <= ID_MAX)):
-            raise ValidationError({self.cursor_query_param: ["invalid cursor: use the next or previous link of a page"]})
+            raise invalid from None
+        # The position is the string from the query (the stubs say int): an id, checked before it reaches SQL.
+        position = str(cursor.position) if cursor and cursor.position is not None else None
+        if position is not None and not (re.fullmatch(r"\d{1,19}", position) and int(position) <= ID_MAX):
+            raise invalid
         return cursor
 
 

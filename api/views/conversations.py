@@ -10,6 +10,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.exceptions import ValidationError
+from rest_framework.request import Request
 from rest_framework.response import Response
 
 from agents import conversations
@@ -50,12 +51,12 @@ class ConversationList(ScopedAPIView):
     roles = ASK
 
     @extend_schema(responses=s.ConversationSerializer(many=True))
-    def get(self, request):
+    def get(self, request: Request) -> Response:
         with activate(self.scope):
             return self.paginated(visible_conversations(self.scope), s.ConversationSerializer)
 
     @extend_schema(request=s.ConversationSerializer, responses={201: s.ConversationSerializer})
-    def post(self, request):
+    def post(self, request: Request) -> Response:
         ser = s.ConversationSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
         conversation = conversations.start_conversation(scope=self.scope, title=ser.validated_data.get("title", ""))
@@ -68,12 +69,12 @@ class ConversationDetail(ScopedAPIView):
     roles = ASK
 
     @extend_schema(responses=s.ConversationDetailSerializer)
-    def get(self, request, conversation_id: int):
+    def get(self, request: Request, conversation_id: int) -> Response:
         with activate(self.scope):
             return Response(conversation_detail(self.scope, access_conversation(self.scope, conversation_id)))
 
     @extend_schema(responses={204: None})
-    def delete(self, request, conversation_id: int):
+    def delete(self, request: Request, conversation_id: int) -> Response:
         conversations.hide_conversation(scope=self.scope, conversation_id=conversation_id)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
@@ -85,7 +86,7 @@ class ConversationMessages(ScopedAPIView):
     roles = ASK
 
     @extend_schema(request=s.MessageRequestSerializer, responses=s.RunDetailSerializer)
-    def post(self, request, conversation_id: int):
+    def post(self, request: Request, conversation_id: int) -> Response:
         with activate(self.scope):
             access_conversation(self.scope, conversation_id)  # 404 before the body is read or the daily budget spent
         ser = s.MessageRequestSerializer(data=request.data)
@@ -105,7 +106,7 @@ class ConversationMessagesStream(ScopedAPIView):
 
     @extend_schema(request=s.MessageRequestSerializer,
                    responses={(200, "text/event-stream"): OpenApiResponse(OpenApiTypes.STR, description="SSE stream")})
-    def post(self, request, conversation_id: int):
+    def post(self, request: Request, conversation_id: int) -> StreamingHttpResponse:
         with activate(self.scope):
             access_conversation(self.scope, conversation_id)
         ser = s.MessageRequestSerializer(data=request.data)

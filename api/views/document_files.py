@@ -6,6 +6,7 @@ from django.http import HttpResponse
 from django.utils.http import content_disposition_header
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework.request import Request
 
 from api.permissions import READ_KB
 from api.views.base import ScopedAPIView
@@ -21,7 +22,7 @@ class DocumentFile(ScopedAPIView):
     roles = READ_KB
 
     @extend_schema(responses={(200, "application/octet-stream"): OpenApiResponse(OpenApiTypes.BINARY, description="the file")})
-    def get(self, request, document_id: int):
+    def get(self, request: Request, document_id: int) -> HttpResponse:
         with activate(self.scope):
             document = access_document(self.scope, document_id)
             content = DocumentContent.objects.for_scope(self.scope).filter(document_id=document.pk).values_list("data", flat=True).first()

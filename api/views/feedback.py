@@ -5,6 +5,7 @@ from __future__ import annotations
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.exceptions import ValidationError
+from rest_framework.request import Request
 from rest_framework.response import Response
 
 from agents.access import access_own_run, visible_feedback
@@ -24,7 +25,7 @@ class RunFeedback(ScopedAPIView):
     roles = ASK
 
     @extend_schema(request=s.FeedbackSerializer, responses={201: s.FeedbackSerializer})
-    def post(self, request, run_id: int):
+    def post(self, request: Request, run_id: int) -> Response:
         with activate(self.scope):
             access_own_run(self.scope, run_id)  # 404 before the body is read
         ser = s.FeedbackSerializer(data=request.data)
@@ -43,7 +44,7 @@ class FeedbackList(ScopedAPIView):
                                OpenApiParameter("since", str, description="ISO date or datetime (inclusive)"),
                                OpenApiParameter("until", str, description="ISO date or datetime (inclusive)")],
                    responses=s.FeedbackSerializer(many=True))
-    def get(self, request):
+    def get(self, request: Request) -> Response:
         with activate(self.scope):
             qs = visible_feedback(self.scope)
             if rating := request.query_params.get("rating"):

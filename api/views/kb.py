@@ -7,6 +7,7 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.exceptions import ValidationError
 from rest_framework.parsers import FormParser, MultiPartParser
+from rest_framework.request import Request
 from rest_framework.response import Response
 
 from api import serializers as s
@@ -16,7 +17,7 @@ from kb import access, retrieval
 from kb.access import access_corpus, access_document, access_job, visible_corpora, visible_documents, visible_jobs
 from kb.ingest import UploadRejected, delete_document, reingest_document, start_reembed, upload_document
 from kb.ingest.corpora import save_corpus
-from kb.models import Corpus, DocumentStatus, IngestJob, JobStatus
+from kb.models import Corpus, Document, DocumentStatus, IngestJob, JobStatus
 from tenants.scope import NotVisible, activate
 
 
@@ -27,13 +28,13 @@ class CorpusList(ScopedAPIView):
     write_roles = MANAGE
 
     @extend_schema(responses=s.CorpusSerializer(many=True))
-    def get(self, request):
+    def get(self, request: Request) -> Response:
         with activate(self.scope):
             qs = visible_corpora(self.scope).annotate(document_count=Count("documents"))
             return self.paginated(qs, s.CorpusSerializer)
 
     @extend_schema(request=s.CorpusSerializer, responses={201: s.CorpusSerializer})
-    def post(self, request):
+    def post(self, request: Request) -> Response:
         with activate(self.scope):
             ser = s.CorpusSerializer(data=request.data, context={"scope": self.scope})
             ser.is_valid(raise_exception=True)
@@ -50,14 +51,14 @@ class CorpusDetail(ScopedAPIView):
     write_roles = MANAGE
 
     @extend_schema(responses=s.CorpusSerializer)
-    def get(self, request, corpus_id: int):
+    def get(self, request: Request, corpus_id: int) -> Response:
         with activate(self.scope):
             corpus = access_corpus(self.scope, corpus_id)
             corpus.document_count = visible_documents(self.scope).filter(corpus=corpus).count()
             return Response(s.CorpusSerializer(corpus).data)
 
     @extend_schema(request=s.CorpusSerializer, responses=s.CorpusSerializer)
-    def patch(self, request, corpus_id: int):
+    def patch(self, request: Request, corpus_id: int) -> Response:
         with activate(self.scope):
             corpus = access_corpus(self.scope, corpus_id)
             access.check_may_change(self.scope, corpus, "corpus")
@@ -71,7 +72,7 @@ class CorpusDetail(ScopedAPIView):
             return Response(s.CorpusSerializer(corpus).data)
 
     @extend_schema(responses={204: None})
-    def delete(self, request, corpus_id: int):
+    def delete(self, request: Request, corpus_id: int) -> Response:
         with activate(self.scope):
             corpus = access_corpus(self.scope, corpus_id)
             access.check_may_change(self.scope, corpus, "corpus")
@@ -87,7 +88,7 @@ class CorpusReembed(ScopedAPIView):
     roles = MANAGE
 
     @extend_schema(request=s.ReembedSerializer, responses={202: s.IngestJobSerializer, 200: s.CorpusSerializer})
-    def post(self, request, corpus_id: int):
+    def post(self, request: Request, corpus_id: int) -> Response:
         with activate(self.scope):
             corpus = access_corpus(self.scope, corpus_id)
         access.check_may_change(self.scope, corpus, "corpus")
@@ -110,7 +111,7 @@ def _documents_out(docs) -> list[dict]:
     for d in docs:
         if hasattr(d, "all_jobs"):
             d.latest_jobs = d.all_jobs[:1]
-    return s.DocumentSerializer(docs, many=True).data
+    return list(s.DocumentSerializer(docs, many=True).data)
 
 
 def _choice(value: str, allowed: list[str], field: str) -> str:
@@ -132,7 +133,7 @@ class DocumentList(ScopedAPIView):
 
     @extend_schema(parameters=[OpenApiParameter("corpus", int), OpenApiParameter("status", str, enum=DocumentStatus.values)],
                    responses=s.DocumentSerializer(many=True))
-    def get(self, request):
+    def get(self, request: Request) -> Response:
         with activate(self.scope):
             qs = _with_latest_job(visible_documents(self.scope), self.scope)
             if request.query_params.get("corpus"):
@@ -140,15 +141,18 @@ class DocumentList(ScopedAPIView):
             if request.query_params.get("status"):
                 qs = qs.filter(status=_choice(request.query_params["status"], DocumentStatus.values, "status"))
             paginator = self.pagination_class()
-            page = paginator.paginate_queryset(qs, request, view=self)
+            page: list[Document] = paginator.paginate_queryset(qs, request, view=self) or []
             return paginator.get_paginated_response(_documents_out(page))
 
     @extend_schema(request={"multipart/form-data": s.UploadSerializer}, responses={202: s.UploadResultSerializer})
-    def post(self, request):
+    def post(self, request: Request) -> Response:
         """202 at once with the documents (pending) and their job ids (None: same bytes, nothing to do);
         the worker parses, chunks and embeds, and `GET /jobs/{id}/` shows its progress per batch."""
-        ser = s.UploadSerializer(data={"corpus": request.data.get("corpus"), "files": request.FILES.getlist("files"),
-                                       **{k: request.data[k] for k in ("metadata", "title") if k in request.data}})
+        form = request.data
+        if not isinstance(form, dict):  # not from this view's parsers (multipart, form): they give a QueryDict
+            raise ValidationError({"body": ["expected a multipart form"]})
+        ser = s.UploadSerializer(data={"corpus": form.get("corpus"), "files": request.FILES.getlist("files"),
+                                       **{k: form[k] for k in ("metadata", "title") if k in form}})
         ser.is_valid(raise_exception=True)
         data = ser.validated_data
         documents, jobs = [], []
@@ -179,13 +183,13 @@ class DocumentDetail(ScopedAPIView):
     write_roles = EDIT_DOCUMENTS
 
     @extend_schema(responses=s.DocumentSerializer)
-    def get(self, request, document_id: int):
+    def get(self, request: Request, document_id: int) -> Response:
         with activate(self.scope):
             doc = access_document(self.scope, document_id)
             return Response(s.DocumentSerializer(doc, context={"scope": self.scope}).data)
 
     @extend_schema(responses={204: None})
-    def delete(self, request, document_id: int):
+    def delete(self, request: Request, document_id: int) -> Response:
         with activate(self.scope):
             delete_document(scope=self.scope, document=access_document(self.scope, document_id))
         return Response(status=status.HTTP_204_NO_CONTENT)
@@ -197,7 +201,7 @@ class DocumentReingest(ScopedAPIView):
     roles = EDIT_DOCUMENTS
 
     @extend_schema(request=None, responses={202: s.IngestJobSerializer})
-    def post(self, request, document_id: int):
+    def post(self, request: Request, document_id: int) -> Response:
         with activate(self.scope):
             job = reingest_document(scope=self.scope, document=access_document(self.scope, document_id))
         with activate(self.scope):
@@ -211,7 +215,7 @@ class JobList(ScopedAPIView):
 
     @extend_schema(parameters=[OpenApiParameter("status", str, enum=JobStatus.values), OpenApiParameter("document", int)],
                    responses=s.IngestJobSerializer(many=True))
-    def get(self, request):
+    def get(self, request: Request) -> Response:
         with activate(self.scope):
             qs = visible_jobs(self.scope)
             if request.query_params.get("status"):
@@ -225,7 +229,7 @@ class JobDetail(ScopedAPIView):
     roles = READ_KB
 
     @extend_schema(responses=s.IngestJobSerializer)
-    def get(self, request, job_id: int):
+    def get(self, request: Request, job_id: int) -> Response:
         with activate(self.scope):
             return Response(s.IngestJobSerializer(access_job(self.scope, job_id)).data)
 
@@ -236,7 +240,7 @@ class Search(ScopedAPIView):
     roles = READ_KB
 
     @extend_schema(request=s.SearchRequestSerializer, responses=s.SearchResponseSerializer)
-    def post(self, request):
+    def post(self, request: Request) -> Response:
         ser = s.SearchRequestSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
         data = ser.validated_data

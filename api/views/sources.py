@@ -6,6 +6,7 @@ from __future__ import annotations
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.exceptions import ValidationError
+from rest_framework.request import Request
 from rest_framework.response import Response
 
 from api import serializers as s
@@ -29,7 +30,7 @@ class SourceList(ScopedAPIView):
     write_roles = MANAGE
 
     @extend_schema(parameters=[OpenApiParameter("corpus", int)], responses=s.SourceSerializer(many=True))
-    def get(self, request):
+    def get(self, request: Request) -> Response:
         with activate(self.scope):
             qs = visible_sources(self.scope).select_related("last_sync")
             if request.query_params.get("corpus"):
@@ -37,7 +38,7 @@ class SourceList(ScopedAPIView):
             return self.paginated(qs, s.SourceSerializer)
 
     @extend_schema(request=s.SourceSerializer, responses={201: s.SourceSerializer})
-    def post(self, request):
+    def post(self, request: Request) -> Response:
         ser = s.SourceSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
         data = ser.validated_data
@@ -59,12 +60,12 @@ class SourceDetail(ScopedAPIView):
     write_roles = MANAGE
 
     @extend_schema(responses=s.SourceSerializer)
-    def get(self, request, source_id: int):
+    def get(self, request: Request, source_id: int) -> Response:
         with activate(self.scope):
             return Response(_out(access_source(self.scope, source_id)))
 
     @extend_schema(request=s.SourcePatchSerializer, responses=s.SourceSerializer)
-    def patch(self, request, source_id: int):
+    def patch(self, request: Request, source_id: int) -> Response:
         with activate(self.scope):
             source = access_source(self.scope, source_id)  # first: a foreign id is "not found" whatever the body
             ser = s.SourcePatchSerializer(data=request.data, partial=True)
@@ -77,7 +78,7 @@ class SourceDetail(ScopedAPIView):
             return Response(_out(access_source(self.scope, source.pk)))
 
     @extend_schema(responses={204: None})
-    def delete(self, request, source_id: int):
+    def delete(self, request: Request, source_id: int) -> Response:
         with activate(self.scope):
             source_delete(scope=self.scope, source=access_source(self.scope, source_id))
         return Response(status=status.HTTP_204_NO_CONTENT)
@@ -89,7 +90,7 @@ class SourceSyncNow(ScopedAPIView):
     roles = MANAGE
 
     @extend_schema(request=None, responses={202: s.SyncRequestResultSerializer, 200: s.SyncRequestResultSerializer})
-    def post(self, request, source_id: int):
+    def post(self, request: Request, source_id: int) -> Response:
         with activate(self.scope):
             source = access_source(self.scope, source_id)
         sync, created = request_sync(scope=self.scope, source=source)
@@ -105,7 +106,7 @@ class SourceSyncList(ScopedAPIView):
     roles = READ_KB
 
     @extend_schema(responses=s.SourceSyncSerializer(many=True))
-    def get(self, request, source_id: int):
+    def get(self, request: Request, source_id: int) -> Response:
         with activate(self.scope):
             source = access_source(self.scope, source_id)
             return self.paginated(visible_source_syncs(self.scope).filter(source=source), s.SourceSyncSerializer)
@@ -118,7 +119,7 @@ class SourceItemList(ScopedAPIView):
 
     @extend_schema(parameters=[OpenApiParameter("state", str, enum=SourceItem.State.values)],
                    responses=s.SourceItemSerializer(many=True))
-    def get(self, request, source_id: int):
+    def get(self, request: Request, source_id: int) -> Response:
         with activate(self.scope):
             source = access_source(self.scope, source_id)
             qs = visible_source_items(self.scope).filter(source=source)

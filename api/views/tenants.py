@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from drf_spectacular.utils import extend_schema
 from rest_framework import status
+from rest_framework.request import Request
 from rest_framework.response import Response
 
 from api import serializers as s
@@ -25,7 +26,7 @@ class DepartmentList(ScopedAPIView):
     roles = ASK | MANAGE
 
     @extend_schema(responses=s.DepartmentSerializer(many=True))
-    def get(self, request):
+    def get(self, request: Request) -> Response:
         with activate(self.scope):
             return self.paginated(visible_departments(self.scope), s.DepartmentSerializer)
 
@@ -37,12 +38,12 @@ class ApiKeyList(ScopedAPIView):
     roles = MANAGE
 
     @extend_schema(responses=s.ApiKeySerializer(many=True))
-    def get(self, request):
+    def get(self, request: Request) -> Response:
         with activate(self.scope):
             return self.paginated(visible_api_keys(self.scope).prefetch_related("departments"), s.ApiKeySerializer)
 
     @extend_schema(request=s.ApiKeySerializer, responses={201: s.ApiKeyCreatedSerializer})
-    def post(self, request):
+    def post(self, request: Request) -> Response:
         with activate(self.scope):
             ser = s.ApiKeySerializer(data=request.data, context={"scope": self.scope})
             ser.is_valid(raise_exception=True)
@@ -62,12 +63,12 @@ class ApiKeyDetail(ScopedAPIView):
     roles = MANAGE
 
     @extend_schema(responses=s.ApiKeySerializer)
-    def get(self, request, key_id: int):
+    def get(self, request: Request, key_id: int) -> Response:
         with activate(self.scope):
             return Response(s.ApiKeySerializer(access_api_key(self.scope, key_id)).data)
 
     @extend_schema(responses={204: None})
-    def delete(self, request, key_id: int):
+    def delete(self, request: Request, key_id: int) -> Response:
         with activate(self.scope):
             services.revoke_key(self.scope, access_api_key(self.scope, key_id))
         return Response(status=status.HTTP_204_NO_CONTENT)
@@ -80,13 +81,13 @@ class MemberList(ScopedAPIView):
     roles = MANAGE
 
     @extend_schema(responses=s.MembershipSerializer(many=True))
-    def get(self, request):
+    def get(self, request: Request) -> Response:
         with activate(self.scope):
             qs = visible_memberships(self.scope).select_related("user", "tenant").prefetch_related("departments")
             return self.paginated(qs, s.MembershipSerializer)
 
     @extend_schema(request=s.MembershipSerializer, responses={201: s.MembershipSerializer})
-    def post(self, request):
+    def post(self, request: Request) -> Response:
         with activate(self.scope):
             ser = s.MembershipSerializer(data=request.data, context={"scope": self.scope})
             ser.is_valid(raise_exception=True)
@@ -104,12 +105,12 @@ class MemberDetail(ScopedAPIView):
     roles = MANAGE
 
     @extend_schema(responses=s.MembershipSerializer)
-    def get(self, request, member_id: int):
+    def get(self, request: Request, member_id: int) -> Response:
         with activate(self.scope):
             return Response(s.MembershipSerializer(access_membership(self.scope, member_id)).data)
 
     @extend_schema(request=s.MembershipSerializer, responses=s.MembershipSerializer)
-    def patch(self, request, member_id: int):
+    def patch(self, request: Request, member_id: int) -> Response:
         with activate(self.scope):
             member = access_membership(self.scope, member_id)
             ser = s.MembershipSerializer(member, data=request.data, partial=True, context={"scope": self.scope})
@@ -120,7 +121,7 @@ class MemberDetail(ScopedAPIView):
             return Response(s.MembershipSerializer(member).data)
 
     @extend_schema(responses={204: None})
-    def delete(self, request, member_id: int):
+    def delete(self, request: Request, member_id: int) -> Response:
         with activate(self.scope):
             services.remove_member(self.scope, access_membership(self.scope, member_id), actor_user_id=_user_id(request))
         return Response(status=status.HTTP_204_NO_CONTENT)

@@ -120,7 +120,7 @@ def start(*, owner: int | None = None, wait: float = 15.0) -> int:
             "--daemonize", "no", "--save", "", "--appendonly", "yes", "--appendfsync", "everysec"]
     # Its own session: a Ctrl-C meant for scripts/run's foreground processes does not reach it; it is
     # stopped in order, after the worker that uses it.
-    proc = subprocess.Popen(args, cwd=folder, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen(args, cwd=folder, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,  # noqa: S603  (argv built here: the bundled redis-server and our own paths)
                             stderr=subprocess.DEVNULL, start_new_session=True)
     _pid_file().write_text(f"{proc.pid}\n")
     deadline = time.monotonic() + wait

@@ -102,7 +102,7 @@ def refresh_dated_at(*, scope: Scope, corpus: Corpus) -> int:
     UPDATE; returns the documents updated. Runs inside activate(scope) (opens it otherwise)."""
     with activate(scope), connections["default"].cursor() as cur:
         if corpus.date_key:
-            cur.execute(f"UPDATE kb_document d SET dated_at = {DATED_AT_SQL} "
+            cur.execute(f"UPDATE kb_document d SET dated_at = {DATED_AT_SQL} "  # noqa: S608  (DATED_AT_SQL: a fixed fragment with named parameters)
                         "WHERE d.tenant_id = %(tenant)s AND d.corpus_id = %(corpus)s",
                         {**dated_at_params(corpus.date_key), "tenant": scope.tenant_id, "corpus": corpus.pk})
         else:

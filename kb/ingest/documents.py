@@ -3,9 +3,11 @@ queueing its job in the same transaction."""
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import json
 from pathlib import PurePath
+from typing import Final, Literal
 
 from django.conf import settings
 from django.db import IntegrityError, connections, transaction
@@ -33,11 +35,17 @@ def content_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-_CORPUS_DEPARTMENT = object()
+class _Default(enum.Enum):
+    """A default that None cannot stand for (None is "tenant-wide")."""
+
+    CORPUS_DEPARTMENT = "the corpus's department"
+
+
+_CORPUS_DEPARTMENT: Final = _Default.CORPUS_DEPARTMENT
 
 
 def upload_document(*, scope: Scope, corpus: Corpus, filename: str, data: bytes, metadata: dict | None = None,
-                    title: str | None = None, department_id: int | None | object = _CORPUS_DEPARTMENT,
+                    title: str | None = None, department_id: int | None | Literal[_Default.CORPUS_DEPARTMENT] = _CORPUS_DEPARTMENT,
                     mime_type: str | None = None) -> tuple[Document, IngestJob | None]:
     """Store an upload and queue its ingestion; returns at once (the job runs after commit).
 
@@ -98,7 +106,7 @@ def upload_document(*, scope: Scope, corpus: Corpus, filename: str, data: bytes,
                 DocumentContent.objects.create(document=document, tenant_id=scope.tenant_id, data=data)
                 return document, _queue_ingest(scope, document)
         if document.sha256 == sha and document.status != DocumentStatus.FAILED:
-            changed = []
+            changed: list[str] = []
             if metadata is not None and metadata != document.metadata:
                 document.metadata, changed = metadata, [*changed, "metadata", "dated_at"]
                 document.dated_at = document_date(metadata, corpus.date_key)
@@ -159,7 +167,7 @@ def move_document(*, scope: Scope, document: Document, department_id: int | None
         locked = Document.objects.for_scope(scope).select_for_update().select_related("corpus").get(pk=document.pk)
         if department_id != locked.department_id and locked.corpus.department_id is not None:
             raise UploadRejected("department", "a document goes into its corpus's department")
-        fields = {"department_id": department_id, "updated_at": timezone.now()}
+        fields: dict[str, object] = {"department_id": department_id, "updated_at": timezone.now()}
         if source_name:
             fields["source_name"] = source_name
         Document.objects.for_scope(scope).filter(pk=locked.pk).update(**fields)

@@ -22,7 +22,7 @@ from kb.project.celery import app as celery_app
 logger = logging.getLogger(__name__)
 
 
-TASK_NAMES = {IngestJob.Kind.INGEST: "kb.ingest_document", IngestJob.Kind.REEMBED: "kb.reembed_corpus"}  # kb.tasks
+TASK_NAMES: dict[str, str] = {IngestJob.Kind.INGEST: "kb.ingest_document", IngestJob.Kind.REEMBED: "kb.reembed_corpus"}  # kb.tasks
 # kind -> the service that runs a job of that kind in process (registered by kb.ingest.pipeline and
 # kb.ingest.reembed, which import this module: the queue does not import the work it queues).
 RUNNERS: dict[str, Callable[..., str]] = {}
@@ -91,7 +91,7 @@ def _run_in_process(kind: str, job_id: int, tenant_id: int) -> None:
             if attempt == EAGER_RETRIES:
                 logger.error("job %s still failing after %d in-process attempts: %s", job_id, attempt + 1, exc)
                 return
-            time.sleep(min(2.0, 0.05 * 2**attempt) * random.uniform(0.5, 1.0))
+            time.sleep(min(2.0, 0.05 * 2**attempt) * random.uniform(0.5, 1.0))  # noqa: S311  (retry jitter, not a secret)
 
 
 def resume_stuck_jobs(*, older_than: float = 600, running_older_than: float | None = None, limit: int = 500) -> list[int]:

@@ -105,7 +105,7 @@ def _stage_sentences(scope: Scope, job: IngestJob, corpus_id: int, target: str, 
             return
         sha, text, source = _TEXTS[True]
         with activate(scope), connections["default"].cursor() as cur:
-            cur.execute(f"SELECT DISTINCT ON (x.sha) x.sha, x.text FROM (SELECT {sha} AS sha, {text} AS text FROM {source} "
+            cur.execute(f"SELECT DISTINCT ON (x.sha) x.sha, x.text FROM (SELECT {sha} AS sha, {text} AS text FROM {source} "  # noqa: S608  (fragments from the fixed _TEXTS table)
                         "WHERE c.id = ANY(%s)) x WHERE NOT EXISTS (SELECT 1 FROM kb_embeddingcache e WHERE e.tenant_id = %s "
                         "AND e.model_key = %s AND e.text_sha256 = x.sha) ORDER BY x.sha", [ids, scope.tenant_id, target])
             page = cur.fetchall()
@@ -135,7 +135,7 @@ def _count_texts(scope: Scope, corpus_id: int) -> int:
 
 def _missing_sql(select: str, sentences: bool, tail: str = "") -> str:
     sha, text, source = _TEXTS[sentences]
-    return (f"SELECT {select} FROM (SELECT {sha} AS sha, {text} AS text FROM {source} WHERE c.corpus_id = %s) x "
+    return (f"SELECT {select} FROM (SELECT {sha} AS sha, {text} AS text FROM {source} WHERE c.corpus_id = %s) x "  # noqa: S608  (fragments from _TEXTS; select and tail are literals of the callers)
             "WHERE NOT EXISTS (SELECT 1 FROM kb_embeddingcache e WHERE e.tenant_id = %s AND e.model_key = %s "
             f"AND e.text_sha256 = x.sha){tail}")
 
@@ -183,7 +183,7 @@ def _switch_model(scope: Scope, job: IngestJob, corpus_id: int, target: str, emb
                         raise OperationalError("re-embed switch left chunks on the old model; retrying")
                     if sentences:
                         cur.execute(
-                            f"UPDATE kb_chunksentence s SET embedding = e.embedding, embedding_model = %s "
+                            f"UPDATE kb_chunksentence s SET embedding = e.embedding, embedding_model = %s "  # noqa: S608  (_TEXTS fragment)
                             f"FROM kb_chunk c, kb_embeddingcache e WHERE c.id = s.chunk_id AND c.corpus_id = %s "
                             f"AND e.tenant_id = s.tenant_id AND e.model_key = %s AND e.text_sha256 = {_TEXTS[True][0]} "
                             f"AND s.embedding_model IS DISTINCT FROM %s", [target, corpus_id, target, target])

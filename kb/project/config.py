@@ -223,7 +223,8 @@ DECLARED: tuple[Setting, ...] = (
     Setting("GROUNDED_SOAK_REDIS_URL", str, "redis://127.0.0.1:6379/6", "the Redis `bench/soak.py` uses", LOCAL, read_by="tests"),
 )
 SETTINGS: dict[str, Setting] = {s.name: s for s in DECLARED}
-assert len(SETTINGS) == len(DECLARED), "a setting is declared twice"
+if len(SETTINGS) != len(DECLARED):  # a raise, not an assert: python -O drops asserts
+    raise RuntimeError("a setting is declared twice")
 
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
 

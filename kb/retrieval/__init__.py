@@ -36,9 +36,9 @@ The package, one job per module: `query` (filters, hits, results), `tunables`, `
 """
 
 from kb.retrieval.pipeline import search
-from kb.retrieval.query import Mode, SearchFilters, SearchHit, SearchResult
+from kb.retrieval.query import MODES, Mode, SearchFilters, SearchHit, SearchResult, search_mode
 from kb.retrieval.tunables import DEFAULTS, MAX_K
 from kb.retrieval.vector import HnswIndex, VectorPlan, choose_vector_plan, use_hnsw
 
-__all__ = ["DEFAULTS", "MAX_K", "HnswIndex", "Mode", "SearchFilters", "SearchHit", "SearchResult", "VectorPlan",
-           "choose_vector_plan", "search", "use_hnsw"]
+__all__ = ["DEFAULTS", "MAX_K", "MODES", "HnswIndex", "Mode", "SearchFilters", "SearchHit", "SearchResult", "VectorPlan",
+           "choose_vector_plan", "search", "search_mode", "use_hnsw"]

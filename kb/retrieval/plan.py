@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from kb.retrieval.query import SearchFilters
 from kb.retrieval.sql import TenantStatements
@@ -36,8 +37,8 @@ class SearchPlan:
     document_ids: tuple[int, ...] | None  # None: no document-level narrowing
     doc_rows: int | None  # stored chunk count of those documents
     filters: SearchFilters
+    tx: TenantStatements  # runs this search's statements under the scope's RLS tenant
     by_model: dict[str, list[PlannedCorpus]] = field(default_factory=dict)
-    tx: TenantStatements | None = None  # runs this search's statements under the scope's RLS tenant
 
     @property
     def empty(self) -> bool:
@@ -64,7 +65,7 @@ class SearchPlan:
             params.append(list(self.document_ids))
         return " AND ".join(sql), params
 
-    def applied(self, **extra) -> dict:
+    def applied(self, **extra: Any) -> dict:
         f = self.filters
         out = {
             "tenant_id": self.tenant_id,

@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
 Mode = Literal["vector", "keyword", "hybrid"]
+MODES: tuple[Mode, ...] = get_args(Mode)
+
+
+def search_mode(value: object) -> Mode:
+    """`value` as a search Mode; ValueError naming the modes when it is none of them."""
+    for mode in MODES:
+        if value == mode:
+            return mode
+    raise ValueError(f"mode must be one of {', '.join(MODES)}, not {value!r}")
 
 
 @dataclass(frozen=True)

@@ -165,14 +165,15 @@ def choose_vector_plan(rows_in_scope: int, tenant_id: int, department_parts: dic
             options.append(VectorPlan("index", index=ix, visits=_scan_visits(rows_in_scope, ix.rows, ef, fetch)))
     if department_parts and len(department_parts) <= MAX_ARMS:
         own = {ix.department: ix for ix in indexes if ix.tenant_id == tenant_id and ix.department != "all"}
-        parts, visits, exact_rows = [], 0.0, 0.0
+        parts: list[tuple[int | None, HnswIndex | None, int]] = []
+        visits, exact_rows = 0.0, 0.0
         for dept, rows in sorted(department_parts.items(), key=lambda kv: (kv[0] is not None, kv[0] or 0)):
-            ix = own.get(dept)
-            if ix is not None and rows > 0:
+            arm_index = own.get(dept)
+            if arm_index is not None and rows > 0:
                 # Stored counts and reltuples are estimates: within 10% the arm is taken as unfiltered.
-                take = n if rows >= 0.9 * ix.rows else max(n, fetch)
-                visits += _scan_visits(rows, ix.rows, ef, take)
-                parts.append((dept, ix, take))
+                take = n if rows >= 0.9 * arm_index.rows else max(n, fetch)
+                visits += _scan_visits(rows, arm_index.rows, ef, take)
+                parts.append((dept, arm_index, take))
             else:
                 exact_rows += rows
                 parts.append((dept, None, n))

@@ -5,10 +5,13 @@ typed once, stored encrypted, never shown again."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
+from django.http import HttpRequest
 from django.utils.html import format_html
 
 from kb import access
@@ -58,8 +61,9 @@ class SourceForm(forms.ModelForm):
         except NotAllowed as exc:
             raise forms.ValidationError(str(exc)) from None
 
-    def clean(self):
-        data = super().clean()
+    def clean(self) -> dict[str, Any]:
+        super().clean()
+        data = self.cleaned_data
         kind = data.get("kind") or self.instance.kind
         if "config" in data and kind:
             try:
@@ -82,7 +86,7 @@ class SourceAdmin(TenantScopedAdmin):
     actions = ["sync_now", "pause", "resume"]
     change_form_template = "admin/kb/source/change_form.html"
 
-    def get_queryset(self, request):
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
         return super().get_queryset(request).select_related("corpus", "last_sync")
 
     def get_readonly_fields(self, request, obj=None):
@@ -94,14 +98,14 @@ class SourceAdmin(TenantScopedAdmin):
             return forms.ModelChoiceField(queryset=scoped_queryset(request, db_field.related_model), label="corpus")
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
-    def may_change_object(self, scope: Scope, obj) -> None:
+    def may_change_object(self, scope: Scope, obj: Any) -> None:
         if obj.corpus_id is None:
             access.check_may_manage_corpora(scope)
             return
         access.check_may_manage_source(scope, obj.corpus, {r.get("department") for r in obj.department_rules or []
                                                            if isinstance(r, dict)})
 
-    def save_model(self, request, obj, form, change):
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         scope = _acting_scope(request, obj.corpus.tenant_id)
         data = form.cleaned_data
         secret = {} if data.get("clear_credentials") else data.get("credentials")

@@ -60,6 +60,6 @@ def check_public_host(url: str, what: str) -> None:
     except OSError as exc:
         raise SourceError(f"{what}: cannot resolve {host!r}: {exc}") from None
     for info in infos:
-        addr = ipaddress.ip_address(info[4][0].split("%", 1)[0])
+        addr = ipaddress.ip_address(str(info[4][0]).split("%", 1)[0])
         if addr.is_private or addr.is_loopback or addr.is_link_local or addr.is_reserved or addr.is_multicast or addr.is_unspecified:
             raise SourceError(f"{what}: {host!r} is a private or local address (SOURCES_ALLOW_PRIVATE_HOSTS is off)")

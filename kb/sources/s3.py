@@ -47,13 +47,13 @@ def _client(config: dict, secret: dict):
 
     if config.get("endpoint_url"):
         check_public_host(config["endpoint_url"], "config.endpoint_url")
-    options = {"connect_timeout": _TIMEOUT, "read_timeout": _TIMEOUT, "retries": {"max_attempts": 3}}
+    client_config = Config(connect_timeout=_TIMEOUT, read_timeout=_TIMEOUT, retries={"max_attempts": 3})
     if not secret:
-        options["signature_version"] = UNSIGNED
+        client_config = client_config.merge(Config(signature_version=UNSIGNED))
     return boto3.session.Session().client(
         "s3", endpoint_url=config.get("endpoint_url") or None, region_name=config.get("region") or "us-east-1",
         aws_access_key_id=secret.get("access_key_id"), aws_secret_access_key=secret.get("secret_access_key"),
-        config=Config(**options))
+        config=client_config)
 
 
 class S3Listing:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from django.db import IntegrityError, transaction
 
 from kb import access
@@ -15,7 +17,10 @@ from kb.sources.rules import normalise_rules
 from tenants.models import Department
 from tenants.scope import NotAllowed, Scope, activate
 
-_CHECKS = {SourceKind.FOLDER: folder.check_config, SourceKind.S3: s3.check_config, SourceKind.WEBSITE: website.check_config}
+# Keyed by the kind's stored string (SourceKind members are those strings).
+_CHECKS: dict[str, Callable[[dict], dict]] = {
+    SourceKind.FOLDER: folder.check_config, SourceKind.S3: s3.check_config, SourceKind.WEBSITE: website.check_config,
+}
 MAX_SCHEDULE_MINUTES = 60 * 24 * 31
 
 

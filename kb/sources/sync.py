@@ -25,8 +25,9 @@ import hashlib
 import logging
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.db import connections, transaction
 from django.utils import timezone
@@ -40,7 +41,7 @@ from kb.models import Corpus, Document, DocumentStatus, IngestJob, JobStatus
 from kb.parsing import ParseError, declared_type, parse
 from kb.project.celery import app as celery_app
 from kb.sources import folder, s3, website
-from kb.sources.base import Entry, ItemError, SourceError
+from kb.sources.base import Entry, ItemError, Listing, SourceError
 from kb.sources.crypto import SecretUnreadable, decrypt_secret
 from kb.sources.models import ACTIVE_SYNC, Source, SourceChange, SourceItem, SourceKind, SourceSync, SyncStatus
 from kb.sources.rules import department_for
@@ -58,10 +59,12 @@ _BULK = 1000
 STALE_QUEUED_SECONDS = 300  # a queued sync older than this lost its message: resent by the scheduler
 
 
-def listing_for(source: Source):
+def listing_for(source: Source) -> Listing:
     """The connector listing of `source` (credentials decrypted here, handed only to the connector)."""
     secret = decrypt_secret(source.secret)
-    kinds = {SourceKind.FOLDER: folder.FolderListing, SourceKind.S3: s3.S3Listing, SourceKind.WEBSITE: website.WebsiteListing}
+    kinds: dict[str, Callable[[dict, dict], Listing]] = {
+        SourceKind.FOLDER: folder.FolderListing, SourceKind.S3: s3.S3Listing, SourceKind.WEBSITE: website.WebsiteListing,
+    }
     return kinds[source.kind](source.config, secret)
 
 
@@ -112,7 +115,7 @@ def enqueue_sync(sync_id: int, tenant_id: int) -> None:
     transaction.on_commit(send, robust=True)
 
 
-def schedule_due_sources(*, now=None, limit: int = 200) -> list[int]:
+def schedule_due_sources(*, now: datetime | None = None, limit: int = 200) -> list[int]:
     """Queue a sync of every unpaused source whose schedule is due, and resend queued syncs whose
     message was lost. Across tenants: maintenance, owner connection (like the job reaper)."""
     now = now or timezone.now()
@@ -322,9 +325,9 @@ class _Sync:
         if entry.error:
             self._failed(entry.key, item, entry.error, dept)
             return None
-        live = item is not None and item.state == SourceItem.State.PRESENT and item.document_id is not None
-        if live and entry.signature and item.signature == entry.signature:
-            self._keep(item, dept)
+        live = item if item is not None and item.state == SourceItem.State.PRESENT and item.document_id is not None else None
+        if live is not None and entry.signature and live.signature == entry.signature:
+            self._keep(live, dept)
             return None
         try:
             data = entry.fetch()
@@ -332,10 +335,10 @@ class _Sync:
             self._failed(entry.key, item, str(exc), dept)
             return None
         sha = hashlib.sha256(data).hexdigest()
-        if live and item.sha256 == sha:  # touched upstream, same bytes: nothing to ingest
-            self._keep(item, dept, signature=entry.signature)
+        if live is not None and live.sha256 == sha:  # touched upstream, same bytes: nothing to ingest
+            self._keep(live, dept, signature=entry.signature)
             return None
-        if not live and (old := self.present_by_sha.get(sha)) is not None and old.key not in self.seen and old.key != entry.key:
+        if live is None and (old := self.present_by_sha.get(sha)) is not None and old.key not in self.seen and old.key != entry.key:
             return _Deferred(entry, data, sha, dept, old.key)
         self._ingest(entry, data, sha, dept, item)
         return None

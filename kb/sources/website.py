@@ -184,7 +184,10 @@ class WebsiteListing:
         except (etree.ParserError, ValueError):
             return []
         out = []
-        for href in tree.xpath("//a/@href"):
+        for anchor in tree.getroottree().iter("a"):
+            href = anchor.get("href")
+            if href is None:
+                continue
             url = self._norm(urljoin(base, href.strip()))
             if url.startswith(("http://", "https://")) and self._same_host(url):
                 out.append(url)
@@ -200,7 +203,7 @@ class WebsiteListing:
         if status == 200:
             parser.parse(body.decode("utf-8", "replace").splitlines())
         elif 400 <= status < 500:
-            parser.allow_all = True
+            parser.parse([])  # no robots.txt (4xx): no rules, everything may be fetched
         else:
             raise SourceError(f"robots.txt could not be read (HTTP {status}): not crawling")
         return parser

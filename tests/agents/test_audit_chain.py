@@ -35,9 +35,9 @@ def test_app_role_cannot_update_delete_or_truncate_trace_rows():
                   f"DELETE FROM agents_citation WHERE run_id = {run.id}",
                   "TRUNCATE agents_run CASCADE", "TRUNCATE agents_runstep", "TRUNCATE agents_citation"]
     for sql in statements:
-        with pytest.raises(DatabaseError), transaction.atomic(using="default"), activate(whole_tenant(tenant)):
-            with connections["default"].cursor() as cur:
-                cur.execute(sql)
+        with (pytest.raises(DatabaseError), transaction.atomic(using="default"), activate(whole_tenant(tenant)),
+              connections["default"].cursor() as cur):
+            cur.execute(sql)
     # The ORM path is refused the same way.
     with pytest.raises(DatabaseError), transaction.atomic(using="default"), activate(whole_tenant(tenant)):
         Run.objects.for_scope(whole_tenant(tenant)).filter(pk=run.id).update(answer="forged")

@@ -66,9 +66,9 @@ def test_the_application_role_cannot_change_or_delete_evidence(world):
 
     _cited(world)
     for sql in ("UPDATE agents_evidence SET text = 'forged'", "DELETE FROM agents_evidence"):
-        with pytest.raises(DatabaseError), transaction.atomic(using="default"), activate(whole_tenant(world.a)):
-            with connections["default"].cursor() as cur:
-                cur.execute(sql)
+        with (pytest.raises(DatabaseError), transaction.atomic(using="default"), activate(whole_tenant(world.a)),
+              connections["default"].cursor() as cur):
+            cur.execute(sql)
 
 
 @pytest.mark.django_db(databases=["default", "owner"], transaction=True)

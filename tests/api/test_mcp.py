@@ -140,11 +140,11 @@ def http_server(world):
 def test_http_with_a_bearer_key(world, http_server, settings, fixed_lockout_window):
     async def session(raw: str) -> dict:
         out: dict = {}
-        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {raw}"}, timeout=120) as http:
-            async with Client(streamable_http_client(http_server, http_client=http)) as client:
-                out["tools"] = {t.name for t in (await client.list_tools()).tools}
-                out["search"] = _data(await client.call_tool("search", {"query": "hotel per night"}))
-                out["ask"] = _data(await client.call_tool("ask", {"question": "How much may employees spend on hotels per night?"}))
+        async with (httpx2.AsyncClient(headers={"Authorization": f"Bearer {raw}"}, timeout=120) as http,
+                    Client(streamable_http_client(http_server, http_client=http)) as client):
+            out["tools"] = {t.name for t in (await client.list_tools()).tools}
+            out["search"] = _data(await client.call_tool("search", {"query": "hotel per night"}))
+            out["ask"] = _data(await client.call_tool("ask", {"question": "How much may employees spend on hotels per night?"}))
         return out
 
     mine = anyio.run(session, world.keys["a-reader"])

@@ -70,8 +70,8 @@ def test_no_key_a_bad_key_and_a_revoked_key_are_401_and_an_auditor_gets_tool_err
     assert httpx2.post(mcp_url, json=tools_list, headers={**accept, "Authorization": f"Bearer {raw}"}).status_code == 401
 
     async def auditor() -> str:
-        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {world.keys['a-auditor']}"}, timeout=60) as http:
-            async with Client(streamable_http_client(mcp_url, http_client=http)) as client:
-                return _error(await client.call_tool("search", {"query": "hotel"}))
+        async with (httpx2.AsyncClient(headers={"Authorization": f"Bearer {world.keys['a-auditor']}"}, timeout=60) as http,
+                    Client(streamable_http_client(mcp_url, http_client=http)) as client):
+            return _error(await client.call_tool("search", {"query": "hotel"}))
 
     assert "role does not allow" in anyio.run(auditor)

@@ -9,6 +9,7 @@ process's environment, so only what this run started), then removes the folder.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -82,10 +83,8 @@ class DefaultRun:
                 self.proc.kill()
                 self.proc.wait()
         for proc in self._leftovers():
-            try:
+            with contextlib.suppress(psutil.Error):
                 proc.kill()
-            except psutil.Error:
-                pass
         shutil.rmtree(self.folder, ignore_errors=True)
 
     def _leftovers(self) -> list[psutil.Process]:
@@ -170,7 +169,7 @@ class DefaultRun:
         assert proc is not None, "the embedded postgres is not running"
         pg_ctl = Path(proc.exe()).with_name("pg_ctl")
         user = proc.username()
-        subprocess.run([str(pg_ctl), "-D", str(self.data_dir), "stop", "-m", "immediate"], check=True, cwd="/tmp",
+        subprocess.run([str(pg_ctl), "-D", str(self.data_dir), "stop", "-m", "immediate"], check=True, cwd="/tmp",  # noqa: S108  (a cwd, nothing written)
                        user=None if user == psutil.Process().username() else user, capture_output=True, timeout=60)
         return proc.pid
 

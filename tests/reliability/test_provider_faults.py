@@ -113,7 +113,7 @@ def test_provider_fault_is_stored_as_a_failed_run_with_its_partial_trace(tenant_
     if route == "ask/stream":
         events = _sse_events(body)
         assert events and events[-1][0] in {"done", "error"}, events[-3:]
-        assert ("answer", ) == tuple(e for e, _ in events if e == "answer")[:1] or events[-1][0] == "error"
+        assert tuple(e for e, _ in events if e == "answer")[:1] == ("answer", ) or events[-1][0] == "error"
     else:
         data = json.loads(body)
         assert data["outcome"] == expected and data["id"] == run.id

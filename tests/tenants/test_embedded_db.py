@@ -28,7 +28,7 @@ time.sleep(600)
 @pytest.fixture
 def data_dir(tmp_path_factory):
     # Unix socket paths are short: keep the directory near the root.
-    path = Path("/tmp") / f"gr-pg-{os.getpid()}"
+    path = Path("/tmp") / f"gr-pg-{os.getpid()}"  # noqa: S108  (a short path for the server's Unix socket; unique per process)
     yield path
     postgres.stop_server(path)
     subprocess.run(["rm", "-rf", str(path)], check=False)

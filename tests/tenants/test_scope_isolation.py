@@ -101,9 +101,8 @@ def test_application_role_cannot_bypass_rls():
 
     for statement in ("ALTER TABLE kb_chunk DISABLE ROW LEVEL SECURITY", "SET ROLE postgres",
                       "ALTER ROLE CURRENT_USER BYPASSRLS", "TRUNCATE kb_chunk"):
-        with pytest.raises(DatabaseError), transaction.atomic(using="default"):
-            with connections["default"].cursor() as cur:
-                cur.execute(statement)
+        with pytest.raises(DatabaseError), transaction.atomic(using="default"), connections["default"].cursor() as cur:
+            cur.execute(statement)
 
 
 def test_scope_is_frozen_and_validated():

@@ -7,8 +7,9 @@ Without --user/--key the question is asked with a whole-tenant CLI scope.
 from __future__ import annotations
 
 import json
+from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser, OutputWrapper
 
 from agents.loop import STRATEGIES, StepRecord
 from agents.models import Run
@@ -22,7 +23,7 @@ from tenants.scope import Scope, activate
 class Command(BaseCommand):
     help = "Ask a question over a tenant's knowledge base and print the trace and the answer."
 
-    def add_arguments(self, parser) -> None:
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("question")
         parser.add_argument("--tenant", required=True, help="Tenant slug.")
         who = parser.add_mutually_exclusive_group()
@@ -31,8 +32,8 @@ class Command(BaseCommand):
         parser.add_argument("--strategy", default="auto", choices=STRATEGIES)
         parser.add_argument("--provider", default=None, help="gemini, openai or offline (default from settings).")
 
-    def handle(self, *args, question: str, tenant: str, user: str | None = None, key: str | None = None, strategy: str = "auto",
-               provider: str | None = None, verbosity: int = 1, **options) -> None:
+    def handle(self, *args: Any, question: str, tenant: str, user: str | None = None, key: str | None = None, strategy: str = "auto",
+               provider: str | None = None, verbosity: int = 1, **options: Any) -> None:
         scope = resolve_scope(tenant, user, key)
         verbose = verbosity >= 2
 
@@ -84,7 +85,7 @@ def format_step(step: StepRecord, verbose: bool) -> str:
     return line
 
 
-def print_run(out, scope: Scope, run: Run) -> None:
+def print_run(out: OutputWrapper, scope: Scope, run: Run) -> None:
     out.write("\n" + run.answer + "\n")
     out.write(f"\noutcome: {run.outcome}   grounded: {run.grounded}   strategy: {run.strategy}   provider: {run.provider}/{run.model}"
               f"   tool calls: {run.tool_calls}   tokens: {run.input_tokens}+{run.output_tokens}   {run.latency_ms:.0f} ms   run #{run.id}")

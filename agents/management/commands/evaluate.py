@@ -22,6 +22,7 @@ import time
 from contextlib import nullcontext
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -87,7 +88,7 @@ class Command(BaseCommand):
         parser.add_argument("--merge", nargs="+", type=Path, default=None, metavar="DIR",
                             help="do not run: combine the records.jsonl of these shard output dirs into one report in --out")
 
-    def handle(self, *args, **opts) -> None:
+    def handle(self, *args: Any, **opts: Any) -> None:
         run_jobs_here_without_a_worker()  # no scripts/run beside this command: its jobs run here
         if opts["merge"]:
             return self._merge(opts)

@@ -4,7 +4,9 @@ when a --document purge had to keep any)."""
 
 from __future__ import annotations
 
-from django.core.management.base import BaseCommand, CommandError
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from agents.evidence import purge
 from tenants.models import Tenant
@@ -13,11 +15,11 @@ from tenants.models import Tenant
 class Command(BaseCommand):
     help = "Remove retained evidence (text runs retrieved) that no run within the tenant's retention period references."
 
-    def add_arguments(self, parser) -> None:
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--tenant", required=True, help="Tenant slug.")
         parser.add_argument("--document", type=int, help="Only this document's evidence.")
 
-    def handle(self, *args, tenant: str, document: int | None = None, **options) -> None:
+    def handle(self, *args: Any, tenant: str, document: int | None = None, **options: Any) -> None:
         found = Tenant.objects.using("owner").filter(slug=tenant).first()
         if found is None:
             raise CommandError(f"no tenant with slug {tenant!r}")

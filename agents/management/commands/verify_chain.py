@@ -9,7 +9,10 @@ Exit status 1 when any chain is broken or any digest fails. Reads as the owner (
 
 from __future__ import annotations
 
-from django.core.management.base import BaseCommand, CommandError
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from agents.chain import verify_tenant_chain
 from agents.digests import load_public_key, signing_key, verify_digests
@@ -19,13 +22,13 @@ from tenants.models import Tenant
 class Command(BaseCommand):
     help = "Verify the per-tenant hash chains of agent runs; name the first broken run."
 
-    def add_arguments(self, parser) -> None:
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--tenant", help="Tenant slug (default: every tenant).")
         parser.add_argument("--digests", help="Folder of signed chain digests to check the database against.")
         parser.add_argument("--public-key", help="PEM file of the digests' public key (default: the configured signing key's).")
 
-    def handle(self, *args, tenant: str | None = None, digests: str | None = None, public_key: str | None = None,
-               **options) -> None:
+    def handle(self, *args: Any, tenant: str | None = None, digests: str | None = None, public_key: str | None = None,
+               **options: Any) -> None:
         tenants = Tenant.objects.using("owner").order_by("id")
         if tenant:
             tenants = tenants.filter(slug=tenant)
@@ -46,7 +49,7 @@ class Command(BaseCommand):
 
     def _check_digests(self, tenant: Tenant, folder: str, public_key: str | None) -> int:
         try:
-            public = load_public_key(open(public_key).read()) if public_key else signing_key().public_key()
+            public = load_public_key(Path(public_key).read_text()) if public_key else signing_key().public_key()
         except (OSError, ValueError) as exc:
             raise CommandError(f"--public-key: {exc}") from None
         report = verify_digests(tenant.id, folder, public)

@@ -6,7 +6,9 @@ them (public_key.pem); keep a copy of that key where the database's owner cannot
 
 from __future__ import annotations
 
-from django.core.management.base import BaseCommand
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
 
 from agents.digests import public_key_pem, signing_key, write_all_digests
 
@@ -14,11 +16,11 @@ from agents.digests import public_key_pem, signing_key, write_all_digests
 class Command(BaseCommand):
     help = "Sign every tenant's run chain tip with the chain signing key and write the digests outside the database."
 
-    def add_arguments(self, parser) -> None:
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--dir", help="Folder for the digests (default: CHAIN_DIGEST_DIR).")
         parser.add_argument("--print-public-key", action="store_true", help="Print the public key (PEM) and write nothing.")
 
-    def handle(self, *args, dir: str | None = None, print_public_key: bool = False, **options) -> None:
+    def handle(self, *args: Any, dir: str | None = None, print_public_key: bool = False, **options: Any) -> None:
         if print_public_key:
             self.stdout.write(public_key_pem(signing_key()))
             return

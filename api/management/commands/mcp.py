@@ -9,10 +9,12 @@ The web application serves /mcp itself (api/mcp_http.py: stateless, JSON respons
 
 from __future__ import annotations
 
+from typing import Any
+
 import anyio
 import uvicorn
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from api.mcp_server import build_server, http_app, key_scope
 from kb.project.config import get_str
@@ -21,13 +23,13 @@ from kb.project.config import get_str
 class Command(BaseCommand):
     help = "Serve the MCP tools (search, ask, list_corpora, read) under an API key's scope, over stdio or HTTP."
 
-    def add_arguments(self, parser) -> None:
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--key", default="", help="API key for stdio (default: the GROUNDED_MCP_KEY environment variable)")
         parser.add_argument("--http", action="store_true", help="serve streamable HTTP at /mcp instead of stdio")
         parser.add_argument("--host", default="127.0.0.1")
         parser.add_argument("--port", type=int, default=8765)
 
-    def handle(self, *args, key: str, http: bool, host: str, port: int, **options) -> None:
+    def handle(self, *args: Any, key: str, http: bool, host: str, port: int, **options: Any) -> None:
         if http:
             hosts = [h for h in settings.ALLOWED_HOSTS if h != "*"]
             allowed = [*hosts, *(f"{h}:*" for h in hosts)] if "*" not in settings.ALLOWED_HOSTS else None

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 from tqdm import tqdm
 
@@ -26,7 +27,7 @@ from tenants.scope import Scope, activate
 class Command(BaseCommand):
     help = "Ingest all supported files (txt, md, html, pdf, docx) under a folder into a tenant's corpus."
 
-    def add_arguments(self, parser) -> None:
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("folder")
         parser.add_argument("--tenant", required=True, help="tenant slug")
         parser.add_argument("--corpus", required=True, help="corpus name")
@@ -36,8 +37,8 @@ class Command(BaseCommand):
         parser.add_argument("--wait", action="store_true", help="with a broker: wait until the queued jobs finish")
         parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
-    def handle(self, *args, folder: str, tenant: str, corpus: str, department: str | None, create: bool,
-               model: str | None, wait: bool, no_progress: bool, **options) -> None:
+    def handle(self, *args: Any, folder: str, tenant: str, corpus: str, department: str | None, create: bool,
+               model: str | None, wait: bool, no_progress: bool, **options: Any) -> None:
         run_jobs_here_without_a_worker()  # no scripts/run beside this command: its jobs run here
         root = Path(folder).expanduser().resolve()
         if not root.is_dir():

@@ -6,7 +6,9 @@ alive holds its lease, and the resent message finds it busy and does nothing.
 
 from __future__ import annotations
 
-from django.core.management.base import BaseCommand
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
 
 from kb.ingest import resume_stuck_jobs
 
@@ -14,9 +16,9 @@ from kb.ingest import resume_stuck_jobs
 class Command(BaseCommand):
     help = "Re-enqueue running jobs with a stale heartbeat and queued jobs never started (all tenants)."
 
-    def add_arguments(self, parser) -> None:
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--older-than", type=float, default=600, help="seconds without a heartbeat (default 600)")
 
-    def handle(self, *args, older_than: float, **options) -> None:
+    def handle(self, *args: Any, older_than: float, **options: Any) -> None:
         resent = resume_stuck_jobs(older_than=older_than)
         self.stdout.write(f"resent {len(resent)} job(s)" + (f": {', '.join(map(str, resent))}" if resent else ""))

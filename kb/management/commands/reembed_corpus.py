@@ -7,8 +7,9 @@ job switches every chunk and the corpus in one transaction.
 from __future__ import annotations
 
 import time
+from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from kb.ingest import start_reembed
 from kb.ingest.queue import run_jobs_here_without_a_worker
@@ -20,13 +21,13 @@ from tenants.scope import Scope, activate
 class Command(BaseCommand):
     help = "Re-embed every chunk of a corpus with another embedding model (e.g. gemini-embedding-001:768)."
 
-    def add_arguments(self, parser) -> None:
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--tenant", required=True, help="tenant slug")
         parser.add_argument("--corpus", required=True, help="corpus name")
         parser.add_argument("--model", required=True, help="target model key '<model>:<dim>'")
         parser.add_argument("--wait", action="store_true", help="wait for the job to finish")
 
-    def handle(self, *args, tenant: str, corpus: str, model: str, wait: bool, **options) -> None:
+    def handle(self, *args: Any, tenant: str, corpus: str, model: str, wait: bool, **options: Any) -> None:
         run_jobs_here_without_a_worker()  # no scripts/run beside this command: its jobs run here
         found = Tenant.objects.filter(slug=tenant).first()
         if found is None:

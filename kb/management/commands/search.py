@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import json as jsonlib
 from dataclasses import asdict
+from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from kb.models import Corpus
-from kb.retrieval import SearchFilters, search
+from kb.retrieval import MODES, Mode, SearchFilters, search, search_mode
 from tenants.models import Department, Tenant
 from tenants.scope import Scope, activate
 
@@ -19,17 +20,17 @@ from tenants.scope import Scope, activate
 class Command(BaseCommand):
     help = "Search a tenant's chunks and print the hits (score, title, locator, text)."
 
-    def add_arguments(self, parser) -> None:
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("query")
         parser.add_argument("--tenant", required=True, help="tenant slug")
-        parser.add_argument("--mode", choices=["vector", "keyword", "hybrid"], default="hybrid")
+        parser.add_argument("--mode", choices=MODES, type=search_mode, default="hybrid")
         parser.add_argument("--k", type=int, default=10)
         parser.add_argument("--corpus", action="append", default=[], help="corpus id or name (repeatable)")
         parser.add_argument("--department", action="append", default=[], help="department id or name (repeatable)")
         parser.add_argument("--json", action="store_true", dest="as_json", help="print the whole result as JSON")
 
-    def handle(self, *args, query: str, tenant: str, mode: str, k: int, corpus: list[str], department: list[str],
-               as_json: bool, **options) -> None:
+    def handle(self, *args: Any, query: str, tenant: str, mode: Mode, k: int, corpus: list[str], department: list[str],
+               as_json: bool, **options: Any) -> None:
         found = Tenant.objects.filter(slug=tenant).first()
         if found is None:
             raise CommandError(f"no tenant with slug {tenant!r}")

@@ -10,9 +10,10 @@ from __future__ import annotations
 import logging
 import os
 import time
+from typing import Any
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
 from kb.models import Source
@@ -25,11 +26,11 @@ logger = logging.getLogger(__name__)
 class Command(BaseCommand):
     help = "Queue due source syncs (or one source's sync now); --loop to keep scheduling."
 
-    def add_arguments(self, parser) -> None:
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--source", type=int, help="sync this source now, whatever its schedule")
         parser.add_argument("--loop", action="store_true", help="keep scheduling until the parent process exits")
 
-    def handle(self, *args, source: int | None, loop: bool, **options) -> None:
+    def handle(self, *args: Any, source: int | None, loop: bool, **options: Any) -> None:
         if source is not None:
             row = Source.objects.unscoped_dangerously(using="owner").filter(pk=source).values_list("tenant_id", flat=True).first()
             if row is None:

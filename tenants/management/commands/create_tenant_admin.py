@@ -9,8 +9,9 @@ connection (tenants.operator), since the application role may not create staff u
 from __future__ import annotations
 
 import secrets
+from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from tenants.models import Role, Tenant
 from tenants.operator import make_tenant_admin
@@ -27,15 +28,15 @@ ROLE_ABILITIES = {
 class Command(BaseCommand):
     help = "Create (or reset) a tenant administrator and API keys; prints the credentials once."
 
-    def add_arguments(self, parser) -> None:
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--tenant", required=True, help="Tenant slug.")
         parser.add_argument("--username", default="admin")
         parser.add_argument("--password", default=None, help="Default: a new random password.")
         parser.add_argument("--key-role", dest="key_roles", action="append", choices=[r.value for r in Role],
                             help="Role of an API key to issue; repeat for several keys (default: reader).")
 
-    def handle(self, *args, tenant: str, username: str, password: str | None, key_roles: list[str] | None,
-               **options) -> None:
+    def handle(self, *args: Any, tenant: str, username: str, password: str | None, key_roles: list[str] | None,
+               **options: Any) -> None:
         found = Tenant.objects.using("owner").filter(slug=tenant).first()
         if found is None:
             raise CommandError(f"--tenant: no tenant with slug {tenant!r}")
