@@ -127,6 +127,14 @@ DECLARED: tuple[Setting, ...] = (
             MODELS, main=True),
     Setting("GROUNDED_MPNET_PATH", str, str(ROOT / ".data" / "models" / "all-mpnet-base-v2"), "where all-mpnet-base-v2's weights "
             "are", MODELS, shown="the folder `scripts/get_mpnet.sh` fills (`.data/models/all-mpnet-base-v2`)"),
+    Setting("GROUNDED_EMBED_BACKEND", str, "onnx", "runtime of the local fp32 models (`minilm-l6-v2:384`, `all-mpnet-base-v2:768`): "
+            "`onnx` (ONNX Runtime, same vectors, faster) or `torch` (sentence-transformers); the int8 models always run on ONNX "
+            "Runtime ([ingestion.md](ingestion.md#onnx-runtime-and-int8))", MODELS, choices=("onnx", "torch"), main=True),
+    Setting("GROUNDED_ONNX_DIR", str, lambda env: str(Path(_data_dir(env)).resolve()) + ".onnx", "where the ONNX graphs exported "
+            "from the local models' weights are cached (a folder per model and content hash)", MODELS,
+            shown="`<GROUNDED_DATA_DIR>.onnx`"),
+    Setting("GROUNDED_ONNX_THREADS", int, 0, "ONNX Runtime's intra-op threads per process", MODELS, shown="0: the machine's cores",
+            minimum=0),
     Setting("GROUNDED_EMBED_BATCH", int, 64, "texts per embedding batch at ingest", MODELS, minimum=1),
     Setting("GROUNDED_INGEST_GROUP", int, 32, "queued documents one ingest job takes along and embeds together", MODELS, minimum=1),
     # --- Web server and HTTP -------------------------------------------------------------------------
