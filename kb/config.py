@@ -127,8 +127,8 @@ DECLARED: tuple[Setting, ...] = (
             MODELS, main=True),
     Setting("GROUNDED_MPNET_PATH", str, str(ROOT / ".data" / "models" / "all-mpnet-base-v2"), "where all-mpnet-base-v2's weights "
             "are", MODELS, shown="the folder `scripts/get_mpnet.sh` fills (`.data/models/all-mpnet-base-v2`)"),
-    Setting("GROUNDED_EMBED_BACKEND", str, "onnx", "runtime of the local fp32 models (`minilm-l6-v2:384`, `all-mpnet-base-v2:768`): "
-            "`onnx` (ONNX Runtime, same vectors, faster) or `torch` (sentence-transformers); the int8 models always run on ONNX "
+    Setting("GROUNDED_EMBED_BACKEND", str, "torch", "runtime of the local fp32 models (`minilm-l6-v2:384`, `all-mpnet-base-v2:768`): "
+            "`torch` (sentence-transformers) or `onnx` (ONNX Runtime: the same vectors, measured no faster); the int8 models run on ONNX "
             "Runtime ([ingestion.md](ingestion.md#onnx-runtime-and-int8))", MODELS, choices=("onnx", "torch"), main=True),
     Setting("GROUNDED_ONNX_DIR", str, lambda env: str(Path(_data_dir(env)).resolve()) + ".onnx", "where the ONNX graphs exported "
             "from the local models' weights are cached (a folder per model and content hash)", MODELS,

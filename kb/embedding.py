@@ -382,7 +382,7 @@ def get_embedder(model_key: str) -> Embedder:
 
 
 @lru_cache(maxsize=32)
-def _resolve(model_key: str, default_embedder: str, plugins: str, fp32: Runtime = "onnx-fp32") -> Embedder:
+def _resolve(model_key: str, default_embedder: str, plugins: str, fp32: Runtime = "torch") -> Embedder:
     name, _, dim_text = model_key.partition(":")
     try:
         dim = int(dim_text) if dim_text else 0
