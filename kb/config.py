@@ -120,8 +120,9 @@ DECLARED: tuple[Setting, ...] = (
     Setting("GROUNDED_PROVIDER", str, lambda env: "gemini" if get_str("GEMINI_API_KEY", env) else (
         "openai" if get_str("OPENAI_COMPAT_BASE_URL", env) else "offline"), "the default answer provider", MODELS,
         shown="the first configured of gemini, openai, else offline", choices=("offline", "gemini", "openai", "openai_compat")),
-    Setting("GROUNDED_EMBEDDER", str, "local", "default embedding model for new corpora (`all-mpnet-base-v2:768` with "
-            "`GROUNDED_EMBEDDER_PLUGINS=kb.mpnet`, after `scripts/get_mpnet.sh`: [ingestion.md](ingestion.md))", MODELS,
+    Setting("GROUNDED_EMBEDDER", str, "local", "default embedding model for new corpora (`minilm-l6-v2-int8:384`: MiniLM int8 on ONNX "
+            "Runtime; `all-mpnet-base-v2:768` with `GROUNDED_EMBEDDER_PLUGINS=kb.mpnet`, after "
+            "`scripts/get_mpnet.sh`: [ingestion.md](ingestion.md))", MODELS,
             shown="`local` (all-MiniLM-L6-v2, 384-d, offline)", main=True),
     Setting("GROUNDED_EMBEDDER_PLUGINS", list, [], "modules registering more embedders (`kb.mpnet` for all-mpnet-base-v2)",
             MODELS, main=True),
