@@ -1,6 +1,9 @@
-"""Ingestion throughput: the real pipeline with the local MiniLM model vs. the model alone.
+"""Ingestion throughput: the real pipeline with a local model vs. the model alone.
 
-    .venv/bin/python bench/ingest_bench.py [--chunks 2000] [--corpus ../shared/eval/corpus.jsonl]
+    .venv/bin/python bench/ingest_bench.py [--chunks 2000] [--corpus ../shared/eval/corpus.jsonl] [--model-key minilm-l6-v2:384]
+
+--model-key is the corpus's embedding model (default MiniLM fp32, on GROUNDED_EMBED_BACKEND's
+runtime; `minilm-l6-v2-int8:384` for the ONNX int8 model).
 
 Uploads news articles (../shared/eval/corpus.jsonl; a generated corpus when it is absent) through
 `kb.ingest.upload_document` into a scratch database on the embedded PostgreSQL, in groups of
@@ -80,6 +83,7 @@ def main() -> None:
     parser.add_argument("--chunks", type=int, default=2000, help="ingest articles until at least this many chunks")
     parser.add_argument("--corpus", default=str(ROOT.parent / "shared" / "eval" / "corpus.jsonl"))
     parser.add_argument("--keep", action="store_true", help="keep the scratch database")
+    parser.add_argument("--model-key", default="minilm-l6-v2:384", help="the corpus's local embedding model")
     args = parser.parse_args()
 
     setup_django()
@@ -92,7 +96,8 @@ def main() -> None:
     from tenants.models import Tenant
     from tenants.scope import Scope, activate
 
-    embedder = embedding.LocalMiniLMEmbedder()
+    embedder = embedding.get_embedder(args.model_key)
+    embedder_class = type(embedder)
     batch = ingest.embed_batch_size()
     embedder.embed(["warm up the model and the tokenizer"])  # load once, outside every timing
 
@@ -116,7 +121,7 @@ def main() -> None:
         return time.perf_counter() - start
 
     in_model = [0.0]  # time the pipeline spends inside the model, measured on the side
-    original = embedding.LocalMiniLMEmbedder.embed_array
+    original = embedder_class.embed_array
 
     def timed(self, texts, task="document"):
         start = time.perf_counter()
@@ -128,7 +133,8 @@ def main() -> None:
     tenant = Tenant.objects.create(name="Bench", slug="bench")
     scope = Scope.system(tenant.id, principal="bench")
     with activate(scope):
-        corpus = Corpus.objects.create(tenant=tenant, name="News")  # minilm-l6-v2:384, 200/30 tokens
+        name, _, dim = args.model_key.partition(":")
+        corpus = Corpus.objects.create(tenant=tenant, name="News", embedding_model=name, embedding_dim=int(dim))  # 200/30 tokens
 
     # Pipeline and model-only runs alternate group by group (and swap order each time), so a
     # machine shared with other work slows both alike instead of skewing the ratio.
@@ -141,7 +147,7 @@ def main() -> None:
         seen.update(fresh)
 
         def run_pipeline(members=members) -> float:
-            embedding.LocalMiniLMEmbedder.embed_array = timed
+            embedder_class.embed_array = timed
             start = time.perf_counter()
             # Like one multi-file API upload (or ingest_folder): the group's jobs start after its
             # commit, and the first one embeds them all in full batches.
@@ -151,7 +157,7 @@ def main() -> None:
                     ingest.upload_document(scope=scope, corpus=corpus, filename=f"{a['doc_id']}.md", data=article_bytes(a),
                                            title=a["title"], metadata={"published_at": a.get("published_at", "")})
             elapsed = time.perf_counter() - start
-            embedding.LocalMiniLMEmbedder.embed_array = original
+            embedder_class.embed_array = original
             return elapsed
 
         if n % 2 == 0:
@@ -178,7 +184,8 @@ def main() -> None:
         ("ratio pipeline / its own model time", f"{pipeline / in_model[0]:.3f}"),
     ]
     width = max(len(k) for k, _ in rows)
-    print(f"\nIngestion benchmark: local MiniLM (all-MiniLM-L6-v2, CPU, {os.cpu_count()} cores), eager mode, embedded PostgreSQL")
+    print(f"\nIngestion benchmark: {embedder.model_key} ({getattr(embedder, 'runtime', '?')}, CPU, {os.cpu_count()} cores), "
+          f"eager mode, embedded PostgreSQL; load average {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
     print("-" * (width + 30))
     for k, v in rows:
         print(f"{k:<{width}}  {v}")

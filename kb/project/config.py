@@ -120,13 +120,22 @@ DECLARED: tuple[Setting, ...] = (
     Setting("GROUNDED_PROVIDER", str, lambda env: "gemini" if get_str("GEMINI_API_KEY", env) else (
         "openai" if get_str("OPENAI_COMPAT_BASE_URL", env) else "offline"), "the default answer provider", MODELS,
         shown="the first configured of gemini, openai, else offline", choices=("offline", "gemini", "openai", "openai_compat")),
-    Setting("GROUNDED_EMBEDDER", str, "local", "default embedding model for new corpora (`all-mpnet-base-v2:768` with "
-            "`GROUNDED_EMBEDDER_PLUGINS=kb.mpnet`, after `scripts/get_mpnet.sh`: [ingestion.md](ingestion.md))", MODELS,
+    Setting("GROUNDED_EMBEDDER", str, "local", "default embedding model for new corpora (`minilm-l6-v2-int8:384`: MiniLM int8 on ONNX "
+            "Runtime; `all-mpnet-base-v2:768` with `GROUNDED_EMBEDDER_PLUGINS=kb.mpnet`, after "
+            "`scripts/get_mpnet.sh`: [ingestion.md](ingestion.md))", MODELS,
             shown="`local` (all-MiniLM-L6-v2, 384-d, offline)", main=True),
     Setting("GROUNDED_EMBEDDER_PLUGINS", list, [], "modules registering more embedders (`kb.mpnet` for all-mpnet-base-v2)",
             MODELS, main=True),
     Setting("GROUNDED_MPNET_PATH", str, str(ROOT / ".data" / "models" / "all-mpnet-base-v2"), "where all-mpnet-base-v2's weights "
             "are", MODELS, shown="the folder `scripts/get_mpnet.sh` fills (`.data/models/all-mpnet-base-v2`)"),
+    Setting("GROUNDED_EMBED_BACKEND", str, "torch", "runtime of the local fp32 models (`minilm-l6-v2:384`, `all-mpnet-base-v2:768`): "
+            "`torch` (sentence-transformers) or `onnx` (ONNX Runtime: the same vectors, measured no faster); the int8 models run on ONNX "
+            "Runtime ([ingestion.md](ingestion.md#onnx-runtime-and-int8))", MODELS, choices=("onnx", "torch"), main=True),
+    Setting("GROUNDED_ONNX_DIR", str, lambda env: str(Path(_data_dir(env)).resolve()) + ".onnx", "where the ONNX graphs exported "
+            "from the local models' weights are cached (a folder per model and content hash)", MODELS,
+            shown="`<GROUNDED_DATA_DIR>.onnx`"),
+    Setting("GROUNDED_ONNX_THREADS", int, 0, "ONNX Runtime's intra-op threads per process", MODELS, shown="0: the machine's cores",
+            minimum=0),
     Setting("GROUNDED_EMBED_BATCH", int, 64, "texts per embedding batch at ingest", MODELS, minimum=1),
     Setting("GROUNDED_INGEST_GROUP", int, 32, "queued documents one ingest job takes along and embeds together", MODELS, minimum=1),
     # --- Web server and HTTP -------------------------------------------------------------------------

@@ -185,7 +185,6 @@ def test_texts_within_the_window_are_embedded_as_they_are():
 def test_mpnet_plugin_resolves_its_key_and_says_how_to_fetch_missing_weights(monkeypatch, tmp_path):
     from kb import embedding, mpnet
 
-    monkeypatch.setattr(mpnet, "_loaded", None)
     monkeypatch.setenv("GROUNDED_MPNET_PATH", str(tmp_path / "absent"))
     found = embedding._resolve("all-mpnet-base-v2:768", "hash", "kb.mpnet")
     assert isinstance(found, mpnet.MPNetEmbedder) and (found.model_key, found.dim) == ("all-mpnet-base-v2:768", 768)
