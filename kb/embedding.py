@@ -17,7 +17,6 @@ import hashlib
 import importlib
 import logging
 import math
-import os
 import random
 import re
 import threading
@@ -34,6 +33,7 @@ from django.conf import settings
 from kb import onnx_embed
 from kb.chunking import chunk_text
 from kb.project.config import get_list, get_str
+from kb.sentence_models import load_sentence_transformer
 from kb.vector_index import HALFVEC_MAX_DIM
 
 Task = Literal["document", "query"]
@@ -114,26 +114,6 @@ INT8_SUFFIX = "-int8"  # "minilm-l6-v2-int8:384": the int8 model's vectors get t
 
 _model_lock = threading.Lock()
 _torch_models: dict[str, Any] = {}  # model directory -> (SentenceTransformer, tokenizer), loaded once per process
-
-
-def load_sentence_transformer(path: str) -> tuple[Any, Any]:
-    """A sentence-transformers model from a local directory, never from the network, with a
-    private copy of its Rust tokenizer for counting: ~10x cheaper per call than the transformers
-    wrapper, and free of the truncation state encode() leaves on the shared one."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    # Optional dependencies (the local-embed extra), imported only when a local model loads: sentence-transformers
-    # imports torch (~5 s), and reads the HF_* variables set above.
-    from sentence_transformers import SentenceTransformer
-    from tokenizers import Tokenizer
-
-    model = SentenceTransformer(path, device="cpu", local_files_only=True)
-    model.eval()
-    counter = Tokenizer.from_str(model.tokenizer.backend_tokenizer.to_str())
-    counter.no_truncation()
-    counter.no_padding()
-    return model, counter
 
 
 def fp32_runtime() -> Runtime:

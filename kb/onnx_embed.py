@@ -33,6 +33,7 @@ from typing import Any, Literal
 import numpy as np
 
 from kb.project.config import get_int, get_str
+from kb.sentence_models import load_sentence_transformer
 
 Variant = Literal["fp32", "int8"]
 VARIANTS: tuple[Variant, ...] = ("fp32", "int8")
@@ -84,8 +85,6 @@ def _export_fp32(source: Path, folder: Path) -> None:
     """The transformer (token embeddings out) as ONNX, and the exact tokenizer and settings the
     torch pipeline uses."""
     import torch  # optional dependency (local-embed extra): only needed to build the cache
-
-    from kb.embedding import load_sentence_transformer  # kb.embedding imports this module: imported on use
 
     model, _ = load_sentence_transformer(str(source))
     transformer = model[0]
