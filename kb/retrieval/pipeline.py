@@ -47,7 +47,7 @@ def search(scope: Scope, query: str, *, k: int = 10, mode: Mode = "hybrid", filt
         # A search that needs only the visible corpora (vector mode, no document-level filters)
         # resolves them in the same round trip as its first ranking statement when this process
         # has seen the scope before (plan._resolve); if they changed meanwhile, it runs again.
-        return _search(*args, speculate=True)
+        return _search(*args, speculate=bool(_setting("RETRIEVAL_REUSE_PLANS")))
     except StalePlan:
         return _search(*args, speculate=False)
 

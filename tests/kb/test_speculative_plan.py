@@ -93,3 +93,13 @@ def test_a_grown_corpus_keeps_the_speculative_plan():
         Corpus.objects.for_scope(scope).filter(id=corpus.id).update(chunk_count=corpus.chunk_count + 100)
     _, scripts = _vector(scope, "hotel night")
     assert scripts == 1
+
+
+def test_plan_reuse_can_be_switched_off(settings):
+    tenant = make_tenant("Acme")
+    _corpus(tenant, "Policies", TEXTS)
+    scope = whole_tenant(tenant)
+    settings.RETRIEVAL_REUSE_PLANS = False
+    _vector(scope, "hotel night")
+    _, scripts = _vector(scope, "hotel night")
+    assert scripts == 2
