@@ -53,10 +53,11 @@ class StatementLog:
 
 
 def _label(sql: str) -> str:
-    for marker in ("kb_corpus", "EXECUTE", "ts_stat", "kb_chunk"):
+    if "EXECUTE" in sql:
+        return "corpus check + ranking (prepared)" if "kb_corpus" in sql else "ranking (prepared)"
+    for marker, label in (("kb_corpus", "resolve"), ("ts_stat", "term stats"), ("kb_chunk", "chunk statement")):
         if marker in sql:
-            return {"kb_corpus": "resolve", "EXECUTE": "ranking (prepared)", "ts_stat": "term stats",
-                    "kb_chunk": "chunk statement"}[marker]
+            return label
     return sql[:40]
 
 
