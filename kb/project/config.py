@@ -81,8 +81,8 @@ DECLARED: tuple[Setting, ...] = (
     Setting("DATABASE_APP_USER", str, "grounded_app", "the application role (not superuser, not owner, no BYPASSRLS); created by "
             "`migrate`", SERVICES, main=True),
     Setting("DATABASE_APP_PASSWORD", str, "", "its password", SERVICES, shown="empty", secret=True, main=True),
-    Setting("DB_CONN_MAX_AGE", int, 60, "seconds a database connection is reused (with `DATABASE_URL`; the embedded database "
-            "connects per request)", SERVICES, minimum=0),
+    Setting("DB_CONN_MAX_AGE", int, 60, "seconds a database connection is reused, embedded or `DATABASE_URL` (0: a new "
+            "connection per request)", SERVICES, minimum=0),
     Setting("REDIS_URL", str, "", "broker, cache and rate limits (the embedded one: the broker, and rate limits under `scripts/run`)",
             SERVICES, shown="none: the embedded Redis (a unix socket in `<GROUNDED_DATA_DIR>.redis/`, started and stopped by "
             "`scripts/run`; [architecture.md](architecture.md#the-embedded-broker-and-the-worker))", secret=True, main=True),

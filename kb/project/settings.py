@@ -169,7 +169,11 @@ else:
         "HOST": "",
         "PORT": "",
         "OPTIONS": {},
-        "CONN_MAX_AGE": 0,
+        # Reused like a DATABASE_URL connection (a new one per request cost a backend start, its cold
+        # catalog caches and the search's prepared statements: docs/api.md, "Load"); the health
+        # check reconnects, and so restarts a stopped embedded server, on the next request.
+        "CONN_MAX_AGE": get_int("DB_CONN_MAX_AGE"),
+        "CONN_HEALTH_CHECKS": True,
     }
     EMBEDDED_DATABASE = True
 _test_name = get_str("GROUNDED_TEST_DB")

@@ -13,7 +13,7 @@ from django.conf import settings
 from kb.retrieval import side_connections
 from kb.retrieval.hits import _hydrate
 from kb.retrieval.keyword import _keyword_search
-from kb.retrieval.plan import SearchPlan, _resolve, any_language
+from kb.retrieval.plan import SearchPlan, StalePlan, _resolve, any_language
 from kb.retrieval.query import Mode, SearchFilters, SearchResult
 from kb.retrieval.rank import _combine, _mmr, _sentence_rerank
 from kb.retrieval.sql import TenantStatements, _tenant_transaction
@@ -41,8 +41,22 @@ def search(scope: Scope, query: str, *, k: int = 10, mode: Mode = "hybrid", filt
         raise TypeError("search needs a tenants.scope.Scope")
     if mode not in ("vector", "keyword", "hybrid"):
         raise ValueError(f"unknown search mode {mode!r}")
-    k = max(1, min(int(k), MAX_K))
-    filters = filters or SearchFilters()
+    args = (scope, query, max(1, min(int(k), MAX_K)), mode, filters or SearchFilters(), max_distance, mmr_lambda,
+            query_vectors, rerank, rerank_query, using)
+    try:
+        # A search that needs only the visible corpora (vector mode, no document-level filters)
+        # resolves them in the same round trip as its first ranking statement when this process
+        # has seen the scope before (plan._resolve); if they changed meanwhile, it runs again.
+        return _search(*args, speculate=bool(_setting("RETRIEVAL_REUSE_PLANS")))
+    except StalePlan:
+        return _search(*args, speculate=False)
+
+
+def _search(scope: Scope, query: str, k: int, mode: Mode, filters: SearchFilters, max_distance: float | None,
+            mmr_lambda: float | None, query_vectors: Mapping[str, Sequence[float]] | None, rerank: bool,
+            rerank_query: str | None, using: str, speculate: bool) -> SearchResult:
+    """`search` with its arguments checked; `speculate` lets the plan come from the corpus rows this
+    process saw for the scope (checked in the first script; StalePlan when they changed)."""
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
     wants_lexemes = mode in ("keyword", "hybrid")
@@ -52,7 +66,7 @@ def search(scope: Scope, query: str, *, k: int = 10, mode: Mode = "hybrid", filt
     own_rerank_lexemes = rerank and not (wants_lexemes and sentence_query == query)
     with _tenant_transaction(scope, using) as tx:
         plan, lexemes, rerank_lexemes = _resolve(scope, filters, using, tx, query if wants_lexemes else None,
-                                                 sentence_query if own_rerank_lexemes else None)
+                                                 sentence_query if own_rerank_lexemes else None, speculate=speculate)
         if rerank and not own_rerank_lexemes:
             rerank_lexemes = any_language(lexemes)
         timings["resolve"] = _ms(t0)
@@ -104,6 +118,7 @@ def search(scope: Scope, query: str, *, k: int = 10, mode: Mode = "hybrid", filt
             paths.append("sentence rerank")
         if mmr_lambda is not None:
             hits = _mmr(hits, k, float(mmr_lambda))
+        tx.flush()  # a speculative plan's check, when no statement carried it (nothing to rank)
         timings["hydrate"] = _ms(t)
     timings["total"] = _ms(t0)
     applied = plan.applied(mode=mode, k=k, max_distance=max_distance, mmr_lambda=mmr_lambda, rerank=by_sentences)

@@ -4,9 +4,13 @@ to the corpus and document ids the chunk queries use."""
 from __future__ import annotations
 
 import json
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from django.db import connections
 
 from kb.retrieval.query import SearchFilters
 from kb.retrieval.sql import TenantStatements
@@ -84,7 +88,7 @@ class SearchPlan:
 
 
 def _resolve(scope: Scope, f: SearchFilters, using: str, tx: TenantStatements, query: str | None = None,
-             rerank_query: str | None = None) -> tuple[SearchPlan, dict[str, list[str]], list[str]]:
+             rerank_query: str | None = None, speculate: bool = False) -> tuple[SearchPlan, dict[str, list[str]], list[str]]:
     """Intersect the scope with the filters; also the lexemes of `query` per text search language of
     the visible corpora ({language: lexemes}) and those of `rerank_query` under any of them (empty
     when not given).
@@ -92,6 +96,16 @@ def _resolve(scope: Scope, f: SearchFilters, using: str, tx: TenantStatements, q
     One round trip: the RLS tenant, the visible corpora, the documents matching document-level
     filters (counted, with their stored chunk counts: the scope's exact size) and the lexemes
     travel as one script.
+
+    `speculate`: when only the visible corpora are needed (no lexemes, no document-level filters)
+    and this process resolved the same scope and corpus filter before, the plan is built from
+    those corpus rows with no round trip, and the corpus statement is deferred into the next
+    script (TenantStatements.defer): if the rows it returns differ from the cached ones in anything
+    but chunk counts (which only steer the path choice), that script's results are discarded by
+    raising StalePlan, and the caller searches again without speculating. The cached rows are what
+    this scope's own statement returned (key: database, tenant, departments, corpus filter), and
+    every ranking statement filters by the scope's tenant and departments anyway (and runs under
+    its RLS tenant), so a cached plan can only be checked, never widen what the scope reaches.
     """
     narrowed = scope.narrowed(f.department_ids)
     if narrowed.all_departments:
@@ -126,8 +140,16 @@ def _resolve(scope: Scope, f: SearchFilters, using: str, tx: TenantStatements, q
                               f"CROSS JOIN LATERAL unnest(to_tsvector(t.oid::regconfig, %s)) WITH ORDINALITY "
                               f"AS u(lexeme, positions, weights, ord) ORDER BY l.language, u.ord")
             params += [*cparams, text[:4000]]
-    results = tx.query("; ".join(statements), params)
-    corpora = {r[0]: PlannedCorpus(r[0], r[1], f"{r[2]}:{r[3]}", r[3], r[4], r[5], r[6], r[7]) for r in results.pop(0)}
+    key = (connections[using].settings_dict["NAME"], scope.tenant_id, depts, None if f.corpus_ids is None else tuple(cparams[-1]))
+    cached = _cached_corpus_rows(key) if speculate and len(statements) == 1 and not tx.nested else None
+    if cached:
+        tx.defer(statements[0], params, lambda rows: _check_corpus_rows(key, cached, rows))
+        corpus_rows = cached
+    else:
+        results = tx.query("; ".join(statements), params)
+        corpus_rows = results.pop(0)
+        _remember_corpus_rows(key, corpus_rows)
+    corpora = {r[0]: PlannedCorpus(r[0], r[1], f"{r[2]}:{r[3]}", r[3], r[4], r[5], r[6], r[7]) for r in corpus_rows}
     plan = SearchPlan(scope.tenant_id, depts, tenant_wide, corpora, None, None, f, tx=tx)
     if doc_level:
         docs = results.pop(0)
@@ -140,6 +162,43 @@ def _resolve(scope: Scope, f: SearchFilters, using: str, tx: TenantStatements, q
         if _MODEL_KEY.match(c.model_key):
             plan.by_model.setdefault(c.model_key, []).append(c)
     return plan, lexemes, rerank_lexemes
+
+
+class StalePlan(Exception):
+    """A speculative plan's corpus rows differ from the database's: search again without speculating."""
+
+
+_corpus_rows: OrderedDict[tuple, list[tuple]] = OrderedDict()
+_corpus_rows_lock = threading.Lock()
+_CORPUS_ROWS_MAX = 1024  # scopes remembered per process (least recently used ones are dropped)
+
+
+def _cached_corpus_rows(key: tuple) -> list[tuple] | None:
+    with _corpus_rows_lock:
+        rows = _corpus_rows.get(key)
+        if rows is not None:
+            _corpus_rows.move_to_end(key)
+        return rows
+
+
+def _remember_corpus_rows(key: tuple, rows: list[tuple]) -> None:
+    with _corpus_rows_lock:
+        _corpus_rows[key] = list(rows)
+        _corpus_rows.move_to_end(key)
+        while len(_corpus_rows) > _CORPUS_ROWS_MAX:
+            _corpus_rows.popitem(last=False)
+
+
+def _check_corpus_rows(key: tuple, cached: list[tuple], rows: list[tuple]) -> None:
+    """The deferred corpus statement's check: remember the fresh rows; raise StalePlan unless they
+    match the cached ones but for chunk counts (column 4)."""
+    _remember_corpus_rows(key, rows)
+    if sorted(_without_count(r) for r in rows) != sorted(_without_count(r) for r in cached):
+        raise StalePlan
+
+
+def _without_count(row: tuple) -> tuple:
+    return (*row[:4], *row[5:])
 
 
 def _by_language(rows: list[tuple[str, str]]) -> dict[str, list[str]]:

@@ -8,7 +8,7 @@ import hashlib
 import re
 import weakref
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from django.db import DatabaseError, connections, transaction
@@ -25,22 +25,48 @@ class TenantStatements:
         self.nested = nested
         self.using = using
         self.previous: str | None = None  # the enclosing transaction's tenant (nested only), read by the first script
+        self.pending: tuple[str, list, Callable[[list[tuple]], None]] | None = None  # see defer
+
+    def defer(self, sql: str, params: Sequence, check: Callable[[list[tuple]], None]) -> None:
+        """Send the one statement `sql` ahead of the next script (no round trip of its own) and give its
+        rows to `check` before that script's results are returned: `check` raises to discard them.
+        `flush` runs it alone if no script follows."""
+        self.pending = (sql, list(params), check)
+
+    def flush(self) -> None:
+        """Run a deferred statement that no script has carried yet (and its check)."""
+        if self.pending is not None:
+            self.query("SELECT 1")
 
     def query(self, sql: str, params: Sequence = ()) -> list[list[tuple]]:
         """Run `sql` (one or more statements) in one round trip, the scope's tenant set first.
 
         Outside a transaction the script is its own implicit transaction (a multi-statement simple
         query), so set_config(..., true) and SET LOCAL last exactly as long as it; inside the
-        caller's transaction they last to its end and search() restores the tenant.
+        caller's transaction they last to its end and search() restores the tenant. A deferred
+        statement (see defer) runs right after the tenant is set; its check sees its rows before
+        anything of `sql` is returned.
         """
         head = "SELECT set_config('app.tenant_id', %s, true); "
+        head_params: list = [self.tenant]
         if self.nested and self.previous is None:
             head = "SELECT current_setting('app.tenant_id', true); " + head
-        with connections[self.using].cursor() as cur:
-            results = _run_script_all(cur, head + sql, [self.tenant, *params])
+        pending, self.pending = self.pending, None
+        if pending is not None:
+            head += pending[0] + "; "
+            head_params += pending[1]
+        try:
+            with connections[self.using].cursor() as cur:
+                results = _run_script_all(cur, head + sql, [*head_params, *params])
+        except Exception:
+            self.pending = pending  # not run: the next script (a retry) carries it
+            raise
         if self.nested and self.previous is None:
             self.previous = results.pop(0)[0][0] or ""
-        return results[1:]
+        results = results[1:]
+        if pending is not None:
+            pending[2](results.pop(0))
+        return results
 
     def query_prepared(self, sql: str, params: Sequence, before: str = "", after: str = "",
                        retry: bool = True) -> list[tuple]:

@@ -37,6 +37,10 @@ DEFAULTS = {
     # plans, no planning per search). Off behind a transaction-pooling proxy (PgBouncer
     # pool_mode=transaction), where a session's prepared statements are not its own.
     "RETRIEVAL_PREPARED_STATEMENTS": True,
+    # A vector search of a scope this process resolved before builds its plan from the corpus rows
+    # it saw then and sends the corpus statement with its ranking (one round trip; checked, and
+    # searched again when the corpora changed: kb.retrieval.plan._resolve).
+    "RETRIEVAL_REUSE_PLANS": True,
     # Not here: RETRIEVAL_PARALLEL_WORKERS, the side connections on which a hybrid search runs BM25, is an
     # environment variable (declared in kb/project/config.py, read as settings.RETRIEVAL_PARALLEL_WORKERS).
 }
