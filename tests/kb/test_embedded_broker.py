@@ -63,7 +63,7 @@ def worker(embedded_broker, tmp_path):
     log = tmp_path / "worker.log"
     env = {k: v for k, v in os.environ.items() if k not in {"REDIS_URL", "CELERY_BROKER_URL", "CELERY_TASK_ALWAYS_EAGER"}}
     env.update(CELERY_QUEUE=embedded_broker, GROUNDED_EMBEDDER="hash",
-               GROUNDED_EMBEDDER_PLUGINS="tests.fakes.embedders", PYTHONPATH=str(ROOT), GROUNDED_SLOW_EMBED_S="0.5",
+               GROUNDED_EMBEDDER_PLUGINS="tests.fakes.embedders", PYTHONPATH=str(ROOT), GROUNDED_SLOW_EMBED_S="1.5",
                GROUNDED_TEST_REDIS_URL=redis_broker.client_url(redis_broker.broker_url()))
     with open(log, "wb") as out:
         proc = subprocess.Popen(
