@@ -113,20 +113,28 @@ def start_server(port: int, embedder: str, workers: int, threads: int) -> subpro
                                   "GUNICORN_THREADS": str(threads)}
     proc = subprocess.Popen([str(ROOT / ".venv/bin/gunicorn"), "-c", "python:kb.project.gunicorn_conf", "kb.project.wsgi:application"],
                             cwd=ROOT, env=env, start_new_session=True)
-    deadline = time.time() + 60
+    if not wait_healthy(port, [proc], timeout_s=60):
+        stop_server(proc)
+        raise SystemExit("gunicorn exited during start-up or did not become healthy within 60 s")
+    return proc
+
+
+def wait_healthy(port: int, procs: list[subprocess.Popen], timeout_s: float) -> bool:
+    """True once GET /healthz on 127.0.0.1:`port` answers 200; False when one of `procs` exits or
+    `timeout_s` passes first."""
+    deadline = time.time() + timeout_s
     while time.time() < deadline:
         try:
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
             conn.request("GET", "/healthz")
             if conn.getresponse().status == 200:
-                return proc
+                return True
         except OSError:
             pass
-        if proc.poll() is not None:
-            raise SystemExit("gunicorn exited during start-up")
+        if any(p.poll() is not None for p in procs):
+            return False
         time.sleep(0.3)
-    stop_server(proc)
-    raise SystemExit("gunicorn did not become healthy within 60 s")
+    return False
 
 
 def stop_server(proc: subprocess.Popen) -> None:

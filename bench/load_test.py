@@ -78,21 +78,10 @@ def start_stack(env: dict[str, str], port: int, workers: int, threads: int) -> l
     web = subprocess.Popen([str(ROOT / ".venv/bin/gunicorn"), "-c", "python:kb.project.gunicorn_conf", "kb.project.wsgi:application"],
                            cwd=ROOT, env=web_env, start_new_session=True)
     procs = [web, worker]
-    deadline = time.time() + 300
-    while time.time() < deadline:
-        try:
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-            conn.request("GET", "/healthz")
-            if conn.getresponse().status == 200:
-                return procs
-        except OSError:
-            pass
-        if web.poll() is not None or worker.poll() is not None:
-            stop_stack(procs)
-            raise SystemExit("gunicorn or the Celery worker exited during start-up")
-        time.sleep(0.5)
-    stop_stack(procs)
-    raise SystemExit("the server did not become healthy within 300 s")
+    if not load_bench.wait_healthy(port, procs, timeout_s=300):
+        stop_stack(procs)
+        raise SystemExit("gunicorn or the Celery worker exited during start-up, or /healthz was not 200 within 300 s")
+    return procs
 
 
 def stop_stack(procs: list[subprocess.Popen]) -> None:
