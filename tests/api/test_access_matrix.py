@@ -18,10 +18,10 @@ request may answer 500, and no response may carry text of a zone the actor canno
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import re
 from dataclasses import dataclass, field
-from functools import partial
 
 import pytest
 from django.contrib import admin
@@ -142,23 +142,44 @@ def _build(world, actor: Actor) -> Matrix:
 
 # --- the database before and after -------------------------------------------------------------------
 
-def _tables() -> list[str]:
+@functools.cache
+def _tables() -> tuple[str, ...]:
+    """The tables compared (the schema does not change within a run)."""
     with connections["owner"].cursor() as cur:
         names = connections["owner"].introspection.table_names(cur)
-    return sorted(t for t in names if t not in IGNORED_TABLES and (t.split("_")[0] in {"tenants", "kb", "agents"} or t == "auth_user"))
+    kept = (t for t in names if t not in IGNORED_TABLES and (t.split("_")[0] in {"tenants", "kb", "agents"} or t == "auth_user"))
+    return tuple(sorted(kept))
+
+
+def _compared_rows(table: str) -> str:
+    """SQL: the table's rows as JSON, without the heavy and volatile columns."""
+    drop = " ".join(f"- '{c}'" for c in (*HEAVY, *VOLATILE.get(table, ())))
+    return f'SELECT to_jsonb(t) {drop} AS row FROM "{table}" t'
+
+
+# table -> (fingerprint, its rows by key): a table whose fingerprint is unchanged is not fetched again.
+_fetched: dict[str, tuple[str, dict[str, dict]]] = {}
 
 
 def snapshot() -> dict[tuple[str, str], dict]:
-    rows: dict[tuple[str, str], dict] = {}
+    """Every compared row, keyed by (table, id). One query fingerprints all tables (md5 of their sorted
+    rows); only tables whose fingerprint changed since they were last read are fetched row by row."""
+    tables = _tables()
+    fingerprints = " UNION ALL ".join(
+        f"SELECT '{t}', md5(coalesce(string_agg(s.row::text, '|' ORDER BY s.row::text), '')) FROM ({_compared_rows(t)}) s"
+        for t in tables)
     with connections["owner"].cursor() as cur:
-        for table in _tables():
-            drop = " ".join(f"- '{c}'" for c in (*HEAVY, *VOLATILE.get(table, ())))
-            cur.execute(f'SELECT to_jsonb(t) {drop} FROM "{table}" t')
+        cur.execute(fingerprints)
+        for table, fingerprint in cur.fetchall():
+            if _fetched.get(table, ("",))[0] == fingerprint:
+                continue
+            cur.execute(_compared_rows(table))
+            rows = {}
             for (raw,) in cur.fetchall():
                 row = json.loads(raw) if isinstance(raw, str) else raw
-                key = str(row.get("id", row.get("user_id", json.dumps(row, sort_keys=True))))
-                rows[(table, key)] = row
-    return rows
+                rows[str(row.get("id", row.get("user_id", json.dumps(row, sort_keys=True))))] = row
+            _fetched[table] = (fingerprint, rows)
+    return {(table, key): row for table in tables for key, row in _fetched[table][1].items()}
 
 
 def _user_tenants(user_id: int, *states: dict) -> set[int]:
@@ -458,9 +479,9 @@ def _api_writes(m: Matrix):
                 url = _fill(route, ids)
                 for values in variants:
                     send_it = getattr(m.api, method)
-                    yield f"API {method.upper()} {url}", (partial(send_it, url, _form(values)) if multipart
-                                                          else partial(send_it, url, _body(values, method), format="json"))
-            yield f"API GET {route}", partial(m.api.get, _fill(route, id_sets[0]))
+                    yield f"API {method.upper()} {url}", (functools.partial(send_it, url, _form(values)) if multipart
+                                                          else functools.partial(send_it, url, _body(values, method), format="json"))
+            yield f"API GET {route}", functools.partial(m.api.get, _fill(route, id_sets[0]))
 
 
 STANDARD_ADMIN_VIEWS = ("changelist", "add", "history", "delete", "change")
@@ -501,20 +522,20 @@ def _admin_writes(m: Matrix):
         table, info = model._meta.db_table, (model._meta.app_label, model._meta.model_name)
         base = f"/admin/{info[0]}/{info[1]}/"
         ids = zone_ids(table)
-        yield f"admin GET {base}", partial(m.site.get, base)
-        yield f"admin GET {base}add/", partial(m.site.get, f"{base}add/")
+        yield f"admin GET {base}", functools.partial(m.site.get, base)
+        yield f"admin GET {base}add/", functools.partial(m.site.get, f"{base}add/")
         for values in _variants_for(m, f"{base}add/"):
-            yield f"admin POST {base}add/", partial(m.site.post, f"{base}add/", _form(values))
+            yield f"admin POST {base}add/", functools.partial(m.site.post, f"{base}add/", _form(values))
         for pk in ids:
-            yield f"admin GET {base}{pk}/change/", partial(m.site.get, f"{base}{pk}/change/")
+            yield f"admin GET {base}{pk}/change/", functools.partial(m.site.get, f"{base}{pk}/change/")
             for values in _variants_for(m, f"{base}{pk}/change/"):
-                yield f"admin POST {base}{pk}/change/", partial(m.site.post, f"{base}{pk}/change/", _form(values))
-            yield f"admin GET {base}{pk}/delete/", partial(m.site.get, f"{base}{pk}/delete/")
-            yield f"admin POST {base}{pk}/delete/", partial(m.site.post, f"{base}{pk}/delete/", {"post": "yes"})
+                yield f"admin POST {base}{pk}/change/", functools.partial(m.site.post, f"{base}{pk}/change/", _form(values))
+            yield f"admin GET {base}{pk}/delete/", functools.partial(m.site.get, f"{base}{pk}/delete/")
+            yield f"admin POST {base}{pk}/delete/", functools.partial(m.site.post, f"{base}{pk}/delete/", {"post": "yes"})
         for action, *_ in model_admin._get_base_actions() or []:
             for extra in ({}, {"apply": "1", "embedding_model": "hash", "embedding_dim": 64}):
                 body = {"action": action, "_selected_action": ids, "index": 0, "post": "yes", **extra}
-                yield f"admin action {base} {action}", partial(m.site.post, base, body)
+                yield f"admin action {base} {action}", functools.partial(m.site.post, base, body)
         for pattern in model_admin.get_urls():
             name = getattr(pattern, "name", "") or ""
             standard = any(name.endswith(f"_{v}") for v in STANDARD_ADMIN_VIEWS) or name.endswith("autocomplete")
@@ -527,9 +548,9 @@ def _admin_writes(m: Matrix):
             assert fills is not None, f"{base}{route}: teach the matrix what {params} takes"
             for fill in fills:
                 url = base + re.sub(r"<(?:\w+:)?(\w+)>", lambda g, f=fill: str(f[g.group(1)]), route)
-                yield f"admin GET {url}", partial(m.site.get, url, {"q": "hotel limit"})
+                yield f"admin GET {url}", functools.partial(m.site.get, url, {"q": "hotel limit"})
                 for values in _variants_for(m, url):
-                    yield f"admin POST {url}", partial(m.site.post, url, _form(values))
+                    yield f"admin POST {url}", functools.partial(m.site.post, url, _form(values))
 
 
 @pytest.fixture(autouse=True)
