@@ -58,6 +58,14 @@ def _hash_embedder_by_default():
 
 
 @pytest.fixture(autouse=True, scope="session")
+def _fast_password_hashing():
+    """Passwords hashed with one MD5 round in tests (Django's advice for test settings): the production
+    hasher (PBKDF2, a million rounds) costs about 0.4 s per staff user and per sign-in on a slow machine.
+    In this process only: servers started as subprocesses keep the production hashers."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(autouse=True, scope="session")
 def _eager_celery_by_default():
     """Jobs run in the test process after commit (CELERY_TASK_ALWAYS_EAGER, on here unless the
     environment says 0) unless a test sends them to a real worker (tests/kb/test_ingest_worker.py).
