@@ -4,7 +4,9 @@ A part of a question is *supported* when one retrieved sentence answers it: the 
 with its document's title, which a paragraph does not repeat) holds the part's content terms,
 weighted by how specific they are (names and numbers count double, words every document uses
 count half), and, when the part asks for a kind of answer (a person, a place, a date or year, a
-number), the sentence holds one that the question does not already give. A part whose best
+number), the sentence holds one that the question does not already give; when the part asks about
+a quantity ("a 7-hour flight") and the evidence sets conditions on its unit, the sentence's
+conditions must admit it (agents.quantities): "under six hours" answers another case. A part whose best
 sentence falls short of that is *open*; the evidence may still name what the question only
 describes (the woman who played a role, the company that makes a product): those names, found in
 the sentences that best match the part, are the next searches (`hop_queries`), the bridge of a
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 
 from agents.lexical import STOPWORDS, SYNONYMS, UPPER, key_words, sentences, split_question, stem, terms
 from agents.planning import named_terms, without_facets
+from agents.quantities import quantities, quantity_fit
 
 SUPPORTED = 0.85  # weighted share of a part's terms one sentence (with its title) must hold to answer it
 ANSWERABLE = 0.5  # below this nothing retrieved answers the part: it is declined
@@ -199,8 +202,19 @@ def _support(part: str, chunks: list[SeenChunk], values: list[str]) -> Support:
     names = _names(part, values) & set(weights)
     subject = subject_name(without_facets(part, values))
     best = Support(part, 0.0)
-    for chunk, sentence, held in _evidence(chunks):
-        score = sum(w for t, w in weights.items() if t in held or SYNONYMS.get(t, _NONE) & held) / total
+    evidence = list(_evidence(chunks))
+    # A quantity the part asks about ("a 7-hour flight") counts as one more term when the evidence sets
+    # conditions on its unit: held by a sentence whose condition admits it, and a sentence whose
+    # conditions exclude it ("under six hours") answers another case, so it scores half.
+    asked = quantities(part)
+    fits = [quantity_fit(asked, sentence) if asked else None for _, sentence, _ in evidence]
+    quantity_weight = 1.0 if any(fit is not None for fit in fits) else 0.0
+    total += quantity_weight
+    for (chunk, sentence, held), fit in zip(evidence, fits, strict=True):
+        score = (sum(w for t, w in weights.items() if t in held or SYNONYMS.get(t, _NONE) & held)
+                 + (quantity_weight if fit else 0.0)) / total
+        if fit is False:
+            score *= 0.5
         if kind and not _has_kind(kind, sentence, part):
             score *= 0.8  # the words fit but the answer asked for is not in it
         if 2 * len(names & held) < len(names) or (subject and not _about_subject(subject, sentence, chunk.about)):
