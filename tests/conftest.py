@@ -39,7 +39,13 @@ DATABASE_FIXTURES = {"db", "transactional_db", "django_db_reset_sequences", "dja
 
 def pytest_collection_modifyitems(config, items):
     """Mark every test that needs the database `db` (`pytest -m "not db"`: the pure tests alone,
-    which pytest-django would stop from touching it), and skip `slow` tests without --runslow."""
+    which pytest-django would stop from touching it), skip `slow` tests without --runslow, and with
+    GROUNDED_TEST_PHASE keep the `serial` tests only ("serial") or all the others ("parallel")."""
+    phase = get_str("GROUNDED_TEST_PHASE")  # scripts/test: "parallel", then "serial"
+    if phase:
+        keep = [item for item in items if (item.get_closest_marker("serial") is not None) == (phase == "serial")]
+        config.hook.pytest_deselected(items=[item for item in items if item not in keep])
+        items[:] = keep
     skip = pytest.mark.skip(reason="slow: run with --runslow")
     # The quality gate is the longest test by far: first, so a parallel run does not end waiting for it alone.
     items.sort(key=lambda item: item.get_closest_marker("quality_gate") is None)

@@ -209,8 +209,8 @@ DECLARED: tuple[Setting, ...] = (
             "(`scripts/bootstrap.sh`)", LOCAL, shown="Debian's pinned source, downloaded"),
     Setting("GROUNDED_EXTRAS", str, "", "more extras for `scripts/bootstrap.sh` to install (`bench`)", LOCAL, read_by="scripts"),
     Setting("PYTHON", str, "python3", "the interpreter `scripts/bootstrap.sh` builds `.venv` with", LOCAL, read_by="scripts"),
-    Setting("PYTEST_WORKERS", int, 0, "pytest-xdist workers `scripts/test` runs the suite on (0: one process, the default)", LOCAL,
-            minimum=0, read_by="scripts"),
+    Setting("PYTEST_WORKERS", int, 4, "pytest-xdist workers `scripts/test` runs the suite on, before the `serial` tests alone "
+            "(0: everything in one process)", LOCAL, minimum=0, read_by="scripts"),
     Setting("REAL_MODEL_VENV", str, ".data/real-model-venv", "the virtualenv `scripts/real_model_check` builds llama.cpp's server "
             "in", LOCAL, read_by="scripts"),
     Setting("REAL_MODEL_CTX", int, 8192, "that server's context length in tokens", LOCAL, minimum=1, read_by="scripts"),
@@ -218,6 +218,8 @@ DECLARED: tuple[Setting, ...] = (
     Setting("GROUNDED_SKIP_BOOTSTRAP", str, "", "any value: `scripts/reliability` uses `.venv` as it is", LOCAL, read_by="scripts"),
     Setting("GROUNDED_TEST_DB", str, "test_grounded", "the test database's name (distinct names let test runs share one server)",
             LOCAL),
+    Setting("GROUNDED_TEST_PHASE", str, "", "set by `scripts/test`: `parallel` runs all tests but the `serial` ones, `serial` "
+            "only those (empty: all)", LOCAL, choices=("", "parallel", "serial"), read_by="tests"),
     Setting("GROUNDED_TEST_REDIS_URL", str, "redis://127.0.0.1:6379/2", "the Redis the real-worker tests use", LOCAL, read_by="tests"),
     Setting("GROUNDED_SLOW_EMBED_S", float, 0.4, "seconds the tests' slow fake embedder sleeps per call", LOCAL, read_by="tests"),
     Setting("GROUNDED_FLAKY_FAILS", int, 2, "calls the tests' flaky fake embedder fails before it succeeds", LOCAL, minimum=0,

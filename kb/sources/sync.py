@@ -165,10 +165,13 @@ def _take_lock(stack: contextlib.ExitStack, source_id: int) -> bool:
 
 
 def _lock_held_elsewhere(source_id: int) -> bool:
-    """True when another database session holds the source's sync lock (a sync is really running)."""
+    """True when another database session holds the source's sync lock (a sync is really running).
+    pg_locks lists every database's locks and advisory keys repeat across databases (another
+    installation on the same server, another test database): only this database's count."""
     with connections["default"].cursor() as cur:
         cur.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = %s AND objid = %s "
-                    "AND objsubid = 2 AND granted AND pid <> pg_backend_pid()", [_LOCK_CLASS, _lock_key(source_id)])
+                    "AND objsubid = 2 AND granted AND pid <> pg_backend_pid() "
+                    "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())", [_LOCK_CLASS, _lock_key(source_id)])
         return cur.fetchone()[0] > 0
 
 

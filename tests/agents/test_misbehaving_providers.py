@@ -28,7 +28,9 @@ from tests.factories import whole_tenant
 from tests.fakes import fake_gemini as fg
 from tests.fakes.fake_openai import FakeOpenAI, close_connection, echo, last_user_text, never_stops, reply, slow, tool_calls
 
-pytestmark = pytest.mark.django_db(databases=["default", "owner"])
+# serial: every test here holds a run to a wall budget of a few seconds; beside parallel workers on a
+# small machine the budget is spent waiting for a core, not on the behaviour under test.
+pytestmark = [pytest.mark.django_db(databases=["default", "owner"]), pytest.mark.serial]
 
 SLACK_S = 2.0
 QUESTION = "What is the hotel limit per night?"

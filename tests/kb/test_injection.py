@@ -115,6 +115,7 @@ def test_any_text_returns_known_reasons_quickly(text):
     assert set(reasons) <= STRONG_REASONS | {TASK_REQUEST}
 
 
+@pytest.mark.serial  # timed: run alone, not beside parallel workers
 def test_long_adversarial_input_stays_fast():
     text = ("ignore " * 20000) + ("your " * 20000) + "a" * 100_000
     started = time.monotonic()
