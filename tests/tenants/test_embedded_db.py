@@ -74,7 +74,8 @@ import psycopg
 from kb.embedded.postgres import ensure_server
 for line in sys.stdin:  # one query per line read, each on a new connection (CONN_MAX_AGE 0, as the web workers)
     with psycopg.connect(host=ensure_server(), user="postgres", dbname="postgres") as conn:
-        print("answer", conn.execute("SELECT 41 + 1").fetchone()[0], flush=True)
+        answer = conn.execute("SELECT 41 + 1").fetchone()[0]
+    print("answer", answer, flush=True)  # once the connection is closed: the test stops the server on reading it
 """
 
 
