@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from functools import lru_cache
 
 STOPWORDS = frozenset("""
 a about above after again against all am an and any are as at be because been before being below between both but by
@@ -34,6 +35,9 @@ _WORD = re.compile(r"[^\W_]+(?:['’][^\W\d_]+)?")
 _SUFFIXES = ("ing", "ed", "es", "s", "e")
 
 
+# Pure functions of their text, called for the same words and sentences across every search round
+# and sufficiency check of a run (millions of stems per evaluation): memoised, bounded.
+@lru_cache(maxsize=1 << 16)
 def stem(word: str) -> str:
     word = word.replace("’", "'").split("'")[0]
     if len(word) > 4 and word.endswith("ies"):
@@ -48,8 +52,14 @@ def stem(word: str) -> str:
 
 
 def terms(text: str) -> set[str]:
-    """Content terms of `text`: lowercased, stopwords and 1-2 letter words dropped, stemmed."""
-    return {stem(w) for w in _WORD.findall(text.lower()) if w not in STOPWORDS and len(w) > 2}
+    """Content terms of `text`: lowercased, stopwords and 1-2 letter words dropped, stemmed (a new
+    set each call: callers may change it)."""
+    return set(_terms(text))
+
+
+@lru_cache(maxsize=1 << 14)
+def _terms(text: str) -> frozenset[str]:
+    return frozenset(stem(w) for w in _WORD.findall(text.lower()) if w not in STOPWORDS and len(w) > 2)
 
 
 def ordered_terms(text: str) -> list[str]:
@@ -106,9 +116,15 @@ _BULLET = re.compile(r"^\s*(?:[-*+•]|\d+[.)])\s*")
 
 
 def sentences(text: str) -> list[str]:
-    """Sentences and list items of a chunk, headings dropped, hard-wrapped lines joined.
+    """Sentences and list items of a chunk, headings dropped, hard-wrapped lines joined (a new list
+    each call).
 
     A sentence equals a span of `text` up to whitespace (citations compare with `normalise`)."""
+    return list(_sentences(text))
+
+
+@lru_cache(maxsize=1 << 12)
+def _sentences(text: str) -> tuple[str, ...]:
     out = []
     for block in _BLOCK_BREAK.split(text):
         block = block.strip()
@@ -119,7 +135,7 @@ def sentences(text: str) -> list[str]:
             piece = piece.strip()
             if len(piece) >= 12 and re.search(r"[^\W\d_]{3}", piece) and (piece[-1] in ".!?;)。！？" or len(piece.split()) >= 10):
                 out.append(piece)
-    return out
+    return tuple(out)
 
 
 _UNIFIED_MARKS = str.maketrans({"“": "'", "”": "'", '"': "'", "‘": "'", "’": "'", "–": "-", "—": "-", "\u00a0": " "})
