@@ -17,6 +17,10 @@ os.environ.setdefault("GROUNDED_EMBEDDER", "hash")
 if databases.xdist_worker():
     for _url_setting in ("GROUNDED_TEST_REDIS_URL", "GROUNDED_RELIABILITY_REDIS_URL"):
         os.environ[_url_setting] = databases.redis_url_for_worker(get_str(_url_setting), databases.xdist_worker())
+    # torch's OpenMP threads sleep while they wait for each other instead of spinning: with more workers
+    # than cores a spinning thread burns the time slice its partner needs (the quality gate took ~2x
+    # its quiet time). Each keeps every core: a test that runs alone at the end still uses them all.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 pytest_plugins = ["tests.factories"]
 
