@@ -60,20 +60,6 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-# Niceness a parallel worker takes on before its first test that is not the quality gate. The gate's
-# workers keep the default priority while they run it: it is by far the longest test, and a run whose
-# last minutes wait for the gate alone leaves a core idle; yielding to it ends the run with every core busy.
-YIELD_TO_THE_GATE = 3
-_yielded = False
-
-
-def pytest_runtest_setup(item):
-    global _yielded
-    if not _yielded and databases.xdist_worker() and item.get_closest_marker("quality_gate") is None:
-        _yielded = True
-        os.nice(YIELD_TO_THE_GATE)
-
-
 @pytest.fixture(autouse=True, scope="session")
 def _hash_embedder_by_default():
     """pytest-django imports settings before this file runs, so the setdefault above comes too late
