@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections import Counter
 
 import pytest
 from django.conf import settings
@@ -50,6 +51,21 @@ DATABASE_FIXTURES = {"db", "transactional_db", "django_db_reset_sequences", "dja
                      "live_server", "django_db_setup"}
 
 
+def distinct_node_ids(items) -> None:
+    """Give each test its own node id. pytest 9 builds an item's id from its function name and
+    parametrize ids, and Schemathesis names its per-operation items ("test_api_fuzz[POST
+    /api/v1/ask/]") outside parametrize, so all 46 shared one id; pytest-xdist schedules by id and
+    ran only the first of them. Such an item's id becomes its parent's id and its full name (pytest
+    has no public setter; pytest-xdist rewrites ids the same way for --dist loadgroup)."""
+    counts = Counter(item.nodeid for item in items)
+    for item in items:
+        if counts[item.nodeid] > 1 and item.name != item.originalname:
+            item._id = type(item.id).parse(f"{item.parent.nodeid}::{item.name}")
+    if len({item.nodeid for item in items}) != len(items):
+        raise pytest.UsageError("two collected tests share a node id; pytest-xdist would run only one of them")
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist appends group names to the ids
 def pytest_collection_modifyitems(config, items):
     """Mark every test that needs the database `db` (`pytest -m "not db"`: the pure tests alone,
     which pytest-django would stop from touching it), skip `slow` tests without --runslow, and with
@@ -59,6 +75,7 @@ def pytest_collection_modifyitems(config, items):
         keep = [item for item in items if (item.get_closest_marker("serial") is not None) == (phase == "serial")]
         config.hook.pytest_deselected(items=[item for item in items if item not in keep])
         items[:] = keep
+    distinct_node_ids(items)
     skip = pytest.mark.skip(reason="slow: run with --runslow")
     # The quality gate is the longest test by far: first, so a parallel run does not end waiting for it alone.
     items.sort(key=lambda item: item.get_closest_marker("quality_gate") is None)
