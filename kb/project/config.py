@@ -209,7 +209,7 @@ DECLARED: tuple[Setting, ...] = (
             "(`scripts/bootstrap.sh`)", LOCAL, shown="Debian's pinned source, downloaded"),
     Setting("GROUNDED_EXTRAS", str, "", "more extras for `scripts/bootstrap.sh` to install (`bench`)", LOCAL, read_by="scripts"),
     Setting("PYTHON", str, "python3", "the interpreter `scripts/bootstrap.sh` builds `.venv` with", LOCAL, read_by="scripts"),
-    Setting("PYTEST_WORKERS", int, 3, "pytest-xdist workers `scripts/test` runs the suite on, before the `serial` tests (on two "
+    Setting("PYTEST_WORKERS", int, 3, "pytest-xdist workers `scripts/test` runs the suite on, after the `serial` tests (on two "
             "workers of their own; 0: everything in one process)", LOCAL, minimum=0, read_by="scripts"),
     Setting("REAL_MODEL_VENV", str, ".data/real-model-venv", "the virtualenv `scripts/real_model_check` builds llama.cpp's server "
             "in", LOCAL, read_by="scripts"),

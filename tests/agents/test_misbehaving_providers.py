@@ -29,9 +29,9 @@ from tests.fakes import fake_gemini as fg
 from tests.fakes.fake_openai import FakeOpenAI, close_connection, echo, last_user_text, never_stops, reply, slow, tool_calls
 
 pytestmark = pytest.mark.django_db(databases=["default", "owner"])
-# The tests that hold a run (or a probe's measured speed) to a budget of a few seconds run alone, after
-# the parallel workers: beside them, on a small machine, the budget is spent waiting for a core, not on
-# the behaviour under test. The others assert outcomes, not times, and run in parallel.
+# The tests that hold a run (or a probe's measured speed) to a budget of a few seconds run apart from the
+# parallel workers (scripts/test): beside them, on a small machine, the budget is spent waiting for a
+# core, not on the behaviour under test. The others assert outcomes, not times, and run in parallel.
 timed = pytest.mark.serial
 
 SLACK_S = 2.0
