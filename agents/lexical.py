@@ -224,9 +224,9 @@ def _versus(sentence: str) -> tuple[str, str] | None:
     with text before it on its line and a right side after it."""
     at = 0
     while (m := _VERSUS.search(sentence, at)) is not None:
-        before = sentence[: m.start()].rpartition("\n")[2]
-        if before:
-            return before, m.group(1)
+        line_start = sentence.rfind("\n", 0, m.start()) + 1
+        if line_start < m.start():
+            return sentence[line_start:m.start()], m.group(1)
         at = m.start() + 1
     return None
 

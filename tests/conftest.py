@@ -71,7 +71,7 @@ def distinct_node_ids(items) -> None:
     parametrize ids, and Schemathesis names its per-operation items ("test_api_fuzz[POST
     /api/v1/ask/]") outside parametrize, so all 46 shared one id; pytest-xdist schedules by id and
     ran only the first of them. Such an item's id becomes its parent's id and its full name (pytest
-    has no public setter; pytest-xdist rewrites ids the same way for --dist loadgroup)."""
+    has no public setter for it)."""
     counts = Counter(item.nodeid for item in items)
     for item in items:
         if counts[item.nodeid] > 1 and item.name != item.originalname:
@@ -80,7 +80,6 @@ def distinct_node_ids(items) -> None:
         raise pytest.UsageError("two collected tests share a node id; pytest-xdist would run only one of them")
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist appends group names to the ids
 def pytest_collection_modifyitems(config, items):
     """Mark every test that needs the database `db` (`pytest -m "not db"`: the pure tests alone,
     which pytest-django would stop from touching it), skip `slow` tests without --runslow, and with

@@ -29,10 +29,9 @@ from tests.fakes import fake_gemini as fg
 from tests.fakes.fake_openai import FakeOpenAI, close_connection, echo, last_user_text, never_stops, reply, slow, tool_calls
 
 pytestmark = pytest.mark.django_db(databases=["default", "owner"])
-# The tests that hold a run (or a probe's measured speed) to a budget of a few seconds run apart from the
-# parallel workers (scripts/test): beside them, on a small machine, the budget is spent waiting for a
-# core, not on the behaviour under test. The others assert outcomes, not times, and run in parallel.
-timed = pytest.mark.serial
+# The tests marked `serial` hold a run (or a probe's measured speed) to a budget of a few seconds, so they
+# run apart from the parallel workers (scripts/test): beside them, on a small machine, the budget is spent
+# waiting for a core, not on the behaviour under test. The others assert outcomes, not times.
 
 SLACK_S = 2.0
 QUESTION = "What is the hotel limit per night?"
@@ -76,7 +75,7 @@ def timed_ask(scope, provider, budgets: Budgets, strategy: str = "classic", ques
 
 # --- 1. Every call is bounded ---------------------------------------------------------------------
 
-@timed
+@pytest.mark.serial
 def test_a_model_that_never_stops_is_cut_at_the_wall_budget_and_the_next_run_is_not_delayed(acme):
     tenant, _, _ = acme
     scope = whole_tenant(tenant)
@@ -118,7 +117,7 @@ def test_a_rambling_model_is_cut_at_the_small_caps_of_rewrites_and_verdicts(acme
     assert caps["rewrite"] == 256 and caps["judge"] == 512 and caps["answer"] == Budgets().max_output_tokens, caps
 
 
-@timed
+@pytest.mark.serial
 def test_a_slow_provider_fails_the_call_within_the_budget_not_the_next_run(acme):
     tenant, _, _ = acme
     scope = whole_tenant(tenant)
@@ -130,7 +129,7 @@ def test_a_slow_provider_fails_the_call_within_the_budget_not_the_next_run(acme)
         assert took_after < 2.0 and after.outcome == "answered", (took_after, after.error)
 
 
-@timed
+@pytest.mark.serial
 def test_a_trickling_stream_is_abandoned_at_the_deadline(acme):
     tenant, _, _ = acme
     budgets = Budgets(max_wall_seconds=2)
@@ -140,7 +139,7 @@ def test_a_trickling_stream_is_abandoned_at_the_deadline(acme):
         assert fake.idle_within(1.0)
 
 
-@timed
+@pytest.mark.serial
 def test_a_closed_connection_is_retried_and_a_dead_server_fails_within_the_budget(acme):
     tenant, _, _ = acme
     scope = whole_tenant(tenant)
@@ -155,7 +154,7 @@ def test_a_closed_connection_is_retried_and_a_dead_server_fails_within_the_budge
             assert any(s.error for s in run_steps(scope, run.id))
 
 
-@timed
+@pytest.mark.serial
 def test_gemini_that_never_stops_is_cut_at_the_wall_budget_and_the_next_run_is_not_delayed(acme):
     tenant, _, _ = acme
     scope = whole_tenant(tenant)
@@ -172,7 +171,7 @@ def test_gemini_that_never_stops_is_cut_at_the_wall_budget_and_the_next_run_is_n
         assert took_after < 2.0 and after.outcome == "answered", (took_after, after.error)
 
 
-@timed
+@pytest.mark.serial
 def test_gemini_slow_and_closed_connections_stay_within_the_budget(acme):
     tenant, _, _ = acme
     scope = whole_tenant(tenant)
@@ -313,7 +312,7 @@ def search_steps(scope, run):
         return [s for s in run_steps(scope, run.id) if s.kind == "tool_call" and s.name == "search" and not s.error]
 
 
-@timed
+@pytest.mark.serial
 def test_the_probe_finds_what_a_server_drops(acme):
     with FakeOpenAI([], when_exhausted=obedient) as fake:
         found = probe(openai(fake))
@@ -327,7 +326,7 @@ def test_the_probe_finds_what_a_server_drops(acme):
     assert (found.system, found.tools, found.json) == (None, None, None) and "RemoteProtocolError" in found.error
 
 
-@timed
+@pytest.mark.serial
 def test_a_server_slow_to_read_prompts_gets_a_context_it_can_read_in_time_and_is_idle_when_the_run_ends(acme):
     """A call abandoned while the server still reads its prompt leaves it busy (it writes nothing, so it
     cannot notice the closed connection): the probe measures the reading speed, the run sizes its
@@ -351,7 +350,7 @@ def test_a_server_slow_to_read_prompts_gets_a_context_it_can_read_in_time_and_is
             assert fake.read_for_nobody == 0, strategy  # no prompt was left being read after its run gave up on it
 
 
-@timed
+@pytest.mark.serial
 def test_a_prompt_the_server_could_not_read_before_the_deadline_is_not_sent(acme):
     tenant, _, _ = acme
     scope = whole_tenant(tenant)
