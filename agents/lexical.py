@@ -188,11 +188,11 @@ def split_question(question: str) -> list[str]:
     and both sides of a comparison. A clause with fewer than two content terms stays attached
     to its neighbour ("travel and expense policy" is one part). At most MAX_PARTS parts."""
     parts: list[str] = []
-    sents = [x for x in _SENTENCES.split(question.strip()) if x.strip(" ?!.")]
+    sents = [x for x in _question_sentences(question) if x.strip(" ?!.")]
     asked = [x for x in sents if not is_statement(x)] if len(sents) > 1 else sents
     for sentence in asked or sents:
         sentence = sentence.strip(" ?!.")
-        compared = _comparison_parts(sentence)
+        compared = _choice_parts(sentence) or _comparison_parts(sentence)
         if compared:
             parts.extend(compared)
             continue
@@ -204,6 +204,68 @@ def split_question(question: str) -> list[str]:
     if len(unique) > MAX_PARTS:
         unique = unique[: MAX_PARTS - 1] + [" ".join(unique[MAX_PARTS - 1:])]
     return unique or [question.strip()]
+
+
+_QUOTED_SPAN = re.compile(r"[\"“][^\"”\n]{1,200}[\"”]")
+
+
+def _question_sentences(question: str) -> list[str]:
+    """The question's sentences; a mark inside a quoted title ("Hey Pa! There's a Goat on the Roof")
+    ends none."""
+    text = question.strip()
+    hidden = _QUOTED_SPAN.sub(lambda m: re.sub(r"[?!.]", "\x00", m.group(0)), text)
+    out, at = [], 0
+    for m in _SENTENCES.finditer(hidden):
+        out.append(text[at:m.start()])
+        at = m.end()
+    return [*out, text[at:]]
+
+
+_OPTION = r"(?:(?:the|The)\s+)?(?:[\"“'‘][^\"”’]+[\"”'’]|[" + "A-Z0-9ÀÖØ-Þ" + r"][^,]*?)"
+_CHOICE_BETWEEN_COMMAS = re.compile(rf"^(?P<pre>.+?),\s*(?P<a>{_OPTION})\s*,?\s+or\s+(?P<b>{_OPTION}),\s*(?P<post>.+)$")
+_CHOICE_AT_END = re.compile(rf"^(?P<pre>.+?)[,:]\s*(?P<a>{_OPTION})\s*,?\s+or\s+(?P<b>{_OPTION})$")
+_CHOICE_NAMES_AT_END = re.compile(r"^(?P<pre>.+?)\s+(?P<a>(?:[A-Z0-9ÀÖØ-Þ][\w.'’-]*\s*)+?)\s+or\s+(?P<b>(?:the\s+)?[A-Z0-9ÀÖØ-Þ\"“].*)$")
+_CHOOSING = re.compile(r"^\s*(?:(?:in|of|at|for|from|by)\s+)?(?:which|who|whom|whose|what)\b", re.I)
+
+
+def choice_options(sentence: str) -> tuple[str, str, str] | None:
+    """(option A, option B, what is asked of them) for a question asking which of two named things
+    fits ("Which band has released more albums, Blonde Redhead or White Zombie?", "Which musician,
+    A or B, is a member of Fuel?", "Who was born first, A or B?"); None for any other sentence."""
+    sentence = sentence.strip(" ?!.")
+    if not _CHOOSING.match(sentence):
+        return None
+    for pattern in (_CHOICE_BETWEEN_COMMAS, _CHOICE_AT_END, _CHOICE_NAMES_AT_END):
+        m = pattern.match(sentence)
+        if m:
+            asked = " ".join(x for x in (m.group("pre"), m.groupdict().get("post") or "") if x)
+            return m.group("a").strip(), m.group("b").strip(), asked
+    return None
+
+
+_COMPARATIVE = re.compile(r"\b(?:more|most|less|least|fewer|fewest|first|last|earlier|earliest|later|latest|older|oldest|"
+                          r"younger|youngest|longer|longest|shorter|shortest|larger|largest|bigger|biggest|smaller|"
+                          r"smallest|higher|highest|lower|lowest|better|best|worse|worst|\w+er\s+than)\b", re.I)
+
+
+def one_option_answers(question: str) -> bool:
+    """Does the question ask which of two named things has a property ("Which musician, A or B, is a
+    member of Fuel?")? Then a sentence showing one option has it answers it. Not for a comparison
+    ("Which came first, A or B?"): that needs what both options have."""
+    asked = [x for x in _question_sentences(question) if x.strip(" ?!.") and not is_statement(x)]
+    if len(asked) != 1 or (found := choice_options(asked[0])) is None:
+        return False
+    return not _COMPARATIVE.search(found[2])
+
+
+def _choice_parts(sentence: str) -> list[str]:
+    """"Which P, A or B?" -> ["A P", "B P"]: each option with what is asked of it (the question word dropped)."""
+    found = choice_options(sentence)
+    if not found:
+        return []
+    a, b, asked = (re.sub(r"^(?:the|The)\s+", "", x) for x in found)
+    topic = " ".join(key_words(_CHOOSING.sub("", asked)))
+    return [f"{a} {topic}".strip(), f"{b} {topic}".strip()]
 
 
 def _comparison_parts(sentence: str) -> list[str]:
@@ -248,13 +310,38 @@ def _clauses(sentence: str) -> list[str]:
             merged.append(piece)
     if len(merged) > 1:
         predicates = [_predicate(p) for p in merged]
-        shared = next((w for w in sorted(predicates, key=len, reverse=True) if w), [])
-        merged = [p if predicates[i] else f"{p} {' '.join(shared)}".strip() for i, p in enumerate(merged)]
+        # What the clause with a predicate says after the name it opens with ("Carnegie Mellon University
+        # | located in America"), word for word: its own names ("America") are part of what is asked.
+        said = next((r for p in merged if (r := _after_leading_name(p))), "")
+        shared = said or " ".join(next((w for w in sorted(predicates, key=len, reverse=True) if w), []))
+        merged = [p if predicates[i] else f"{p} {shared}".strip() for i, p in enumerate(merged)]
     return merged
 
 
 UPPER = "A-ZÀ-ÖØ-ÞΑ-ΩА-Я"  # capitals of the Latin, Greek and Cyrillic scripts, for regex classes
 _CAPITAL_WORD = re.compile(rf"(?<![\w'’])[{UPPER}][\w'’-]*")
+_NAME_WORD = rf"(?:[\"“'‘][^\"”'’]+[\"”'’]|[{UPPER}][\w.'’-]*)"
+_LEADING_NAME = re.compile(rf"^\s*(?:(?:both|the|either)\s+)?({_NAME_WORD}(?:\s+(?:(?:of|de|la|von|van|du|del)\s+)?{_NAME_WORD})*)"
+                           r"\s+(?:both\s+)?(.+)$")
+_ADJECTIVE_OF_ORIGIN = re.compile(r"^[A-ZÀ-Þ][a-zà-ÿ]+(?:ian|ean|can|ese|ish|ic|ine)$")
+
+
+def _after_leading_name(clause: str) -> str:
+    """The words after the name a clause opens with, when it opens with one and has more to say
+    ("Jimo District both located in China" -> "located in China"); "" otherwise. A name's last word
+    that reads as an adjective of origin ("... Hall Argentinian authors") stays with what is said."""
+    m = _LEADING_NAME.match(clause)
+    if not m or _INTERROGATIVE.match(clause) or not terms(m.group(2)):
+        return ""
+    name, rest = m.group(1).split(), m.group(2)
+    if len(name) > 2 and _ADJECTIVE_OF_ORIGIN.match(name[-1]):
+        rest = f"{name[-1]} {rest}"
+    words = rest.split()
+    # Put after another name, a capitalised word before a lowercase one ("Opera composers") describes
+    # it; left capitalised it would read as part of that name.
+    if len(words) > 1 and words[0][:1].isupper() and not words[0].isupper() and words[1][:1].islower():
+        rest = rest[:1].lower() + rest[1:]
+    return rest
 
 
 def _names(clause: str) -> set[str]:

@@ -309,7 +309,7 @@ def hop_queries(question: str, chunks: list[SeenChunk], values: Iterable[str] = 
 
 _YES_NO_QUESTION = re.compile(r"^\s*(?:are|is|was|were|do|does|did|can|could|has|have|had|both)\b", re.I)
 _SAME = re.compile(r"\bsame\b", re.I)
-_FRAMING = frozenset(stem(w) for w in "both same also either neither considered".split())
+_FRAMING = frozenset(stem(w) for w in "both same also either neither considered located situated".split())
 # Adjectives of nationality or origin have these endings in English ("Swedish", "Austrian", "Chinese").
 _DEMONYM = re.compile(r"^[A-ZÀ-Þ][a-zà-ÿ]+(?:an|ian|ish|ese|ic|i|ch)$")
 
@@ -337,13 +337,24 @@ def yes_no_verdict(question: str, chunks: list[SeenChunk], values: Iterable[str]
             kinds = [{m.group(0) for m in _CAPITALISED.finditer(t) if m.group(0).lower() not in asked} for t in texts]
         shared = set.intersection(*kinds) if all(kinds) else set()
         return "yes" if shared else "no"
+    # What is asked of each thing: the words every part shares ("A located in America", "B located
+    # in America"), each held by every part's sentence.
+    shared = set.intersection(*(terms(without_facets(s.part, values)) for s in found)) - _FRAMING
     names = {stem(n) for n in named_terms(question, values)}
-    predicate = {t for t in terms(without_facets(question, values)) if t not in names and t not in _FRAMING}
+    predicate = shared or {t for t in terms(without_facets(question, values)) if t not in names and t not in _FRAMING}
     if not predicate:
         return None
     held = [terms(t) for t in texts]
-    fits = [all(p in h or SYNONYMS.get(p, _NONE) & h for p in predicate) for h in held]
+    fits = [all(_holds(p, h) for p in predicate) for h in held]
     return "yes" if all(fits) else "no"
+
+
+def _holds(term: str, held: set[str]) -> bool:
+    """A sentence's terms hold a term: itself, a synonym, or a word it begins or that begins it
+    ("america" / "american", "argentin" / "argentinian"), five letters shared at least."""
+    if term in held or SYNONYMS.get(term, _NONE) & held:
+        return True
+    return len(term) >= 5 and any(len(h) >= 5 and (h.startswith(term) or term.startswith(h)) for h in held)
 
 
 def _about_of(s: Support, chunks: list[SeenChunk]) -> str:

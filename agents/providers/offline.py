@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 from agents.citations import NOT_ENOUGH_EVIDENCE
 from agents.conversation_text import resolve_followup
-from agents.lexical import key_words, looks_like_instructions, question_context, sentences, split_question, stem, terms
+from agents.lexical import key_words, looks_like_instructions, one_option_answers, question_context, sentences, split_question, stem, terms
 from agents.messages import AssistantMessage, ModelRequest, ModelTurn, ToolCall, ToolResultMessage, Usage
 from agents.planning import Facets, GeneralPlanner, without_facets
 from agents.sufficiency import (
@@ -236,6 +236,10 @@ def compose_answer(question: str, chunks: list[SeenChunk], values: Sequence[str]
             lines.append(f"{len(lines) + 1}. {part.strip()}:\n{quotes}")
         else:
             missing.append(part)
+    if lines and missing and one_option_answers(question) and len(missing) < len(parts):
+        # "Which of A or B ...?" is answered by the option a sentence answers; the other is named as not found.
+        lines.append(f"{len(lines) + 1}. Not found in the documents: " + "; ".join(f'"{p}"' for p in missing))
+        missing = []
     if not lines or missing:
         # A question with a part nothing answers is not answered; what was found for the other parts is
         # shown after the statement (quoted and cited like an answer), so the reader sees how far it got.

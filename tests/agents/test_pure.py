@@ -31,6 +31,19 @@ from agents.tools import TOOL_SPECS
     ("Rail travel versus air travel for trips under four hours?", ["Rail travel", "air travel for trips under four hours"]),
     ("Is Lisbon cheaper compared to Paris?", ["Is Lisbon cheaper", "Paris"]),
     ("Compare the leave rules.\nParis vs Lisbon hotel limits?", ["Compare the leave rules", "Paris", "Lisbon hotel limits"]),
+    # Two things with one predicate: each part asks all of it, names in it included.
+    ("Are both Velm Institute and Oskar Brandt College located in Norway?",
+     ["Are both Velm Institute located in Norway", "Oskar Brandt College located in Norway"]),
+    ("Are Tallow Fen and Brisk Hollow both Nature reserves?", ["Are Tallow Fen nature reserves", "Brisk Hollow both Nature reserves"]),
+    ("Is the Bank of Veldt and Bank of Orrin both central banks?", ["Is the Bank of Veldt central banks", "Bank of Orrin both central banks"]),
+    # Which of two named things: one part per option, with what is asked of it.
+    ("Which musician, Ada Quell or Bo Rennick, plays in the band Frost?",
+     ["Ada Quell musician plays band frost", "Bo Rennick musician plays band frost"]),
+    ("Which policy came first, the Travel Policy or the Expense Policy?",
+     ["Travel Policy policy came first", "Expense Policy policy came first"]),
+    ('Which was published first, "Stop! Look Around" or "Quiet Rooms"?',
+     ['"Stop! Look Around" published first', '"Quiet Rooms" published first']),
+    ("Which policy covers travel or expenses?", ["Which policy covers travel or expenses"]),
 ])
 def test_split_question(question, parts):
     assert split_question(question) == parts
@@ -294,6 +307,30 @@ def test_a_yes_no_comparison_is_answered_from_each_parts_sentence():
     assert yes_no_verdict("Were Mira Stellan and Jon Grenz of the same nationality?", people) == "no"
     assert yes_no_verdict("Who directed films?", people) is None  # not a yes/no question
     assert yes_no_verdict("Are Mira Stellan and Pol Unknown both directors?", people[:1]) is None  # a part unanswered
+    # What is asked is the words both parts share, a name among them included ("in America"), held by
+    # each part's sentence ("American" begins with "America"; "located" only frames the question).
+    schools = [chunk(1, "Velm Institute is an American private college.", "Velm Institute"),
+               chunk(2, "Oskar Brandt College is a college in Ohio, America.", "Oskar Brandt College")]
+    assert yes_no_verdict("Are both Velm Institute and Oskar Brandt College located in America?", schools) == "yes"
+    schools[1] = chunk(2, "Oskar Brandt College is a college in Uppsala, Sweden.", "Oskar Brandt College")
+    assert yes_no_verdict("Are both Velm Institute and Oskar Brandt College located in America?", schools) == "no"
+
+
+def test_which_of_two_options_is_answered_by_the_option_a_sentence_shows_unless_it_compares_them():
+    from agents.lexical import one_option_answers
+    from agents.providers.offline import compose_answer
+    from agents.sufficiency import SeenChunk
+
+    chunks = [SeenChunk(1, "Ada Quell is a singer who plays guitar in the band Frost.", 1.0, False, "Ada Quell", "Ada Quell"),
+              SeenChunk(2, "Bo Rennick is a painter from Oslo.", 1.0, False, "Bo Rennick", "Bo Rennick")]
+    question = "Which musician, Ada Quell or Bo Rennick, plays in the band Frost?"
+    assert one_option_answers(question)
+    answer = compose_answer(question, chunks)
+    assert not is_not_enough_evidence(answer) and "[c:1]" in answer and "Not found in the documents" in answer
+    # A comparison needs both sides: one option's date does not say which came first.
+    compared = "Which was founded first, Ada Quell or Bo Rennick?"
+    assert not one_option_answers(compared)
+    assert is_not_enough_evidence(compose_answer(compared, chunks[:1]))
 
 
 def test_follow_up_queries_keep_only_facet_values_the_facets_listed():
