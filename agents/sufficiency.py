@@ -260,7 +260,7 @@ def bridge_names(part: str, chunks: list[SeenChunk], values: Iterable[str] = (),
     out: dict[str, None] = {}
     for _score, sentence, title in scored[:top]:
         # The names the sentence gives, then what it is about: a paragraph's "He" is its title.
-        for name in [*_names_in(sentence), plain_title(title)]:
+        for name in [*names_in(sentence), plain_title(title)]:
             words = {w.lower() for w in re.findall(r"\w+", name)}
             if words and not words <= asked and not words <= STOPWORDS:
                 out.setdefault(name, None)
@@ -272,7 +272,8 @@ def plain_title(title: str) -> str:
     return re.sub(r"\s*\([^)]*\)\s*$", "", title).strip()
 
 
-def _names_in(sentence: str) -> list[str]:
+def names_in(sentence: str) -> list[str]:
+    """The names a sentence gives: quoted titles, multi-word capitalised names, then single capitalised words."""
     quoted = [m.group(1) for m in re.finditer(r'"([^"]{3,80})"', sentence)]
     spans = []
     for m in _CAPITALISED.finditer(sentence):
@@ -280,7 +281,9 @@ def _names_in(sentence: str) -> list[str]:
         if m.start() == 0 and " " not in name:
             continue  # a sentence's first word
         if len(name) > 2:
-            spans.append(name)
+            # "George Abbott and John Cecil Holm" names two people; "Bedknobs and Broomsticks" one title.
+            sides = name.split(" and ")
+            spans.extend(sides if len(sides) > 1 and all(" " in x for x in sides) else [name])
     multi = [n for n in spans if " " in n]
     single = [n for n in spans if " " not in n and not n.isupper()]
     return list(dict.fromkeys([*quoted, *multi, *single]))
