@@ -180,7 +180,9 @@ def question_context(question: str) -> str:
     return " ".join(s for s in sents if is_statement(s))
 
 
-_SENTENCES = re.compile(r"(?<=[?!.])(?<!\b[A-Z][a-z]\.)(?<!\b[A-Z]\.)(?<!\b[A-Z][a-z][a-z]\.)\s+|\n+")  # not after "St." or "J."
+# Not after "St." or "J.", nor after an ellipsis that a lowercase word continues ("The Thing of It Is... is").
+_SENTENCES = re.compile(r"(?<=[?!.…])(?<!\b[A-Z][a-z]\.)(?<!\b[A-Z]\.)(?<!\b[A-Z][a-z][a-z]\.)(?<!\.\.\.)(?<!…)\s+"
+                        r"|(?:(?<=\.\.\.)|(?<=…))\s+(?![a-z])|\n+")
 
 
 def split_question(question: str) -> list[str]:
@@ -315,6 +317,12 @@ def _clauses(sentence: str) -> list[str]:
         said = next((r for p in merged if (r := _after_leading_name(p))), "")
         shared = said or " ".join(next((w for w in sorted(predicates, key=len, reverse=True) if w), []))
         merged = [p if predicates[i] else f"{p} {shared}".strip() for i, p in enumerate(merged)]
+        # "Are the documentaries Out of Place | The Mosuo Sisters by the same director": a clause that
+        # ends with a name shares what the next clause, opening with a name, says after it.
+        for i in range(len(merged) - 1):
+            rest = _after_leading_name(merged[i + 1])
+            if predicates[i] and rest and _ENDS_WITH_NAME.search(merged[i]) and not terms(rest) <= terms(merged[i]):
+                merged[i] = f"{merged[i]} {rest}"
     return merged
 
 
@@ -323,6 +331,7 @@ _CAPITAL_WORD = re.compile(rf"(?<![\w'’])[{UPPER}][\w'’-]*")
 _NAME_WORD = rf"(?:[\"“'‘][^\"”'’]+[\"”'’]|[{UPPER}][\w.'’-]*)"
 _LEADING_NAME = re.compile(rf"^\s*(?:(?:both|the|either)\s+)?({_NAME_WORD}(?:\s+(?:(?:of|de|la|von|van|du|del)\s+)?{_NAME_WORD})*)"
                            r"\s+(?:both\s+)?(.+)$")
+_ENDS_WITH_NAME = re.compile(rf"(?:[{UPPER}][\w.'’-]*|[\"”'’])\s*$")
 _ADJECTIVE_OF_ORIGIN = re.compile(r"^[A-ZÀ-Þ][a-zà-ÿ]+(?:ian|ean|can|ese|ish|ic|ine)$")
 
 

@@ -254,8 +254,13 @@ def bridge_names(part: str, chunks: list[SeenChunk], values: Iterable[str] = (),
     values = list(values)
     weights = _weights(part, values)
     asked = {w.lower() for w in re.findall(r"\w+", part)}
-    scored = [(sum(w for t, w in weights.items() if t in held), sentence, chunk.title)
-              for chunk, sentence, held in _evidence(chunks)]
+    # A text about something the part names ("the author of The Thing of It Is...") is where the
+    # name it does not give is found: its sentences come first.
+    folded = part.casefold()
+    named = {c.chunk_id for c in chunks if len(t := plain_title(c.title).casefold()) > 3 and t in folded}
+    top_weight = max(weights.values(), default=0.0)
+    scored = [(sum(w for t, w in weights.items() if t in held) + (top_weight if chunk.chunk_id in named else 0.0),
+               sentence, chunk.title) for chunk, sentence, held in _evidence(chunks)]
     scored.sort(key=lambda x: -x[0])
     out: dict[str, None] = {}
     for _score, sentence, title in scored[:top]:
@@ -304,7 +309,11 @@ def hop_queries(question: str, chunks: list[SeenChunk], values: Iterable[str] = 
         else:
             described = s.part
             lacking = [w for w in key_words(without_facets(s.part, values)) if stem(w) not in terms(s.sentence)]
-        for name in bridge_names(described, chunks, values)[:MAX_HOPS]:
+        # A name the part gives that no retrieved document is about is looked up first.
+        titles = [t for c in chunks for t in (plain_title(c.title).casefold(), c.about.casefold()) if t]
+        unseen = [n for n in names_in(s.part) if (" " in n or n in s.part.split('"')[1::2])
+                  and not any(n.casefold() in t or (t and t in n.casefold()) for t in titles)]
+        for name in [*unseen[:1], *bridge_names(described, chunks, values)][:MAX_HOPS]:
             own = terms(name)
             out.setdefault(" ".join([name, *[w for w in lacking if stem(w) not in own][:6]]), None)
     return list(out)[:MAX_HOPS]

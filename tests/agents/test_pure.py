@@ -441,3 +441,19 @@ def test_an_extractive_answer_quotes_no_sentence_of_the_same_document_as_a_secon
     # A part whose best sentence an earlier part quoted is answered by it, not declined.
     both = compose_answer("What leave applies to personal days, and what counts as annual leave?", [rule])
     assert not both.startswith("NOT_ENOUGH_EVIDENCE") and both.count("[c:2]") == 2, both
+
+
+def test_hops_look_up_a_name_no_document_is_about_and_read_the_named_documents_names_first():
+    from agents.sufficiency import SeenChunk, hop_queries
+
+    # The question names "Tide Lines"; nothing retrieved is about it: it is searched by name.
+    festival = SeenChunk(1, "Screenings of documentaries take place at the Orrin Hall and the Velm Library.", 1.0, False,
+                         about="Harbour Film Festival", title="Harbour Film Festival")
+    question = "Are the documentaries Tide Lines and Salt Roads by the same director?"
+    assert hop_queries(question, [festival])[0].startswith("Tide Lines")
+    # "the author of Quiet Rooms": the names in the text about Quiet Rooms come before those of texts
+    # that only share the question's words.
+    novel = SeenChunk(2, "Quiet Rooms is a 1974 novel by Ada Quell.", 1.0, False, about="Quiet Rooms", title="Quiet Rooms")
+    prize = SeenChunk(3, "The Brask Prize is given to an author of any nationality by the Orrin Society.", 1.0, False,
+                      about="Brask Prize", title="Brask Prize")
+    assert hop_queries("The author of Quiet Rooms is of what nationality?", [prize, novel])[0].startswith("Ada Quell")
