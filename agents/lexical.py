@@ -295,6 +295,9 @@ def _versus(sentence: str) -> tuple[str, str] | None:
     return None
 
 
+_LIST_TAIL = re.compile(r",\s*(?!(?:what|which|how|when|where|who|whom|whose|why)\b)[\w'’-]+(?:\s+[\w'’-]+)?\s*$", re.I)
+
+
 def _clauses(sentence: str) -> list[str]:
     """Clauses, a short one joined to its neighbour unless it names something; a clause that only
     names something ("Were Scott Derrickson | Ed Wood of the same nationality") takes the words that
@@ -306,7 +309,9 @@ def _clauses(sentence: str) -> list[str]:
         if not piece:
             continue
         short = lambda p: len(terms(p)) < 2 and not _names(p)  # noqa: E731
-        if merged and (short(piece) or short(merged[-1])):
+        # "the lawyer, lobbyist and political consultant who...": the last items of a list, not a new clause.
+        listed = merged and re.fullmatch(r"\s+(?:and|or)\s+", tokens[i - 1], re.I) and _LIST_TAIL.search(merged[-1])
+        if merged and (short(piece) or short(merged[-1]) or listed):
             merged[-1] = f"{merged[-1]}{tokens[i - 1]}{piece}"
         else:
             merged.append(piece)

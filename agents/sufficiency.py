@@ -158,6 +158,9 @@ _RELATIVE = re.compile(r"^(?P<head>\S.{6,}?)\s+(?:(?:at|in|on|of|for|by|from|wit
                        r"(?:which|who|whom|whose|that|where)\s+(?P<description>.{8,})$", re.I)
 
 
+_ASKING = re.compile(r"\b(?:what|which|how (?:many|much|long|far|old)|when|where|who|whom|whose)\b", re.I)
+
+
 def split_relative(part: str) -> tuple[str, str] | None:
     """(what is asked, the description of what it is asked about) when a part describes its subject
     by a relative clause: "When was the palace founded | at which Columba de Dunbar died in 1435".
@@ -165,7 +168,12 @@ def split_relative(part: str) -> tuple[str, str] | None:
     m = _RELATIVE.match(part.strip(" ?.!"))
     if not m or len(terms(m.group("head"))) < 1 or len(terms(m.group("description"))) < 2:
         return None
-    return m.group("head"), m.group("description")
+    head, description = m.group("head"), m.group("description")
+    if _ASKING.search(description) and not _ASKING.match(head):
+        # "... a Disney ride | that debuted in what year": the question is in the relative clause; what
+        # comes before it describes the subject.
+        return description, head
+    return head, description
 
 
 def support(part: str, chunks: Iterable[SeenChunk], values: Iterable[str] = ()) -> Support:

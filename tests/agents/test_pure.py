@@ -45,6 +45,9 @@ from agents.tools import TOOL_SPECS
     ('Which was published first, "Stop! Look Around" or "Quiet Rooms"?',
      ['"Stop! Look Around" published first', '"Quiet Rooms" published first']),
     ("Which policy covers travel or expenses?", ["Which policy covers travel or expenses"]),
+    # The last items of a list are not a new clause.
+    ("When was the lawyer, lobbyist and political consultant who advised Ada Quell born?",
+     ["When was the lawyer, lobbyist and political consultant who advised Ada Quell born"]),
 ])
 def test_split_question(question, parts):
     assert split_question(question) == parts
@@ -458,3 +461,13 @@ def test_hops_look_up_a_name_no_document_is_about_and_read_the_named_documents_n
     prize = SeenChunk(3, "The Brask Prize is given to an author of any nationality by the Orrin Society.", 1.0, False,
                       about="Brask Prize", title="Brask Prize")
     assert hop_queries("The author of Quiet Rooms is of what nationality?", [prize, novel])[0].startswith("Ada Quell")
+
+
+def test_a_relative_clause_holding_the_question_word_is_what_is_asked():
+    from agents.sufficiency import split_relative
+
+    assert split_relative("When was the palace founded at which Ada Quell died in 1435") == \
+        ("When was the palace founded", "Ada Quell died in 1435")
+    # The question is in the relative clause; what comes before it describes the subject.
+    assert split_relative("The song Frost can be heard in a ride that debuted in what year") == \
+        ("debuted in what year", "The song Frost can be heard in a ride")
