@@ -319,7 +319,7 @@ def _clauses(sentence: str) -> list[str]:
         predicates = [_predicate(p) for p in merged]
         # What the clause with a predicate says after the name it opens with ("Carnegie Mellon University
         # | located in America"), word for word: its own names ("America") are part of what is asked.
-        said = next((r for p in merged if (r := _after_leading_name(p))), "")
+        said = next((r for i, p in enumerate(merged) if predicates[i] and (r := _after_leading_name(p))), "")
         shared = said or " ".join(next((w for w in sorted(predicates, key=len, reverse=True) if w), []))
         merged = [p if predicates[i] else f"{p} {shared}".strip() for i, p in enumerate(merged)]
         # "Are the documentaries Out of Place | The Mosuo Sisters by the same director": a clause that
@@ -334,7 +334,7 @@ def _clauses(sentence: str) -> list[str]:
 UPPER = "A-ZÀ-ÖØ-ÞΑ-ΩА-Я"  # capitals of the Latin, Greek and Cyrillic scripts, for regex classes
 _CAPITAL_WORD = re.compile(rf"(?<![\w'’])[{UPPER}][\w'’-]*")
 _NAME_WORD = rf"(?:[\"“'‘][^\"”'’]+[\"”'’]|[{UPPER}][\w.'’-]*)"
-_LEADING_NAME = re.compile(rf"^\s*(?:(?:both|the|either)\s+)?({_NAME_WORD}(?:\s+(?:(?:of|de|la|von|van|du|del)\s+)?{_NAME_WORD})*)"
+_LEADING_NAME = re.compile(rf"^\s*(?:(?i:both|the|either)\s+)?({_NAME_WORD}(?:\s+(?:(?:of|de|la|von|van|du|del)\s+)?{_NAME_WORD})*)"
                            r"\s+(?:both\s+)?(.+)$")
 _ENDS_WITH_NAME = re.compile(rf"(?:[{UPPER}][\w.'’-]*|[\"”'’])\s*$")
 _ADJECTIVE_OF_ORIGIN = re.compile(r"^[A-ZÀ-Þ][a-zà-ÿ]+(?:ian|ean|can|ese|ish|ic|ine)$")

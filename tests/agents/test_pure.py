@@ -37,6 +37,8 @@ from agents.tools import TOOL_SPECS
     ("Are Tallow Fen and Brisk Hollow both Nature reserves?", ["Are Tallow Fen nature reserves", "Brisk Hollow both Nature reserves"]),
     ("Is the Bank of Veldt and Bank of Orrin both central banks?",
      ["Is the Bank of Veldt central banks", "Bank of Orrin both central banks"]),
+    ("Both Velvetia and Quorrelia are a genus of more than 50 orchids?",
+     ["Both Velvetia are a genus of more than 50 orchids", "Quorrelia are a genus of more than 50 orchids"]),
     # Which of two named things: one part per option, with what is asked of it.
     ("Which musician, Ada Quell or Bo Rennick, plays in the band Frost?",
      ["Ada Quell musician plays band frost", "Bo Rennick musician plays band frost"]),
