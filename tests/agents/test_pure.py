@@ -473,3 +473,18 @@ def test_a_relative_clause_holding_the_question_word_is_what_is_asked():
     # The question is in the relative clause; what comes before it describes the subject.
     assert split_relative("The song Frost can be heard in a ride that debuted in what year") == \
         ("debuted in what year", "The song Frost can be heard in a ride")
+
+
+def test_two_sentences_linked_by_a_name_answer_a_part_neither_answers_alone():
+    from agents.providers.offline import compose_answer
+    from agents.sufficiency import SeenChunk
+
+    squadron = SeenChunk(1, "The Orrin Squadron flew the Velm Kestrel over the southern islands during the war.", 1.0, False,
+                         "Orrin Squadron", "Orrin Squadron")
+    aircraft = SeenChunk(2, "The Velm Kestrel is a Norwegian twin-engined bomber.", 1.0, False,
+                         "Velm Kestrel", "Velm Kestrel")
+    question = "Which Norwegian bomber was flown over the southern islands during the war?"
+    answer = compose_answer(question, [squadron, aircraft])
+    assert not is_not_enough_evidence(answer) and "[c:1]" in answer and "[c:2]" in answer
+    # Without the text the first sentence names, nothing answers it.
+    assert is_not_enough_evidence(compose_answer(question, [squadron]))
