@@ -334,6 +334,11 @@ _FRAMING = frozenset(stem(w) for w in "both same also either neither considered 
 _DEMONYM = re.compile(r"^[A-ZÀ-Þ][a-zà-ÿ]+(?:an|ian|ish|ese|ic|i|ch)$")
 
 
+def is_yes_no_comparison(question: str) -> bool:
+    """A question asked to be answered yes or no ("Are A and B both ...?", "Were A and B ...?")."""
+    return bool(_YES_NO_QUESTION.match(question))
+
+
 def yes_no_verdict(question: str, chunks: list[SeenChunk], values: Iterable[str] = ()) -> str | None:
     """"yes" or "no" for a yes/no question comparing two or more things ("Are A and B both
     magazines?", "Were A and B of the same nationality?"), from each part's best sentence; None when
@@ -345,8 +350,8 @@ def yes_no_verdict(question: str, chunks: list[SeenChunk], values: Iterable[str]
     if not _YES_NO_QUESTION.match(question):
         return None
     values = list(values)
-    found = parts_support(question, chunks, values)
-    if len(found) < 2 or not all(s.answerable for s in found):
+    found = [s if s.answerable else subject_support(s.part, chunks, values) for s in parts_support(question, chunks, values)]
+    if len(found) < 2 or any(s is None for s in found):
         return None
     texts = [f"{s.sentence} {_about_of(s, chunks)}" for s in found]
     if _SAME.search(question):
@@ -375,6 +380,27 @@ def _holds(term: str, held: set[str]) -> bool:
     if term in held or SYNONYMS.get(term, _NONE) & held:
         return True
     return len(term) >= 5 and any(len(h) >= 5 and (h.startswith(term) or term.startswith(h)) for h in held)
+
+
+_ORIGIN_ENDING = re.compile(r"(?:ian|ean|can|ese|ish|ic|ine)$")
+
+
+def subject_support(part: str, chunks: list[SeenChunk], values: Iterable[str] = ()) -> Support | None:
+    """For a part of a yes/no comparison that no sentence answers: the best sentence of a text
+    titled with the part's subject ("Are both A and B X?": the text about B), which says what B is
+    when it does not say it is X; None when no retrieved text is about the subject. Its score stays
+    that of the part it does not answer."""
+    subject = subject_name(without_facets(part, list(values))).split()
+    if len(subject) > 2 and _ORIGIN_ENDING.search(subject[-1]):
+        subject = subject[:-1]  # "James Norman Hall Argentinian (authors)": the adjective is what is asked
+    words = {stem(w.lower()) for w in re.findall(r"\w+", " ".join(subject)) if w.lower() not in STOPWORDS}
+    if not words:
+        return None
+    titled = [c for c in chunks if not c.flagged and words <= {stem(w.lower()) for w in re.findall(r"\w+", plain_title(c.title))}]
+    if not titled:
+        return None
+    best = _support(part, titled, list(values))
+    return best if best.sentence else None
 
 
 def _about_of(s: Support, chunks: list[SeenChunk]) -> str:

@@ -30,10 +30,12 @@ from agents.sufficiency import (
     Support,
     bridge_names,
     hop_queries,
+    is_yes_no_comparison,
     names_in,
     parts_support,
     plain_title,
     split_relative,
+    subject_support,
     support,
     yes_no_verdict,
 )
@@ -215,6 +217,7 @@ def compose_answer(question: str, chunks: list[SeenChunk], values: Sequence[str]
     are quoted: no padding."""
     values = list(values)
     parts = split_question(question)
+    yes_no = len(parts) > 1 and is_yes_no_comparison(question)
     used: set[str] = set()
     lines: list[str] = []
     missing: list[str] = []
@@ -230,6 +233,10 @@ def compose_answer(question: str, chunks: list[SeenChunk], values: Sequence[str]
             best = ranked[0][0] if ranked else 0.0
             if best < ANSWERABLE:
                 pair = _linked_pair(part, ranked[:PAIR_CANDIDATES], chunks, values)
+                about = subject_support(part, chunks, values) if yes_no else None
+                if about and about.chunk_id is not None and not pair:
+                    # What the text about the subject does say: the evidence a "no" rests on.
+                    pair = [(about.sentence, about.chunk_id)]
                 if pair:
                     used.update(s for s, _ in pair)
                     quotes = "\n".join(f'   - "{_shown(s)}" [c:{cid}]{_source_of(cid, chunks)}' for s, cid in pair)

@@ -297,6 +297,7 @@ def test_a_text_mentioning_what_a_part_asks_about_in_passing_does_not_answer_it(
 
 
 def test_a_yes_no_comparison_is_answered_from_each_parts_sentence():
+    from agents.providers.offline import compose_answer
     from agents.sufficiency import SeenChunk, yes_no_verdict
 
     def chunk(i, text, title):
@@ -320,6 +321,11 @@ def test_a_yes_no_comparison_is_answered_from_each_parts_sentence():
     assert yes_no_verdict("Are both Velm Institute and Oskar Brandt College located in America?", schools) == "yes"
     schools[1] = chunk(2, "Oskar Brandt College is a college in Uppsala, Sweden.", "Oskar Brandt College")
     assert yes_no_verdict("Are both Velm Institute and Oskar Brandt College located in America?", schools) == "no"
+    # A part nothing answers, when a text about its subject is retrieved: what that text says is a "no".
+    painters = [SeenChunk(1, "Mira Stellan was a Swedish film director.", 1.0, False, "Mira Stellan", "Mira Stellan"),
+                SeenChunk(2, "Jon Grenz is an Austrian painter of harbours.", 1.0, False, "Jon Grenz", "Jon Grenz")]
+    assert yes_no_verdict("Are both Mira Stellan and Jon Grenz Swedish film directors?", painters) == "no"
+    assert not is_not_enough_evidence(compose_answer("Are both Mira Stellan and Jon Grenz Swedish film directors?", painters))
 
 
 def test_which_of_two_options_is_answered_by_the_option_a_sentence_shows_unless_it_compares_them():
