@@ -250,6 +250,12 @@ _COMPARATIVE = re.compile(r"\b(?:more|most|less|least|fewer|fewest|first|last|ea
                           r"smallest|higher|highest|lower|lowest|better|best|worse|worst|\w+er\s+than)\b", re.I)
 
 
+def is_choice(question: str) -> bool:
+    """Does the question ask which of two named things fits or compares ("Which came first, A or B?")?"""
+    asked = [x for x in _question_sentences(question) if x.strip(" ?!.") and not is_statement(x)]
+    return len(asked) == 1 and choice_options(asked[0]) is not None
+
+
 def one_option_answers(question: str) -> bool:
     """Does the question ask which of two named things has a property ("Which musician, A or B, is a
     member of Fuel?")? Then a sentence showing one option has it answers it. Not for a comparison

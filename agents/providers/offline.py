@@ -21,7 +21,17 @@ from collections.abc import Sequence
 
 from agents.citations import NOT_ENOUGH_EVIDENCE
 from agents.conversation_text import resolve_followup
-from agents.lexical import key_words, looks_like_instructions, one_option_answers, question_context, sentences, split_question, stem, terms
+from agents.lexical import (
+    is_choice,
+    key_words,
+    looks_like_instructions,
+    one_option_answers,
+    question_context,
+    sentences,
+    split_question,
+    stem,
+    terms,
+)
 from agents.messages import AssistantMessage, ModelRequest, ModelTurn, ToolCall, ToolResultMessage, Usage
 from agents.planning import Facets, GeneralPlanner, without_facets
 from agents.sufficiency import (
@@ -217,7 +227,10 @@ def compose_answer(question: str, chunks: list[SeenChunk], values: Sequence[str]
     are quoted: no padding."""
     values = list(values)
     parts = split_question(question)
-    yes_no = len(parts) > 1 and is_yes_no_comparison(question)
+    # Comparing two named things (yes or no, or which of them is more, first...): each one's own text is
+    # the evidence for its side. Not when asking which one has a property: a text about one that does not
+    # say it has it is no answer.
+    compares = len(parts) > 1 and (is_yes_no_comparison(question) or (is_choice(question) and not one_option_answers(question)))
     used: set[str] = set()
     lines: list[str] = []
     missing: list[str] = []
@@ -233,7 +246,7 @@ def compose_answer(question: str, chunks: list[SeenChunk], values: Sequence[str]
             best = ranked[0][0] if ranked else 0.0
             if best < ANSWERABLE:
                 pair = _linked_pair(part, ranked[:PAIR_CANDIDATES], chunks, values)
-                about = subject_support(part, chunks, values) if yes_no else None
+                about = subject_support(part, chunks, values) if compares else None
                 if about and about.chunk_id is not None and not pair:
                     # What the text about the subject does say: the evidence a "no" rests on.
                     pair = [(about.sentence, about.chunk_id)]

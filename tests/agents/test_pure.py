@@ -343,6 +343,13 @@ def test_which_of_two_options_is_answered_by_the_option_a_sentence_shows_unless_
     compared = "Which was founded first, Ada Quell or Bo Rennick?"
     assert not one_option_answers(compared)
     assert is_not_enough_evidence(compose_answer(compared, chunks[:1]))
+    # ... but each side's own text is its evidence, whatever words it uses ("opened" for "founded").
+    dated = [SeenChunk(1, "Ada Quell gave its first concert in the capital in 1921.", 1.0, False, "Ada Quell", "Ada Quell"),
+             SeenChunk(2, "Bo Rennick was formed in 1954.", 1.0, False, "Bo Rennick", "Bo Rennick")]
+    answer = compose_answer("Which orchestra gave its first concert in the capital earlier, Ada Quell or Bo Rennick?", dated)
+    assert not is_not_enough_evidence(answer) and "[c:1]" in answer and "[c:2]" in answer
+    # A text about an option that does not say it has the property asked about answers nothing.
+    assert is_not_enough_evidence(compose_answer(question, [chunks[1]]))
 
 
 def test_follow_up_queries_keep_only_facet_values_the_facets_listed():
