@@ -224,7 +224,9 @@ def compose_answer(question: str, chunks: list[SeenChunk], values: Sequence[str]
 
     A sentence is quoted once, for the first part it answers, unless it is also the best answer of
     a later part; only sentences scoring at least RELATIVE_MIN of their part's best and ANSWERABLE
-    are quoted: no padding."""
+    are quoted: no padding. A part no sentence answers may be answered by two joined by a name
+    (`_linked_pair`), or, in a comparison of two named things, by the text about its side
+    (`subject_support`); asked which of two things has a property, the one a sentence shows answers."""
     values = list(values)
     parts = split_question(question)
     # Comparing two named things (yes or no, or which of them is more, first...): each one's own text is
