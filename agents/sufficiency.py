@@ -350,8 +350,9 @@ def yes_no_verdict(question: str, chunks: list[SeenChunk], values: Iterable[str]
     if not _YES_NO_QUESTION.match(question):
         return None
     values = list(values)
-    found = [s if s.answerable else subject_support(s.part, chunks, values) for s in parts_support(question, chunks, values)]
-    if len(found) < 2 or any(s is None for s in found):
+    read = [s if s.answerable else subject_support(s.part, chunks, values) for s in parts_support(question, chunks, values)]
+    found = [s for s in read if s is not None]
+    if len(found) < 2 or len(found) < len(read):
         return None
     texts = [f"{s.sentence} {_about_of(s, chunks)}" for s in found]
     if _SAME.search(question):
