@@ -250,20 +250,20 @@ _COMPARATIVE = re.compile(r"\b(?:more|most|less|least|fewer|fewest|first|last|ea
                           r"smallest|higher|highest|lower|lowest|better|best|worse|worst|\w+er\s+than)\b", re.I)
 
 
-def is_choice(question: str) -> bool:
-    """Does the question ask which of two named things fits or compares ("Which came first, A or B?")?"""
+def choice_kind(question: str) -> str | None:
+    """For a question asking which of two named things fits: "property" when it asks which one has a
+    property ("Which musician, A or B, is a member of Fuel?": a sentence showing one option has it
+    answers it), "comparison" when it compares them ("Which came first, A or B?": that needs what
+    both options have); None for any other question."""
     asked = [x for x in _question_sentences(question) if x.strip(" ?!.") and not is_statement(x)]
-    return len(asked) == 1 and choice_options(asked[0]) is not None
+    if len(asked) != 1 or (found := choice_options(asked[0])) is None:
+        return None
+    return "comparison" if _COMPARATIVE.search(found[2]) else "property"
 
 
 def one_option_answers(question: str) -> bool:
-    """Does the question ask which of two named things has a property ("Which musician, A or B, is a
-    member of Fuel?")? Then a sentence showing one option has it answers it. Not for a comparison
-    ("Which came first, A or B?"): that needs what both options have."""
-    asked = [x for x in _question_sentences(question) if x.strip(" ?!.") and not is_statement(x)]
-    if len(asked) != 1 or (found := choice_options(asked[0])) is None:
-        return False
-    return not _COMPARATIVE.search(found[2])
+    """Is one option's sentence an answer (`choice_kind` "property")?"""
+    return choice_kind(question) == "property"
 
 
 def _choice_parts(sentence: str) -> list[str]:
@@ -343,7 +343,8 @@ _NAME_WORD = rf"(?:[\"“'‘][^\"”'’]+[\"”'’]|[{UPPER}][\w.'’-]*)"
 _LEADING_NAME = re.compile(rf"^\s*(?:(?i:both|the|either)\s+)?({_NAME_WORD}(?:\s+(?:(?:of|de|la|von|van|du|del)\s+)?{_NAME_WORD})*)"
                            r"\s+(?:both\s+)?(.+)$")
 _ENDS_WITH_NAME = re.compile(rf"(?:[{UPPER}][\w.'’-]*|[\"”'’])\s*$")
-_ADJECTIVE_OF_ORIGIN = re.compile(r"^[A-ZÀ-Þ][a-zà-ÿ]+(?:ian|ean|can|ese|ish|ic|ine)$")
+# A capitalised word read as an adjective of origin after a name ("James Norman Hall Argentinian").
+ADJECTIVE_OF_ORIGIN = re.compile(r"^[A-ZÀ-Þ][a-zà-ÿ]+(?:ian|ean|can|ese|ish|ic|ine)$")
 
 
 def _after_leading_name(clause: str) -> str:
@@ -354,7 +355,7 @@ def _after_leading_name(clause: str) -> str:
     if not m or _INTERROGATIVE.match(clause) or not terms(m.group(2)):
         return ""
     name, rest = m.group(1).split(), m.group(2)
-    if len(name) > 2 and _ADJECTIVE_OF_ORIGIN.match(name[-1]):
+    if len(name) > 2 and ADJECTIVE_OF_ORIGIN.match(name[-1]):
         rest = f"{name[-1]} {rest}"
     words = rest.split()
     # Put after another name, a capitalised word before a lowercase one ("Opera composers") describes

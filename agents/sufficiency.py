@@ -22,7 +22,7 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from agents.lexical import STOPWORDS, SYNONYMS, UPPER, key_words, sentences, split_question, stem, terms
+from agents.lexical import ADJECTIVE_OF_ORIGIN, STOPWORDS, SYNONYMS, UPPER, key_words, sentences, split_question, stem, terms
 from agents.planning import named_terms, without_facets
 from agents.quantities import quantities, quantity_fit
 
@@ -308,6 +308,7 @@ def hop_queries(question: str, chunks: list[SeenChunk], values: Iterable[str] = 
     sentences give for what the part only describes, with the part's words those sentences lack."""
     values = list(values)
     out: dict[str, None] = {}
+    titles = [t for c in chunks for t in (plain_title(c.title).casefold(), c.about.casefold()) if t]
     for s in parts_support(question, chunks, values) if supports is None else supports:
         if s.supported:
             continue
@@ -318,7 +319,6 @@ def hop_queries(question: str, chunks: list[SeenChunk], values: Iterable[str] = 
             described = s.part
             lacking = [w for w in key_words(without_facets(s.part, values)) if stem(w) not in terms(s.sentence)]
         # A name the part gives that no retrieved document is about is looked up first.
-        titles = [t for c in chunks for t in (plain_title(c.title).casefold(), c.about.casefold()) if t]
         unseen = [n for n in names_in(s.part) if (" " in n or n in s.part.split('"')[1::2])
                   and not any(n.casefold() in t or (t and t in n.casefold()) for t in titles)]
         for name in [*unseen[:1], *bridge_names(described, chunks, values)][:MAX_HOPS]:
@@ -347,7 +347,7 @@ def yes_no_verdict(question: str, chunks: list[SeenChunk], values: Iterable[str]
     "Both X" is yes when every part's sentence (with its title) holds the predicate's words; "the
     same X" is yes when the parts' sentences share a value of the kind compared: a year, an
     adjective of origin ("Swedish"), else a capitalised name the question does not give."""
-    if not _YES_NO_QUESTION.match(question):
+    if not is_yes_no_comparison(question):
         return None
     values = list(values)
     read = [s if s.answerable else subject_support(s.part, chunks, values) for s in parts_support(question, chunks, values)]
@@ -383,16 +383,13 @@ def _holds(term: str, held: set[str]) -> bool:
     return len(term) >= 5 and any(len(h) >= 5 and (h.startswith(term) or term.startswith(h)) for h in held)
 
 
-_ORIGIN_ENDING = re.compile(r"(?:ian|ean|can|ese|ish|ic|ine)$")
-
-
 def subject_support(part: str, chunks: list[SeenChunk], values: Iterable[str] = ()) -> Support | None:
     """For a part of a yes/no comparison that no sentence answers: the best sentence of a text
     titled with the part's subject ("Are both A and B X?": the text about B), which says what B is
     when it does not say it is X; None when no retrieved text is about the subject. Its score stays
     that of the part it does not answer."""
     subject = subject_name(without_facets(part, list(values))).split()
-    if len(subject) > 2 and _ORIGIN_ENDING.search(subject[-1]):
+    if len(subject) > 2 and ADJECTIVE_OF_ORIGIN.match(subject[-1]):
         subject = subject[:-1]  # "James Norman Hall Argentinian (authors)": the adjective is what is asked
     words = {stem(w.lower()) for w in re.findall(r"\w+", " ".join(subject)) if w.lower() not in STOPWORDS}
     if not words:

@@ -22,10 +22,9 @@ from collections.abc import Sequence
 from agents.citations import NOT_ENOUGH_EVIDENCE
 from agents.conversation_text import resolve_followup
 from agents.lexical import (
-    is_choice,
+    choice_kind,
     key_words,
     looks_like_instructions,
-    one_option_answers,
     question_context,
     sentences,
     split_question,
@@ -232,7 +231,8 @@ def compose_answer(question: str, chunks: list[SeenChunk], values: Sequence[str]
     # Comparing two named things (yes or no, or which of them is more, first...): each one's own text is
     # the evidence for its side. Not when asking which one has a property: a text about one that does not
     # say it has it is no answer.
-    compares = len(parts) > 1 and (is_yes_no_comparison(question) or (is_choice(question) and not one_option_answers(question)))
+    choice = choice_kind(question)
+    compares = len(parts) > 1 and (is_yes_no_comparison(question) or choice == "comparison")
     used: set[str] = set()
     lines: list[str] = []
     missing: list[str] = []
@@ -247,29 +247,20 @@ def compose_answer(question: str, chunks: list[SeenChunk], values: Sequence[str]
             ranked = _ranked_sentences(part, chunks, values)
             best = ranked[0][0] if ranked else 0.0
             if best < ANSWERABLE:
-                pair = _linked_pair(part, ranked[:PAIR_CANDIDATES], chunks, values)
-                about = subject_support(part, chunks, values) if compares else None
-                if about and about.chunk_id is not None and not pair:
-                    # What the text about the subject does say: the evidence a "no" rests on.
-                    pair = [(about.sentence, about.chunk_id)]
-                if pair:
-                    used.update(s for s, _ in pair)
-                    quotes = "\n".join(f'   - "{_shown(s)}" [c:{cid}]{_source_of(cid, chunks)}' for s, cid in pair)
-                    lines.append(f"{len(lines) + 1}. {part.strip()}:\n{quotes}")
-                else:
-                    missing.append(part)
-                continue
-            picked = [(s, cid) for score, s, cid in ranked if score >= RELATIVE_MIN * best and s not in used][:SENTENCES_PER_PART]
-            # A part whose answer an earlier part already quoted is answered by that sentence: quote it again.
-            picked = picked or [(ranked[0][1], ranked[0][2])]
-            picked += _hop_sentence(part, ranked[0][1], ranked[0][2], chunks, values, used | {s for s, _ in picked})
+                picked = _linked_pair(part, ranked[:PAIR_CANDIDATES], chunks, values) or \
+                    (_subject_sentence(part, chunks, values) if compares else [])
+            else:
+                picked = [(s, cid) for score, s, cid in ranked if score >= RELATIVE_MIN * best and s not in used][:SENTENCES_PER_PART]
+                # A part whose answer an earlier part already quoted is answered by that sentence: quote it again.
+                picked = picked or [(ranked[0][1], ranked[0][2])]
+                picked += _hop_sentence(part, ranked[0][1], ranked[0][2], chunks, values, used | {s for s, _ in picked})
         used.update(s for s, _ in picked)
         if picked:
             quotes = "\n".join(f'   - "{_shown(s)}" [c:{cid}]{_source_of(cid, chunks)}' for s, cid in picked)
             lines.append(f"{len(lines) + 1}. {part.strip()}:\n{quotes}")
         else:
             missing.append(part)
-    if lines and missing and one_option_answers(question) and len(missing) < len(parts):
+    if lines and missing and choice == "property" and len(missing) < len(parts):
         # "Which of A or B ...?" is answered by the option a sentence answers; the other is named as not found.
         lines.append(f"{len(lines) + 1}. Not found in the documents: " + "; ".join(f'"{p}"' for p in missing))
         missing = []
@@ -284,6 +275,12 @@ def compose_answer(question: str, chunks: list[SeenChunk], values: Sequence[str]
     text = head + "Extractive answer (offline mode: the sentences below are quoted from the sources, not generated).\n\n" + \
         "\n".join(lines)
     return text
+
+
+def _subject_sentence(part: str, chunks: list[SeenChunk], values: Sequence[str]) -> list[tuple[str, int]]:
+    """What the text about the part's subject does say: the evidence a "no" rests on ([] without one)."""
+    about = subject_support(part, chunks, values)
+    return [(about.sentence, about.chunk_id)] if about and about.chunk_id is not None else []
 
 
 def _linked_pair(part: str, candidates: list[tuple[float, str, int]], chunks: list[SeenChunk],
