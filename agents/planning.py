@@ -328,7 +328,8 @@ def clause_facts(question: str, mentions: list[Mention], facets: Facets) -> list
 
 _NAME = re.compile(rf"(?<![\w'’])([{UPPER}]\w*(?:['’][^\W\d_]+)?)")
 _SENTENCE_START = re.compile(r"(?:^|[.?!:;\"“(]\s*)$")
-_NOT_NAMES = frozenset(_MONTHS.lower().split("|")) | frozenset(
+# Capitalised words that name no one: month and day names, the pronoun I.
+NOT_NAMES = frozenset(_MONTHS.lower().split("|")) | frozenset(
     "i i'm i've monday tuesday wednesday thursday friday saturday sunday".split())
 
 
@@ -342,6 +343,6 @@ def named_terms(question: str, values: Iterable[str] = ()) -> list[str]:
         if _SENTENCE_START.search(question[: m.start()]) or any(s <= m.start() < e for s, e in spans):
             continue
         word = re.split(r"['’]", m.group(1))[0].lower()
-        if len(word) > 1 and word not in _NOT_NAMES:
+        if len(word) > 1 and word not in NOT_NAMES:
             out.setdefault(word, None)
     return list(out)

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from agents.lexical import ADJECTIVE_OF_ORIGIN, STOPWORDS, SYNONYMS, UPPER, key_words, sentences, split_question, stem, terms
-from agents.planning import named_terms, without_facets
+from agents.planning import NOT_NAMES, named_terms, without_facets
 from agents.quantities import quantities, quantity_fit
 
 SUPPORTED = 0.85  # weighted share of a part's terms one sentence (with its title) must hold to answer it
@@ -286,7 +286,8 @@ def plain_title(title: str) -> str:
 
 
 def names_in(sentence: str) -> list[str]:
-    """The names a sentence gives: quoted titles, multi-word capitalised names, then single capitalised words."""
+    """The names a sentence gives: quoted titles, multi-word capitalised names, then single capitalised
+    words (not month or day names: "September" leads to no text about it)."""
     quoted = [m.group(1) for m in re.finditer(r'"([^"]{3,80})"', sentence)]
     spans = []
     for m in _CAPITALISED.finditer(sentence):
@@ -298,7 +299,7 @@ def names_in(sentence: str) -> list[str]:
             sides = name.split(" and ")
             spans.extend(sides if len(sides) > 1 and all(" " in x for x in sides) else [name])
     multi = [n for n in spans if " " in n]
-    single = [n for n in spans if " " not in n and not n.isupper()]
+    single = [n for n in spans if " " not in n and not n.isupper() and n.lower() not in NOT_NAMES]
     return list(dict.fromkeys([*quoted, *multi, *single]))
 
 
