@@ -40,6 +40,7 @@ from agents.prompts import (
     system_prompt,
 )
 from agents.steps import ANSWER_RESERVE, RunState, StepRecord, call_model, call_tool, execute_calls
+from agents.sufficiency import answering_chunks, seen_chunk
 
 __all__ = ["ANSWER_RESERVE", "STRATEGIES", "LoopResult", "RunState", "StepRecord", "decide_outcome", "run_strategy"]
 
@@ -255,14 +256,14 @@ def run_pipeline(state: RunState, first: list[int] | None = None) -> str:
         if reason := state.spent():
             state.budget_reason = reason
             break
-        verdict = judge(state, _context_order(state, narrowed, anchor, lists), facets)
+        verdict = judge(state, _context_order(state, narrowed, anchor, lists, facets), facets)
         if verdict.get("sufficient"):
             break
         left = state.budgets.max_tool_calls - state.tool_calls
         queries = _parsed_queries(verdict.get("missing", []), facets)[: min(MAX_FOLLOW_UPS, left)]
         if all(json.dumps([q, f], sort_keys=True) in searched for q, f in queries):
             break  # nothing new to search: more rounds would find the same
-    ids = _context_order(state, narrowed, anchor, lists)
+    ids = _context_order(state, narrowed, anchor, lists, facets)
     return synthesise(state, ids, budget_note(state.budget_reason) if state.budget_reason else "")
 
 
@@ -280,12 +281,14 @@ def _share(state: RunState, n_queries: int) -> int:
 
 
 def _context_order(state: RunState, narrowed: list[tuple[list[int], int]], anchor: list[int],
-                   others: list[list[int]]) -> list[int]:
+                   others: list[list[int]], facets: Facets | None = None) -> list[int]:
     """The pipeline's context, in this order until every slot is filled.
 
-    With narrowed searches (the question names facet values or dates): each narrowed search's share
-    of its results, fused (they match what the question names); then every other search's results,
-    the whole question's among them, fused; then the rest of the narrowed results.
+    With narrowed searches (the question names facet values or dates): for each fact the question
+    states, the narrowed result whose sentence best answers it (sufficiency.answering_chunks); each
+    narrowed search's share of its results, fused (they match what the question names); then every
+    other search's results, the whole question's among them, fused; then the rest of the narrowed
+    results.
 
     Without: the first half of the whole question's results (never less than classic's best); the
     best OTHER_TOP results of every other search (parts, rewrites, hops), fused: what the whole
@@ -293,7 +296,9 @@ def _context_order(state: RunState, narrowed: list[tuple[list[int], int]], ancho
     rest of the others'."""
     firsts, rests = [ids[:share] for ids, share in narrowed], [ids[share:] for ids, share in narrowed]
     if narrowed:  # the narrowed searches lead; the whole question is one more search among the others
-        return _merged(state, firsts, [anchor, *others], rests)
+        pool = [state.retrieved[c] for c in dict.fromkeys(c for ids, _ in narrowed for c in ids) if c in state.retrieved]
+        lead = answering_chunks(state.question, [seen_chunk(c) for c in pool], facets.values() if facets else ())
+        return _merged(state, [lead], firsts, [anchor, *others], rests)
     half = -(-state.budgets.max_context_chunks // 2)
     return _merged(state, [anchor[:half]], [ids[:OTHER_TOP] for ids in others], [anchor[half:]],
                    [ids[OTHER_TOP:] for ids in others])

@@ -19,11 +19,12 @@ evidence left open).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
+from agents.citations import RetrievedChunk
 from agents.lexical import ADJECTIVE_OF_ORIGIN, STOPWORDS, SYNONYMS, UPPER, key_words, sentences, split_question, stem, terms
-from agents.planning import NOT_NAMES, named_terms, without_facets
+from agents.planning import NOT_NAMES, fact_segments, named_terms, without_facets
 from agents.quantities import quantities, quantity_fit
 
 SUPPORTED = 0.85  # weighted share of a part's terms one sentence (with its title) must hold to answer it
@@ -247,6 +248,28 @@ def _evidence(chunks: Iterable[SeenChunk]) -> Iterator[tuple[SeenChunk, str, set
 def parts_support(question: str, chunks: list[SeenChunk], values: Iterable[str] = ()) -> list[Support]:
     values = list(values)
     return [support(p, chunks, values) for p in split_question(question)]
+
+
+def seen_chunk(chunk: RetrievedChunk) -> SeenChunk:
+    """A retrieved chunk as sufficiency reads it: its text, and what it is about besides (its
+    document's title and string metadata values)."""
+    metadata = chunk.metadata if isinstance(chunk.metadata, Mapping) else {}
+    about = " ".join([chunk.title, *(v for v in metadata.values() if isinstance(v, str))])
+    return SeenChunk(chunk.chunk_id, chunk.text, chunk.score, bool(chunk.flags), about, chunk.title)
+
+
+def answering_chunks(question: str, chunks: list[SeenChunk], values: Iterable[str] = ()) -> list[int]:
+    """For each fact the question states (agents.planning.fact_segments: "which company, reported by
+    X to have ..., has also faced ..."), the chunk holding the sentence that best answers it, when one
+    does (ANSWERABLE): a question that lists several facts needs each one's evidence, which the
+    consensus of its searches can rank below a chunk several of them share. In fact order, once each."""
+    values = list(values)
+    out: dict[int, None] = {}
+    for segment in fact_segments(question, values):
+        best = support(segment, chunks, values)
+        if best.chunk_id is not None and best.score >= ANSWERABLE:
+            out.setdefault(best.chunk_id, None)
+    return list(out)
 
 
 def open_parts(question: str, chunks: list[SeenChunk], values: Iterable[str] = ()) -> list[str]:

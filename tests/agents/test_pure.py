@@ -340,12 +340,35 @@ def test_pipeline_context_fills_free_slots_from_past_the_narrowed_searches_share
     from agents.loop import _context_order
 
     chunks = {i: RetrievedChunk(i, i, f"h{i}", f"text number {i} " * 3) for i in range(1, 20)}
-    state = SimpleNamespace(retrieved=chunks, budgets=SimpleNamespace(max_context_chunks=6))
+    state = SimpleNamespace(retrieved=chunks, question="What happened?", budgets=SimpleNamespace(max_context_chunks=6))
     narrowed = [([1, 2, 3, 4, 5], 2), ([2, 1, 6, 7, 8], 2)]  # shares: 1, 2 and 2, 1
     assert _context_order(state, narrowed, [9, 10], []) == [1, 2, 9, 10, 3, 6]
     assert _context_order(state, narrowed, [9, 10, 11, 12, 13], []) == [1, 2, 9, 10, 11, 12]  # the others first
     state.budgets.max_context_chunks = 10
     assert _context_order(state, [([1, 2, 3], 5)], [], []) == [1, 2, 3]  # nothing past the share
+
+
+def test_pipeline_context_puts_first_the_chunk_answering_each_fact_the_question_states():
+    """Chunks every narrowed search shares outrank, fused, the one chunk that answers a fact only one
+    search ranks; for each fact the question states, the chunk whose sentence answers it comes first."""
+    from types import SimpleNamespace
+
+    from agents.loop import _context_order
+    from agents.planning import Facets
+
+    texts = {1: "Orrin Daily covered the carmaker Velm Motors this week.", 2: "Velm Motors shares rose on Monday.",
+             3: "The electric carmaker market grew this year.",
+             4: "Velm Motors faced criticism for slow battery recalls, regulators said.",
+             5: "Velm Motors posted record third-quarter profits, the company said."}
+    chunks = {i: RetrievedChunk(i, i, f"h{i}", text, title=f"Story {i}") for i, text in texts.items()}
+    question = "Which carmaker, reported by Orrin Daily to have posted record third-quarter profits, also faced criticism " \
+               "for slow battery recalls?"
+    facets = Facets({"source": {"Orrin Daily": 3, "Brask Wire": 2}})
+    state = SimpleNamespace(retrieved=chunks, question=question, budgets=SimpleNamespace(max_context_chunks=3))
+    narrowed = [([1, 2, 3, 5], 5), ([2, 1, 3, 4], 5), ([1, 2, 3], 5)]
+    assert _context_order(state, narrowed, [], [], facets) == [5, 4, 1]
+    state.question = "What did Orrin Daily report?"  # no fact stated: the fused order
+    assert _context_order(state, narrowed, [], [], facets) == [1, 2, 3]
 
 
 def test_pipeline_context_keeps_the_whole_questions_best_half_then_the_best_of_every_other_search():
