@@ -105,6 +105,12 @@ def test_shards_merge_into_the_report_of_one_run(files, tmp_path):
     for strategy in ("classic", "search:keyword"):
         for metric in ("questions", "evidence_recall", "hits_at_10", "null_abstained", "tool_calls"):
             assert merged[strategy]["all"][metric] == whole[strategy]["all"][metric], (strategy, metric)
+    # Runs of other strategies over the same questions, merged: each question is counted once.
+    call_command("evaluate", out=tmp_path / "keyword", records=True, **{**common, "strategies": "search:keyword"})
+    call_command("evaluate", out=tmp_path / "classic", records=True, **{**common, "strategies": "classic"})
+    call_command("evaluate", merge=[tmp_path / "keyword", tmp_path / "classic"], out=tmp_path / "by-strategy", no_charts=True)
+    meta = json.loads((tmp_path / "whole" / "report.json").read_text())["meta"]
+    assert json.loads((tmp_path / "by-strategy" / "report.json").read_text())["meta"]["questions"] == meta["questions"]
 
 
 def test_embedding_model_is_set_for_a_new_corpus_and_checked_on_reuse(files):

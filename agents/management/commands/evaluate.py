@@ -202,7 +202,9 @@ class Command(BaseCommand):
         return meta, results
 
     def _merge(self, opts: dict) -> None:
-        """One report from shard outputs: results concatenated, cost figures recomputed over all of them."""
+        """One report from shard outputs: results concatenated, cost figures recomputed over all of them.
+        Question counts are of distinct questions: outputs of other strategies over the same questions
+        (a run of classic and one of auto, merged) do not count them twice."""
         results: list[QuestionResult] = []
         metas = []
         for folder in opts["merge"]:
@@ -215,7 +217,7 @@ class Command(BaseCommand):
                 raise CommandError(f"{folder}: not a shard output ({exc})") from exc
             results.extend(shard)
         meta = {**metas[0], "command": _command_line(), "shard": None, "merged_from": [m.get("shard") for m in metas],
-                "questions": sum(m["questions"] for m in metas), "answerable": sum(m["answerable"] for m in metas),
+                "questions": len({r.qid for r in results}), "answerable": len({r.qid for r in results if r.answerable}),
                 "elapsed_s": max(m["elapsed_s"] for m in metas), "shard_commands": [m["command"] for m in metas],
                 "finished_at": datetime.now(UTC).isoformat(timespec="seconds")}
         self._write(opts, meta, results, records=opts["records"])
