@@ -25,7 +25,7 @@ from agents.models import Citation, Conversation, Outcome, Run, RunStep
 from agents.prompts import PROMPT_VERSION
 from agents.providers import Provider, get_provider
 from agents.providers.capabilities import known_capabilities
-from agents.sufficiency import SeenChunk, open_parts
+from agents.sufficiency import open_parts, seen_chunk
 from agents.tools import ToolDeps
 from tenants.scope import Scope, activate
 
@@ -110,7 +110,8 @@ def record_run(*, scope: Scope, state: RunState, result: LoopResult | None, erro
         answer, outcome, checks, grounded = result.answer, result.outcome, result.citations, result.grounded
         if budgets.strict_citations and outcome in (Outcome.UNVERIFIED, Outcome.TRUNCATED):
             answer, outcome = WITHHELD, Outcome.WITHHELD
-    seen = [SeenChunk(c.chunk_id, c.text, c.score, bool(c.flags)) for c in state.retrieved.values()]
+    # Read as the answer read them: with their documents' titles (a paragraph's "It" is its title).
+    seen = [seen_chunk(c) for c in state.retrieved.values()]
     missing = open_parts(state.question, seen) if outcome != Outcome.FAILED else []
     with activate(scope):
         lock_chain(scope.tenant_id)

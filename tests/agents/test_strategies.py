@@ -245,3 +245,14 @@ def test_a_question_describing_an_entity_is_answered_through_the_name_the_eviden
     assert len(keys) == len(set(keys))
     assert run.outcome == "answered"
     assert f"[c:{film.id}]" in run.answer and f"[c:{person.id}]" in run.answer
+
+
+def test_the_parts_a_run_records_as_missing_are_read_as_the_answer_reads_them(db):
+    """A paragraph's "It" is its document's title: the answer quotes the sentence, and the run does
+    not list the part it answers as missing."""
+    tenant = make_tenant("Velm")
+    corpus = hash_corpus(tenant, "Institutes")
+    chunk = add_chunk(corpus, "It was founded by Ada Quell in 1931 on the harbour front.", "Velm Institute")
+    run = ask(scope=whole_tenant(tenant), question="Who founded the Velm Institute?", strategy="classic", provider="offline")
+    assert run.outcome == "answered" and f"[c:{chunk.id}]" in run.answer
+    assert run.missing == []
