@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from agents.citations import RetrievedChunk
 from agents.lexical import ADJECTIVE_OF_ORIGIN, STOPWORDS, SYNONYMS, UPPER, key_words, sentences, split_question, stem, terms
+from agents.messages import ContextChunk
 from agents.planning import NOT_NAMES, fact_segments, named_terms, without_facets
 from agents.quantities import quantities, quantity_fit
 
@@ -250,12 +251,15 @@ def parts_support(question: str, chunks: list[SeenChunk], values: Iterable[str] 
     return [support(p, chunks, values) for p in split_question(question)]
 
 
-def seen_chunk(chunk: RetrievedChunk) -> SeenChunk:
-    """A retrieved chunk as sufficiency reads it: its text, and what it is about besides (its
-    document's title and string metadata values)."""
-    metadata = chunk.metadata if isinstance(chunk.metadata, Mapping) else {}
-    about = " ".join([chunk.title, *(v for v in metadata.values() if isinstance(v, str))])
-    return SeenChunk(chunk.chunk_id, chunk.text, chunk.score, bool(chunk.flags), about, chunk.title)
+def about_text(title: str, metadata: object) -> str:
+    """What a chunk is about besides its text: its document's title and string metadata values."""
+    values = [v for v in metadata.values() if isinstance(v, str)] if isinstance(metadata, Mapping) else []
+    return " ".join([title, *values])
+
+
+def seen_chunk(chunk: RetrievedChunk | ContextChunk) -> SeenChunk:
+    """A retrieved chunk (or one placed in a prompt) as sufficiency reads it: its text, and what it is about."""
+    return SeenChunk(chunk.chunk_id, chunk.text, chunk.score, bool(chunk.flags), about_text(chunk.title, chunk.metadata), chunk.title)
 
 
 def answering_chunks(question: str, chunks: list[SeenChunk], values: Iterable[str] = ()) -> list[int]:

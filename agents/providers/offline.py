@@ -37,12 +37,14 @@ from agents.sufficiency import (
     ANSWERABLE,
     SeenChunk,
     Support,
+    about_text,
     bridge_names,
     hop_queries,
     is_yes_no_comparison,
     names_in,
     parts_support,
     plain_title,
+    seen_chunk,
     split_relative,
     subject_support,
     support,
@@ -173,21 +175,16 @@ def _chunks_from(request: ModelRequest) -> list[SeenChunk]:
     """Chunks in the code-built context and in every tool result so far, first sighting wins."""
     seen: dict[int, SeenChunk] = {}
     for c in request.context:
-        seen.setdefault(c.chunk_id, SeenChunk(c.chunk_id, c.text, c.score, bool(c.flags), _about(c.title, c.metadata), c.title))
+        seen.setdefault(c.chunk_id, seen_chunk(c))
     for m in request.messages:
         if isinstance(m, ToolResultMessage):
             for item in m.content.get("results", []) or []:
                 if isinstance(item, dict) and "chunk_id" in item:
                     seen.setdefault(int(item["chunk_id"]), SeenChunk(
                         int(item["chunk_id"]), _unwrap(str(item.get("text", ""))), float(item.get("score", 0.0)),
-                        bool(item.get("flagged")), _about(str(item.get("document", "")), item.get("metadata")),
+                        bool(item.get("flagged")), about_text(str(item.get("document", "")), item.get("metadata")),
                         str(item.get("document", ""))))
     return list(seen.values())
-
-
-def _about(title: str, metadata) -> str:
-    values = [str(v) for v in (metadata or {}).values() if isinstance(v, str)] if isinstance(metadata, dict) else []
-    return " ".join([title, *values])
 
 
 def _quotable(sentence: str) -> bool:
