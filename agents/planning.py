@@ -24,6 +24,7 @@ import datetime as dt
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Protocol, TypeVar
 
 from agents.lexical import UPPER, split_question, stem, terms
@@ -126,19 +127,34 @@ def value_aliases(values: Iterable[str]) -> dict[str, tuple[str, ...]]:
     return {name: tuple(sorted(v)) for name, v in aliases.items()}
 
 
+_NamePattern = tuple[str, str, str, tuple[str, ...], re.Pattern[str]]
+
+
+@lru_cache(maxsize=256)
+def _mention_patterns(enumerations: tuple[tuple[str, tuple[str, ...]], ...]) -> tuple[_NamePattern, ...]:
+    """(name, lowercased when ASCII, key, stored values, pattern) of every name of the facet values, longest first.
+    Built once per set of facets: planning and sufficiency look for mentions in every part and
+    sentence they read."""
+    names = [(name, key, vals) for key, values in enumerations for name, vals in value_aliases(values).items()]
+    return tuple((name, name.lower() if name.isascii() else "", key, vals, re.compile(rf"(?<![\w]){re.escape(name)}(?![\w])", re.I))
+                 for name, key, vals in sorted(names, key=lambda n: -len(n[0])))
+
+
 def find_mentions(text: str, facets: Facets) -> list[Mention]:
     """Facet values named in `text`, in text order, longest name first when two overlap.
 
     Matching ignores case but a mention must start with a capital letter ("The Age" names a value,
     "the age of" does not); a value stored in lowercase is not named by a sentence's first word
     ("Travel costs..." does not narrow to a category "travel")."""
-    names: list[tuple[str, str, tuple[str, ...]]] = []
-    for key, values in facets.enumerations.items():
-        names += [(name, key, vals) for name, vals in value_aliases(values).items()]
     found: list[Mention] = []
     taken: list[tuple[int, int]] = []
-    for name, key, vals in sorted(names, key=lambda n: -len(n[0])):
-        for m in re.finditer(rf"(?<![\w]){re.escape(name)}(?![\w])", text, re.I):
+    # Between ASCII strings ignoring case is comparing lowercase: a name absent so cannot match (most
+    # values are named in no text). Elsewhere re's case rules are wider ("İ" matches "I"): no shortcut.
+    lowered = text.lower() if text.isascii() else None
+    for name, ascii_lower, key, vals, pattern in _mention_patterns(tuple((k, tuple(v)) for k, v in facets.enumerations.items())):
+        if lowered is not None and ascii_lower and ascii_lower not in lowered:
+            continue
+        for m in pattern.finditer(text):
             if not m.group(0)[0].isupper() or any(s < m.end() and m.start() < e for s, e in taken):
                 continue
             if name[0].islower() and _SENTENCE_START.search(text[: m.start()]):

@@ -25,6 +25,15 @@ def test_values_are_found_by_full_name_or_short_name_and_only_as_proper_nouns():
     assert mentions("What did The Roar | Sports Writers Blog say?") == [("The Roar | Sports Writers Blog",)]
 
 
+def test_values_are_matched_with_the_case_rules_of_any_script():
+    """Matching ignores case as Python's re does, beyond ASCII too ("İstanbul" names "Istanbul Daily"),
+    and a text naming the same values twice finds both."""
+    facets = Facets({"source": {"Istanbul Daily": 2, "TechCrunch": 3}})
+    assert [m.values for m in planning.find_mentions("What did İstanbul Daily report?", facets)] == [("Istanbul Daily",)]
+    twice = "Did TechCrunch agree with TECHCRUNCH’s later report?"
+    assert [(m.start, m.values) for m in planning.find_mentions(twice, facets)] == [(4, ("TechCrunch",)), (26, ("TechCrunch",))]
+
+
 def test_plan_gives_each_named_value_its_clause_and_date_window():
     q = ("Was the TechCrunch report published on October 31, 2023 consistent with the report from The Verge "
          "published after December 5, 2023?")
