@@ -261,11 +261,6 @@ def choice_kind(question: str) -> str | None:
     return "comparison" if _COMPARATIVE.search(found[2]) else "property"
 
 
-def one_option_answers(question: str) -> bool:
-    """Is one option's sentence an answer (`choice_kind` "property")?"""
-    return choice_kind(question) == "property"
-
-
 def _choice_parts(sentence: str) -> list[str]:
     """"Which P, A or B?" -> ["A P", "B P"]: each option with what is asked of it (the question word dropped)."""
     found = choice_options(sentence)

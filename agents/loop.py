@@ -231,6 +231,7 @@ def run_pipeline(state: RunState, first: list[int] | None = None) -> str:
         searched.add(json.dumps([state.question, None], sort_keys=True))
     queries = planned_queries(state, facets)
     rounds = min(state.budgets.pipeline_rounds, state.budgets.max_iterations)
+    judged: list[int] | None = None  # the context the last judgement read
     depth = min(state.budgets.max_k, state.budgets.max_context_chunks)
     for round_no in range(1, rounds + 1):
         state.iterations += 1
@@ -256,14 +257,17 @@ def run_pipeline(state: RunState, first: list[int] | None = None) -> str:
         if reason := state.spent():
             state.budget_reason = reason
             break
-        verdict = judge(state, _context_order(state, narrowed, anchor, lists, facets), facets)
+        judged = _context_order(state, narrowed, anchor, lists, facets)
+        verdict = judge(state, judged, facets)
         if verdict.get("sufficient"):
             break
         left = state.budgets.max_tool_calls - state.tool_calls
         queries = _parsed_queries(verdict.get("missing", []), facets)[: min(MAX_FOLLOW_UPS, left)]
         if all(json.dumps([q, f], sort_keys=True) in searched for q, f in queries):
             break  # nothing new to search: more rounds would find the same
-    ids = _context_order(state, narrowed, anchor, lists, facets)
+        judged = None  # another round searches: the context is ordered again
+    # Ending after a judgement, no search has changed the results the judge's context was ordered from.
+    ids = judged if judged is not None else _context_order(state, narrowed, anchor, lists, facets)
     return synthesise(state, ids, budget_note(state.budget_reason) if state.budget_reason else "")
 
 

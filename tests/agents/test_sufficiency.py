@@ -70,19 +70,19 @@ def test_a_yes_no_comparison_is_answered_from_each_parts_sentence():
 
 
 def test_which_of_two_options_is_answered_by_the_option_a_sentence_shows_unless_it_compares_them():
-    from agents.lexical import one_option_answers
+    from agents.lexical import choice_kind
     from agents.providers.offline import compose_answer
     from agents.sufficiency import SeenChunk
 
     chunks = [SeenChunk(1, "Ada Quell is a singer who plays guitar in the band Frost.", 1.0, False, "Ada Quell", "Ada Quell"),
               SeenChunk(2, "Bo Rennick is a painter from Oslo.", 1.0, False, "Bo Rennick", "Bo Rennick")]
     question = "Which musician, Ada Quell or Bo Rennick, plays in the band Frost?"
-    assert one_option_answers(question)
+    assert choice_kind(question) == "property"
     answer = compose_answer(question, chunks)
     assert not is_not_enough_evidence(answer) and "[c:1]" in answer and "Not found in the documents" in answer
     # A comparison needs both sides: one option's date does not say which came first.
     compared = "Which was founded first, Ada Quell or Bo Rennick?"
-    assert not one_option_answers(compared)
+    assert choice_kind(compared) == "comparison"
     assert is_not_enough_evidence(compose_answer(compared, chunks[:1]))
     # ... but each side's own text is its evidence, whatever words it uses ("opened" for "founded").
     dated = [SeenChunk(1, "Ada Quell gave its first concert in the capital in 1921.", 1.0, False, "Ada Quell", "Ada Quell"),
