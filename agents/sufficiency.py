@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 
 from agents.citations import RetrievedChunk
 from agents.lexical import ADJECTIVE_OF_ORIGIN, STOPWORDS, SYNONYMS, UPPER, key_words, sentences, split_question, stem, terms
@@ -235,15 +236,21 @@ def _support(part: str, chunks: list[SeenChunk], values: list[str]) -> Support:
     return best
 
 
-def _evidence(chunks: Iterable[SeenChunk]) -> Iterator[tuple[SeenChunk, str, set[str]]]:
+def _evidence(chunks: Iterable[SeenChunk]) -> Iterator[tuple[SeenChunk, str, frozenset[str]]]:
     """Every sentence of the chunks that may be evidence (flagged ones never are), with the terms it
     holds together with its document's title and metadata."""
     for chunk in chunks:
-        if chunk.flagged:
-            continue
-        about = terms(chunk.about)
-        for sentence in sentences(chunk.text) or [chunk.text]:
-            yield chunk, sentence, terms(sentence) | about
+        if not chunk.flagged:
+            for sentence, held in _read(chunk.text, chunk.about):
+                yield chunk, sentence, held
+
+
+@lru_cache(maxsize=4096)
+def _read(text: str, about: str) -> tuple[tuple[str, frozenset[str]], ...]:
+    """A chunk's sentences with the terms each holds together with what the chunk is about. Read once
+    per chunk: every part, fact and judgement of a run reads the same retrieved chunks again."""
+    about_terms = terms(about)
+    return tuple((sentence, frozenset(terms(sentence) | about_terms)) for sentence in sentences(text) or [text])
 
 
 def parts_support(question: str, chunks: list[SeenChunk], values: Iterable[str] = ()) -> list[Support]:
