@@ -1,11 +1,12 @@
 """The generative providers keep their contract with slow, weak and misbehaving models (issue 34).
 
 The OpenAI-compatible provider's real httpx client talks to a local misbehaving server
-(tests.fakes.fake_openai), google-genai to the local fake Gemini (tests.fakes.fake_gemini). Nothing
-here leaves 127.0.0.1. What must hold: no run outlives its wall budget by more than SLACK_S; a
-reply nobody waits for is abandoned (its connection closed, the server idle again) so the next
-run is not delayed; a truncated reply is never stored as a complete answer; a provider that
-ignores tools never yields an answer with zero searches; an ungrounded answer is never `answered`.
+(tests.fakes.fake_openai), google-genai to the local fake Gemini (tests.fakes.fake_gemini); a test
+parametrised over `server` (SERVERS) runs against both. Nothing here leaves 127.0.0.1. What must
+hold: no run outlives its wall budget by more than SLACK_S; a reply nobody waits for is abandoned
+(its connection closed, the server idle again) so the next run is not delayed; a truncated reply is
+never stored as a complete answer; a provider that ignores tools never yields an answer with zero
+searches; an ungrounded answer is never `answered`.
 """
 
 from __future__ import annotations
@@ -13,6 +14,9 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import pytest
 from django.core.cache import cache
@@ -26,7 +30,8 @@ from agents.services import WITHHELD, ask
 from tenants.scope import activate
 from tests.factories import whole_tenant
 from tests.fakes import fake_gemini as fg
-from tests.fakes.fake_openai import FakeOpenAI, close_connection, echo, last_user_text, never_stops, reply, slow, tool_calls
+from tests.fakes import fake_openai as fo
+from tests.fakes.fake_openai import FakeOpenAI, last_user_text, never_stops, reply, tool_calls
 
 pytestmark = pytest.mark.django_db(databases=["default", "owner"])
 # The tests marked `serial` hold a run (or a probe's measured speed) to a budget of a few seconds, so they
@@ -45,6 +50,45 @@ def openai(fake: FakeOpenAI, **kw) -> OpenAICompatProvider:
 
 def gemini(fake: fg.FakeGemini, **kw) -> GeminiProvider:
     return GeminiProvider(**{"api_key": "test-key", "model": "gemini-test", "base_url": fake.base_url, "backoff_s": 0, **kw})
+
+
+@dataclass(frozen=True)
+class Shown:
+    """What one request shows the model, whichever API carried it."""
+    system: str
+    tools: set[str]
+    tools_off: bool  # declared, but calling them is turned off (tool_choice "none", mode NONE)
+    last_user: str
+    results: list[dict]  # the tool results sent back
+
+
+def shown_openai(body: dict) -> Shown:
+    messages = body.get("messages", [])
+    return Shown(system=next((m["content"] for m in messages if m.get("role") == "system"), ""),
+                 tools={t["function"]["name"] for t in body.get("tools", [])}, tools_off=body.get("tool_choice") == "none",
+                 last_user=last_user_text(body), results=[json.loads(m["content"]) for m in messages if m.get("role") == "tool"])
+
+
+def shown_gemini(body: dict) -> Shown:
+    mode = ((body.get("toolConfig") or {}).get("functionCallingConfig") or {}).get("mode")
+    return Shown(system=fg.system_text(body), tools=fg.declared_tools(body), tools_off=mode == "NONE",
+                 last_user=fg.last_user_text(body), results=[r.get("response") or {} for r in fg.function_responses(body)])
+
+
+@dataclass(frozen=True)
+class Server:
+    """A fake server, the provider that talks to it through its real client, and how to script it."""
+    fake: Callable[..., Any]  # (script, when_exhausted=, single_slot=, drop_system=, ignore_tools=) -> FakeOpenAI | FakeGemini
+    provider: Callable[..., Any]
+    text: Callable[[str], dict]
+    call: Callable[[str, dict], dict]  # one tool call
+    shown: Callable[[dict], Shown]
+    module: Any  # its echo, slow, close_connection
+
+
+OPENAI = Server(FakeOpenAI, openai, reply, lambda name, args: tool_calls((name, json.dumps(args))), shown_openai, fo)
+GEMINI = Server(fg.FakeGemini, gemini, fg.text, lambda name, args: fg.calls((name, args)), shown_gemini, fg)
+SERVERS = [pytest.param(OPENAI, id="openai"), pytest.param(GEMINI, id="gemini")]
 
 
 def shown_chunks(text: str) -> list[tuple[int, str]]:
@@ -118,14 +162,16 @@ def test_a_rambling_model_is_cut_at_the_small_caps_of_rewrites_and_verdicts(acme
 
 
 @pytest.mark.serial
-def test_a_slow_provider_fails_the_call_within_the_budget_not_the_next_run(acme):
+@pytest.mark.parametrize("server", SERVERS)
+def test_a_slow_provider_fails_the_call_within_the_budget_not_the_next_run(acme, server):
     tenant, _, _ = acme
     scope = whole_tenant(tenant)
     budgets = Budgets(max_wall_seconds=2)
-    with FakeOpenAI([slow(8, reply("too late"))], when_exhausted=lambda body: reply(grounded_text(body)), single_slot=False) as fake:
-        run, took = timed_ask(scope, openai(fake, timeout_s=120), budgets)
+    grounded = lambda body: server.text(grounded_text(body))  # noqa: E731
+    with server.fake([server.module.slow(8, server.text("too late"))], when_exhausted=grounded, single_slot=False) as fake:
+        run, took = timed_ask(scope, server.provider(fake, timeout_s=120), budgets)
         assert took <= budgets.max_wall_seconds + SLACK_S and run.outcome == "failed", (took, run.outcome)
-        after, took_after = timed_ask(scope, openai(fake), budgets)
+        after, took_after = timed_ask(scope, server.provider(fake), budgets)
         assert took_after < 2.0 and after.outcome == "answered", (took_after, after.error)
 
 
@@ -140,15 +186,16 @@ def test_a_trickling_stream_is_abandoned_at_the_deadline(acme):
 
 
 @pytest.mark.serial
-def test_a_closed_connection_is_retried_and_a_dead_server_fails_within_the_budget(acme):
+@pytest.mark.parametrize("server", SERVERS)
+def test_a_closed_connection_is_retried_and_a_dead_server_fails_within_the_budget(acme, server):
     tenant, _, _ = acme
     scope = whole_tenant(tenant)
-    with FakeOpenAI([close_connection()], when_exhausted=lambda body: reply(grounded_text(body))) as fake:
-        run, _ = timed_ask(scope, openai(fake), Budgets(max_wall_seconds=10))
+    with server.fake([server.module.close_connection()], when_exhausted=lambda body: server.text(grounded_text(body))) as fake:
+        run, _ = timed_ask(scope, server.provider(fake), Budgets(max_wall_seconds=10))
         assert run.outcome == "answered", run.error
     budgets = Budgets(max_wall_seconds=3)
-    with FakeOpenAI([], when_exhausted=close_connection()) as fake:
-        run, took = timed_ask(scope, openai(fake, backoff_s=0.5), budgets)
+    with server.fake([], when_exhausted=server.module.close_connection()) as fake:
+        run, took = timed_ask(scope, server.provider(fake, backoff_s=0.5), budgets)
         assert run.outcome == "failed" and took <= budgets.max_wall_seconds + SLACK_S
         with activate(scope):
             assert any(s.error for s in run_steps(scope, run.id))
@@ -163,24 +210,9 @@ def test_gemini_that_never_stops_is_cut_at_the_wall_budget_and_the_next_run_is_n
         run, took = timed_ask(scope, gemini(fake), budgets)
         assert took <= budgets.max_wall_seconds + SLACK_S and run.outcome == "failed", (took, run.outcome, run.error)
         assert fake.requests[0]["generationConfig"]["maxOutputTokens"] <= budgets.max_output_tokens
-        deadline = time.monotonic() + 1.0
-        while fake.active and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert fake.active == 0 and fake.abandoned == 1
+        assert fake.idle_within(1.0) and fake.abandoned == 1
         after, took_after = timed_ask(scope, gemini(fake), budgets)
         assert took_after < 2.0 and after.outcome == "answered", (took_after, after.error)
-
-
-@pytest.mark.serial
-def test_gemini_slow_and_closed_connections_stay_within_the_budget(acme):
-    tenant, _, _ = acme
-    scope = whole_tenant(tenant)
-    budgets = Budgets(max_wall_seconds=2)
-    with fg.FakeGemini([fg.slow(8, fg.text("late"))], when_exhausted=fg.close_connection()) as fake:
-        run, took = timed_ask(scope, gemini(fake, timeout_s=120), budgets)
-        assert took <= budgets.max_wall_seconds + SLACK_S and run.outcome == "failed", (took, run.error)
-        run, took = timed_ask(scope, gemini(fake, timeout_s=120), budgets)
-        assert took <= budgets.max_wall_seconds + SLACK_S and run.outcome == "failed", (took, run.error)
 
 
 # --- 2. The whole reply is read: finish_reason ----------------------------------------------------
@@ -247,16 +279,18 @@ def test_gemini_max_tokens_is_honoured(acme):
 
 # --- 3. Outcomes that say what happened -----------------------------------------------------------
 
+@pytest.mark.parametrize("server", SERVERS)
 @pytest.mark.parametrize("strategy", ["classic", "agentic", "pipeline", "auto"])
-def test_an_echoing_model_never_yields_answered(acme, strategy):
+def test_an_echoing_model_never_yields_answered(acme, strategy, server):
     tenant, _, _ = acme
     scope = whole_tenant(tenant)
     for question in (QUESTION, "What is the CEO's salary?"):
-        with FakeOpenAI([], when_exhausted=echo, drop_system=True, ignore_tools=True) as fake:
-            run = ask(scope=scope, question=question, strategy=strategy, provider=openai(fake), budgets=Budgets())
+        with server.fake([], when_exhausted=server.module.echo, drop_system=True, ignore_tools=True) as fake:
+            run = ask(scope=scope, question=question, strategy=strategy, provider=server.provider(fake), budgets=Budgets())
         assert run.outcome in {"unverified", "not_enough_evidence"} and not run.grounded, (strategy, run.outcome, run.answer[:200])
-        with FakeOpenAI([], when_exhausted=echo, drop_system=True, ignore_tools=True) as fake:
-            run = ask(scope=scope, question=question, strategy=strategy, provider=openai(fake), budgets=Budgets(strict_citations=True))
+        with server.fake([], when_exhausted=server.module.echo, drop_system=True, ignore_tools=True) as fake:
+            run = ask(scope=scope, question=question, strategy=strategy, provider=server.provider(fake),
+                      budgets=Budgets(strict_citations=True))
         assert run.outcome in {"withheld", "not_enough_evidence"} and not run.grounded
         if run.outcome == "withheld":
             assert run.answer == WITHHELD
@@ -286,25 +320,27 @@ def test_a_cited_but_unverifiable_answer_is_unverified_and_marked_in_the_api_and
 
 # --- 4. Tools ignored, system message dropped, malformed tool calls -------------------------------
 
-def obedient(body: dict) -> dict:
+def obeying(server: Server) -> Callable[[dict], dict]:
     """A model that does what it is shown: obeys a system code word, calls a declared tool when asked,
     returns asked-for JSON, searches when it has a search tool, answers from shown or returned chunks."""
-    messages = body.get("messages", [])
-    system = next((m["content"] for m in messages if m.get("role") == "system"), "")
-    tools = {t["function"]["name"] for t in body.get("tools", [])}
-    if "reply with exactly this word" in system:
-        return reply(system.rsplit(": ", 1)[-1])
-    if "get_time" in tools:
-        return tool_calls(("get_time", '{"city": "Paris"}'))
-    if "JSON object" in last_user_text(body):
-        return reply('{"ok": true, "n": 3}')
-    if "search" in tools and body.get("tool_choice") != "none" and not any(m.get("role") == "tool" for m in messages):
-        return tool_calls(("search", json.dumps({"query": QUESTION})))
-    results = [json.loads(m["content"]) for m in messages if m.get("role") == "tool"]
-    hits = [r for res in results for r in res.get("results", [])]
-    if hits:
-        return reply(f'"{hits[0]["text"].split(". ")[0].rstrip(".")}." [c:{hits[0]["chunk_id"]}]')
-    return reply(grounded_text(body))
+    def model(body: dict) -> dict:
+        seen = server.shown(body)
+        if "reply with exactly this word" in seen.system:
+            return server.text(seen.system.rsplit(": ", 1)[-1])
+        if "get_time" in seen.tools:
+            return server.call("get_time", {"city": "Paris"})
+        if "JSON object" in seen.last_user:
+            return server.text('{"ok": true, "n": 3}')
+        if "search" in seen.tools and not seen.tools_off and not seen.results:
+            return server.call("search", {"query": QUESTION})
+        hits = [r for res in seen.results for r in res.get("results", [])]
+        if hits:
+            return server.text(f'"{hits[0]["text"].split(". ")[0].rstrip(".")}." [c:{hits[0]["chunk_id"]}]')
+        return server.text(grounded_text(body))
+    return model
+
+
+obedient = obeying(OPENAI)
 
 
 def search_steps(scope, run):
@@ -313,16 +349,15 @@ def search_steps(scope, run):
 
 
 @pytest.mark.serial
-def test_the_probe_finds_what_a_server_drops(acme):
-    with FakeOpenAI([], when_exhausted=obedient) as fake:
-        found = probe(openai(fake))
-    assert (found.system, found.tools, found.json) == (True, True, True) and not found.error
-    with FakeOpenAI([], when_exhausted=obedient, drop_system=True, ignore_tools=True) as fake:
-        found = probe(openai(fake))
-        assert (found.system, found.tools, found.json) == (False, False, True)
-        assert known_capabilities(openai(fake)) == found
-    with FakeOpenAI([], when_exhausted=close_connection()) as fake:
-        found = probe(openai(fake, max_attempts=1), timeout_s=2)
+@pytest.mark.parametrize("server", SERVERS)
+def test_the_probe_finds_what_a_server_drops(acme, server):
+    for drop_system, ignore_tools in [(False, False), (True, False), (False, True), (True, True)]:
+        with server.fake([], when_exhausted=obeying(server), drop_system=drop_system, ignore_tools=ignore_tools) as fake:
+            found = probe(server.provider(fake))
+            assert (found.system, found.tools, found.json) == (not drop_system, not ignore_tools, True), (drop_system, ignore_tools)
+            assert not found.error and known_capabilities(server.provider(fake)) == found
+    with server.fake([], when_exhausted=server.module.close_connection()) as fake:
+        found = probe(server.provider(fake, max_attempts=1), timeout_s=2)
     assert (found.system, found.tools, found.json) == (None, None, None) and "RemoteProtocolError" in found.error
 
 
@@ -367,23 +402,24 @@ def test_a_prompt_the_server_could_not_read_before_the_deadline_is_not_sent(acme
     assert errors and all("tokens/s" in e and "not sent" in e for e in errors), errors
 
 
+@pytest.mark.parametrize("server", SERVERS)
 @pytest.mark.parametrize("strategy", ["agentic", "auto"])
-def test_a_provider_found_to_ignore_tools_never_runs_the_agentic_strategy(acme, strategy):
+def test_a_provider_found_to_ignore_tools_never_runs_the_agentic_strategy(acme, strategy, server):
     tenant, _, _ = acme
     scope = whole_tenant(tenant)
-    with FakeOpenAI([], when_exhausted=obedient, drop_system=True, ignore_tools=True) as fake:
-        probe(openai(fake))
-        run = ask(scope=scope, question=MULTI, strategy=strategy, provider=openai(fake), budgets=Budgets())
+    with server.fake([], when_exhausted=obeying(server), drop_system=True, ignore_tools=True) as fake:
+        assert probe(server.provider(fake)).tools is False
+        run = ask(scope=scope, question=MULTI, strategy=strategy, provider=server.provider(fake), budgets=Budgets())
     assert run.strategy == "pipeline" and search_steps(scope, run), run.strategy
     assert run.outcome != "answered" or run.grounded
 
 
-@pytest.mark.parametrize("strategy", ["agentic"])
-def test_a_model_that_answers_without_searching_is_corrected_once_then_answered_from_evidence(acme, strategy):
+@pytest.mark.parametrize("server", SERVERS)
+def test_a_model_that_answers_without_searching_is_corrected_once_then_answered_from_evidence(acme, server):
     tenant, _, _ = acme
     scope = whole_tenant(tenant)
-    with FakeOpenAI([], when_exhausted=obedient, ignore_tools=True) as fake:  # not probed: found out during the run
-        run = ask(scope=scope, question=MULTI, strategy=strategy, provider=openai(fake), budgets=Budgets())
+    with server.fake([], when_exhausted=obeying(server), ignore_tools=True) as fake:  # not probed: found out during the run
+        run = ask(scope=scope, question=MULTI, strategy="agentic", provider=server.provider(fake), budgets=Budgets())
     agent_requests = [r for r in fake.requests if r.get("tools")]
     assert sum("You answered without searching" in prompt_text(r) for r in agent_requests) == 1  # one corrective turn
     assert search_steps(scope, run), "an answer with zero searches"
@@ -405,13 +441,14 @@ def test_malformed_tool_call_json_is_reported_to_the_model_and_never_ends_in_a_s
     assert run.outcome != "answered"
 
 
-def test_a_model_that_never_sees_the_rules_gives_unverified_text_not_answers(acme):
+@pytest.mark.parametrize("server", SERVERS)
+def test_a_model_that_never_sees_the_rules_gives_unverified_text_not_answers(acme, server):
     tenant, _, _ = acme
     scope = whole_tenant(tenant)
-    rambling = reply("Hotels are generally reimbursed at a reasonable rate, usually per night, depending on the city.")
-    with FakeOpenAI([], when_exhausted=rambling, drop_system=True, ignore_tools=True) as fake:
+    rambling = server.text("Hotels are generally reimbursed at a reasonable rate, usually per night, depending on the city.")
+    with server.fake([], when_exhausted=rambling, drop_system=True, ignore_tools=True) as fake:
         for strategy in ("classic", "agentic", "pipeline", "auto"):
-            run = ask(scope=scope, question=QUESTION, strategy=strategy, provider=openai(fake), budgets=Budgets())
+            run = ask(scope=scope, question=QUESTION, strategy=strategy, provider=server.provider(fake), budgets=Budgets())
             assert run.outcome == "unverified" and not run.grounded and search_steps(scope, run), (strategy, run.outcome)
 
 

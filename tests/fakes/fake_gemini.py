@@ -10,9 +10,13 @@ thread and records every request body.
 A script item is a turn (`text`, `calls`), an error (`status(429)`), a broken body (`malformed()`),
 or a callable taking the request body and returning one of those. Misbehaviours: `cut_off(turn)`
 (finish reason MAX_TOKENS), `slow(seconds, turn)`, `never_stops()` (streams text until the
-client goes), `close_connection()` (drops the socket without a reply). `streamGenerateContent`
-is served as SSE; `single_slot=True` makes the server generate one reply at a time, like a
-self-hosted server with one slot, so a reply nobody stopped delays the next request.
+client goes), `close_connection()` (drops the socket without a reply), `echo` (the last user turn
+back, as a tiny model does). `streamGenerateContent` is served as SSE; `single_slot=True` makes
+the server generate one reply at a time, like a self-hosted server with one slot, so a reply
+nobody stopped delays the next request. As in tests.fakes.fake_openai, `drop_system=True` /
+`ignore_tools=True` model a server that loses the system instruction and the function
+declarations: the script's callables receive the body as the model would see it, and a model
+that never saw the tools answers with `echo` where its script would call one.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from tests.fakes.fake_openai import FakeOpenAI
 
 Turn = dict[str, Any]
 ScriptItem = Turn | Callable[[dict], Turn]
@@ -44,6 +50,31 @@ def calls(*items: tuple[str, Any], prompt_tokens: int = 100, output_tokens: int 
             fc["id"] = f"fc-{i}-{name}"
         parts.append({"functionCall": fc})
     return {"parts": parts, "usage": (prompt_tokens, output_tokens)}
+
+
+def last_user_text(body: dict) -> str:
+    """The last user turn's text (a function response as its JSON), what an echoing model repeats."""
+    users = [c for c in body.get("contents", []) if c.get("role") == "user"]
+    parts = users[-1].get("parts", []) if users else []
+    return "\n".join(p["text"] if "text" in p else json.dumps(p["functionResponse"].get("response"))
+                     for p in parts if "text" in p or "functionResponse" in p)
+
+
+def system_text(body: dict) -> str:
+    return "\n".join(p.get("text", "") for p in (body.get("systemInstruction") or {}).get("parts", []))
+
+
+def declared_tools(body: dict) -> set[str]:
+    return {d["name"] for t in body.get("tools", []) for d in t.get("functionDeclarations", [])}
+
+
+def function_responses(body: dict) -> list[dict]:
+    """functionResponse parts sent in one request."""
+    return [p["functionResponse"] for c in body.get("contents", []) for p in c.get("parts", []) if "functionResponse" in p]
+
+
+def echo(body: dict) -> Turn:
+    return text(last_user_text(body)[:400])
 
 
 def status(code: int, message: str = "fake error") -> Turn:
@@ -73,9 +104,10 @@ def close_connection() -> Turn:
 
 
 class FakeGemini:
-    def __init__(self, script: list[ScriptItem], *, when_exhausted: ScriptItem | None = None, single_slot: bool = False) -> None:
+    def __init__(self, script: list[ScriptItem], *, when_exhausted: ScriptItem | None = None, single_slot: bool = False,
+                 drop_system: bool = False, ignore_tools: bool = False) -> None:
         self.script = list(script)
-        self.single_slot = single_slot
+        self.single_slot, self.drop_system, self.ignore_tools = single_slot, drop_system, ignore_tools
         self.slot = threading.Lock()
         self.active = 0  # replies being generated right now
         self.abandoned = 0  # replies the client stopped reading (connection closed mid-stream)
@@ -100,17 +132,31 @@ class FakeGemini:
         self._server.shutdown()
         self._server.server_close()
 
+    def seen_by_model(self, body: dict) -> dict:
+        """The request as the model sees it once the server has dropped what it drops."""
+        body = dict(body)
+        if self.drop_system:
+            body.pop("systemInstruction", None)
+        if self.ignore_tools:
+            body.pop("tools", None)
+            body.pop("toolConfig", None)
+        return body
+
     def next_turn(self, body: dict) -> Turn:
         with self._lock:
             item = self.script.pop(0) if self.script else self.when_exhausted
-        return item(body) if callable(item) else item
+        turn = item(self.seen_by_model(body)) if callable(item) else item
+        if self.ignore_tools and any("functionCall" in p for p in turn.get("parts", [])):
+            turn = echo(body)  # a model that never saw the tools never calls them
+        return turn
+
+    idle_within = FakeOpenAI.idle_within  # the same `active` counter, so the same wait
 
     # --- helpers for assertions ---
 
     def function_responses(self, request_index: int = -1) -> list[dict]:
         """functionResponse parts sent in one recorded request."""
-        body = self.requests[request_index]
-        return [p["functionResponse"] for c in body.get("contents", []) for p in c.get("parts", []) if "functionResponse" in p]
+        return function_responses(self.requests[request_index])
 
     def tool_modes(self) -> list[str | None]:
         return [((b.get("toolConfig") or {}).get("functionCallingConfig") or {}).get("mode") for b in self.requests]
