@@ -1,20 +1,18 @@
-"""Folder sources: add / modify / delete upstream, moves between mapped folders, a corrupt file, the
-lock, an interrupted sync, and unchanged files costing nothing."""
+"""Folder sources: add / modify / delete upstream, moves between mapped folders, a corrupt file, an
+interrupted sync, and unchanged files costing nothing. (The lock, for every kind: test_source_lock.py.)"""
 
 from __future__ import annotations
 
 import os
-import threading
 import time
 
 import pytest
-from django.db import connections
 
 from kb.embedding import HashEmbedder
 from kb.models import Chunk, Corpus, Document, IngestJob, SourceSync
 from kb.sources import sync as sync_module
 from kb.sources.services import source_create
-from kb.sources.sync import request_sync, run_sync
+from kb.sources.sync import request_sync
 from tenants.scope import NotAllowed, activate
 from tests.kb.sources.conftest import changes, chunk_rows, corpus_state, items
 
@@ -152,54 +150,6 @@ def test_a_corrupt_file_fails_alone_and_a_good_old_version_stays(world, folder, 
     state = corpus_state(scope, world["corpus"])
     assert state["finance/expenses.md"][1] == "ready" and state["finance/expenses.md"][2] > 0  # the old version still answers
     assert "hr/scan.pdf" not in state
-
-
-def test_two_syncs_requested_at_once_run_once(world, folder):
-    scope = world["scope"]
-    with activate(scope):  # no broker: a request inside a transaction runs after commit, so both requests see the first
-        a, created_a = request_sync(scope=scope, source=folder)
-        b, created_b = request_sync(scope=scope, source=folder)
-    assert created_a and not created_b and a.pk == b.pk
-    with activate(scope):
-        assert SourceSync.objects.for_scope(scope).filter(source=folder).count() == 1
-
-
-@pytest.mark.django_db(transaction=True, databases=["default", "owner"])
-def test_two_workers_running_syncs_of_one_source_at_once_one_runs_the_other_is_refused(world, folder, monkeypatch):
-    from tests.kb import _transactional  # noqa: F401
-
-    scope = world["scope"]
-    with activate(scope):
-        syncs = [SourceSync.objects.create(tenant_id=scope.tenant_id, source=folder, status="queued") for _ in range(2)]
-    gate = threading.Event()
-    slow = sync_module._Sync.run
-
-    def held_run(self):
-        gate.wait(10)
-        return slow(self)
-
-    monkeypatch.setattr(sync_module._Sync, "run", held_run)
-    results = {}
-
-    def worker(sync_id):
-        try:
-            results[sync_id] = run_sync(sync_id=sync_id, tenant_id=scope.tenant_id)
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=worker, args=(s.pk,)) for s in syncs]
-    threads[0].start()
-    time.sleep(0.5)
-    threads[1].start()
-    threads[1].join(10)
-    gate.set()
-    threads[0].join(30)
-    assert results == {syncs[0].pk: "done", syncs[1].pk: "busy"}
-    with activate(scope):
-        states = dict(SourceSync.objects.for_scope(scope).filter(source=folder).values_list("pk", "status"))
-    assert states == {syncs[0].pk: "done", syncs[1].pk: "failed"}
-    rows = chunk_rows(scope, world["corpus"])
-    assert len(rows) == len(set(rows)) > 0
 
 
 def test_an_interrupted_sync_is_resumed_by_the_next_with_chunks_exactly_once(world, folder, monkeypatch, sync_now,

@@ -4,44 +4,16 @@ from __future__ import annotations
 
 import logging
 
-import boto3
 import pytest
-from moto.server import ThreadedMotoServer
 
-from kb.models import Chunk, Document, Source, SourceSync
+from kb.models import Document, Source, SourceSync
 from kb.sources import sync as sync_module
 from kb.sources.services import source_create, source_update
 from kb.sources.sync import request_sync
 from tenants.scope import NotAllowed, activate
-from tests.kb.sources.conftest import changes, chunk_rows, corpus_state, items
+from tests.kb.sources.conftest import S3_ACCESS_KEY, S3_SECRET_KEY, changes, chunk_rows, chunk_text, corpus_state, items, put
 
 pytestmark = pytest.mark.django_db
-
-ACCESS_KEY = "AKIACANARYSOURCE0001"
-SECRET_KEY = "s3-secret-canary-do-not-leak-1f2e3d4c5b6a"
-
-
-@pytest.fixture(scope="module")
-def s3_server():
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
-
-
-@pytest.fixture
-def bucket(s3_server, request):
-    name = f"policies-{abs(hash(request.node.name)) % 10**8}"
-    client = boto3.client("s3", endpoint_url=s3_server, region_name="us-east-1", aws_access_key_id=ACCESS_KEY,
-                          aws_secret_access_key=SECRET_KEY)
-    client.create_bucket(Bucket=name)
-    return client, name
-
-
-def put(bucket, key: str, text: str | bytes) -> None:
-    client, name = bucket
-    client.put_object(Bucket=name, Key=key, Body=text.encode() if isinstance(text, str) else text)
 
 
 def policy(title: str) -> str:
@@ -56,7 +28,7 @@ def s3_source(world, bucket, s3_server):
     put(bucket, "other/not-mine.md", policy("Outside the prefix"))
     return source_create(scope=world["scope"], corpus=world["corpus"], name="Bucket", kind="s3",
                          config={"bucket": bucket[1], "prefix": "handbook/", "endpoint_url": s3_server},
-                         credentials={"access_key_id": ACCESS_KEY, "secret_access_key": SECRET_KEY},
+                         credentials={"access_key_id": S3_ACCESS_KEY, "secret_access_key": S3_SECRET_KEY},
                          department_rules=[{"prefix": "hr/", "department": world["hr"].pk},
                                            {"prefix": "finance/", "department": world["finance"].pk}])
 
@@ -64,8 +36,8 @@ def s3_source(world, bucket, s3_server):
 def test_credentials_are_stored_encrypted(world, s3_source):
     with activate(world["scope"]):
         row = Source.objects.for_scope(world["scope"]).get(pk=s3_source.pk)
-    assert row.secret and SECRET_KEY not in row.secret and ACCESS_KEY not in row.secret
-    assert SECRET_KEY not in str(row.config)
+    assert row.secret and S3_SECRET_KEY not in row.secret and S3_ACCESS_KEY not in row.secret
+    assert S3_SECRET_KEY not in str(row.config)
 
 
 def test_add_modify_delete_and_move_in_the_bucket_are_mirrored(world, bucket, s3_source, sync_now, caplog):
@@ -91,11 +63,10 @@ def test_add_modify_delete_and_move_in_the_bucket_are_mirrored(world, bucket, s3
     state = corpus_state(scope, world["corpus"])
     assert {k: (v[0], v[1], v[3]) for k, v in state.items()} == {
         "hr/leave.md": (hr, "ready", {hr}), "hr/travel.md": (hr, "ready", {hr}), "finance/budget.md": (fin, "ready", {fin})}
-    with activate(scope):
-        text = " ".join(Chunk.objects.for_scope(scope).filter(corpus=world["corpus"]).values_list("text", flat=True))
+    text = chunk_text(scope, world["corpus"])
     assert "carry over five days" in text and "Sick days" not in text
     logged = caplog.text + repr([r.__dict__ for r in caplog.records])
-    assert SECRET_KEY not in logged
+    assert S3_SECRET_KEY not in logged
 
 
 def test_a_corrupt_object_fails_alone(world, bucket, s3_source, sync_now):
@@ -106,14 +77,6 @@ def test_a_corrupt_object_fails_alone(world, bucket, s3_source, sync_now):
     it = items(world["scope"], s3_source)
     assert it["hr/broken.docx"].state == it["hr/binary.bin"].state == "failed"
     assert "unsupported" in it["hr/binary.bin"].error
-
-
-def test_two_sync_requests_at_once_join_one_sync(world, s3_source):
-    scope = world["scope"]
-    with activate(scope):
-        a, created_a = request_sync(scope=scope, source=s3_source)
-        b, created_b = request_sync(scope=scope, source=s3_source)
-    assert created_a and not created_b and a.pk == b.pk
 
 
 def test_a_killed_sync_is_completed_by_the_next_with_chunks_exactly_once(world, bucket, s3_source, monkeypatch, sync_now,
@@ -146,9 +109,9 @@ def test_a_killed_sync_is_completed_by_the_next_with_chunks_exactly_once(world, 
 def test_refused_credentials_fail_the_sync_without_echoing_them(world, bucket, s3_source, sync_now, s3_server):
     source_update(scope=world["scope"], source=s3_source, config={"bucket": "no-such-bucket", "endpoint_url": s3_server})
     sync = sync_now(world["scope"], s3_source)
-    assert sync.status == "failed" and "NoSuchBucket" in sync.error and SECRET_KEY not in sync.error
+    assert sync.status == "failed" and "NoSuchBucket" in sync.error and S3_SECRET_KEY not in sync.error
     with activate(world["scope"]):
-        assert SourceSync.objects.for_scope(world["scope"]).filter(error__contains=SECRET_KEY).count() == 0
+        assert SourceSync.objects.for_scope(world["scope"]).filter(error__contains=S3_SECRET_KEY).count() == 0
 
 
 def test_loopback_endpoints_are_refused_unless_allowed(world, s3_server, settings):

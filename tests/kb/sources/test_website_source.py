@@ -4,16 +4,10 @@ moved between mapped paths."""
 
 from __future__ import annotations
 
-import threading
-import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 import pytest
 
-from kb.models import Chunk
 from kb.sources.services import source_create
-from tenants.scope import activate
-from tests.kb.sources.conftest import changes, corpus_state, items
+from tests.kb.sources.conftest import changes, chunk_text, corpus_state, items
 
 pytestmark = pytest.mark.django_db
 
@@ -25,48 +19,9 @@ def page(title: str, *links: str, extra: str = "") -> bytes:
             f"<body><nav><ul>{anchors}</ul></nav><main><h1>{title}</h1>{body}{extra}</main></body></html>").encode()
 
 
-class Site:
-    """path -> (status, content type, body, headers); `slow` paths sleep first."""
-
-    def __init__(self) -> None:
-        self.pages: dict[str, tuple[int, str, bytes, dict]] = {}
-        self.slow: set[str] = set()
-        self.hits: list[str] = []
-
-    def html(self, path: str, body: bytes) -> None:
-        self.pages[path] = (200, "text/html; charset=utf-8", body, {})
-
-
 @pytest.fixture
-def site():
-    s = Site()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802
-            s.hits.append(self.path)
-            if self.path in s.slow:
-                time.sleep(5)
-            status, ctype, body, headers = s.pages.get(self.path, (404, "text/plain", b"not found", {}))
-            try:
-                self.send_response(status)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                for k, v in headers.items():
-                    self.send_header(k, v)
-                self.end_headers()
-                self.wfile.write(body)
-            except (BrokenPipeError, ConnectionResetError):
-                pass
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    s.base = f"http://127.0.0.1:{server.server_address[1]}"
-    base = s.base
+def site(web_server):
+    s, base = web_server, web_server.base
     s.pages["/robots.txt"] = (200, "text/plain", b"User-agent: *\nDisallow: /private/\n", {})
     s.pages["/sitemap.xml"] = (200, "application/xml", (
         '<?xml version="1.0"?><urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">'
@@ -79,12 +34,10 @@ def site():
     s.html("/big", page("Big", extra="<p>" + "padding " * 5000 + "</p>"))
     s.pages["/away"] = (302, "text/html", b"", {"Location": "http://elsewhere.invalid/landing"})
     s.html("/slow", page("Slow"))
-    s.slow.add("/slow")
+    s.slow["/slow"] = 5  # over the source's 2 s timeout
     s.html("/private/salaries", page("Salaries"))
     s.pages["/files/scan.pdf"] = (200, "application/pdf", b"%PDF-1.4 this is not really a pdf", {})
-    yield s
-    server.shutdown()
-    server.server_close()
+    return s
 
 
 @pytest.fixture
@@ -111,8 +64,7 @@ def test_crawl_respects_host_robots_and_limits_and_each_bad_page_fails_alone(wor
     assert "parse error" in it["/files/scan.pdf"].error
     assert (sync.status, sync.added, sync.failed, sync.complete_listing) == ("done", 4, 4, True)
     assert "/private/salaries" not in site.hits  # robots.txt
-    with activate(scope):
-        text = " ".join(Chunk.objects.for_scope(scope).filter(corpus=world["corpus"]).values_list("text", flat=True))
+    text = chunk_text(scope, world["corpus"])
     assert "script text" not in text and "Leave rule 2" in text  # cleaned by the HTML parser
 
 
@@ -136,6 +88,10 @@ def test_pages_added_changed_removed_and_moved_are_mirrored(world, site, web_sou
     hr = world["hr"].pk
     assert state["/hr/travel"][0] == hr and state["/hr/travel"][3] == {hr}
     assert "/hr/orphan" not in state and "/finance/travel" not in state
+    text = chunk_text(scope, world["corpus"])
+    assert "Leave rule 9: sabbaticals after five years." in text and "New starters rule 0" in text  # changed, added
+    assert "Orphan" not in text  # removed: gone from search
+    assert text.count("Travel rule 0") == 1  # moved: its chunks kept, not duplicated
 
 
 def test_a_crawl_stopped_by_a_limit_removes_nothing(world, site, web_source, sync_now):
@@ -149,15 +105,3 @@ def test_a_crawl_stopped_by_a_limit_removes_nothing(world, site, web_source, syn
     sync = sync_now(scope, web_source)
     assert sync.complete_listing is False and sync.removed == 0
     assert set(corpus_state(scope, world["corpus"])) == before
-
-
-def test_two_sync_requests_at_once_join_one_sync(world, web_source):
-    from kb.models import SourceSync
-    from kb.sources.sync import request_sync
-
-    scope = world["scope"]
-    with activate(scope):  # no broker: the first request's sync would run after commit, so the second finds it queued
-        a, created_a = request_sync(scope=scope, source=web_source)
-        b, created_b = request_sync(scope=scope, source=web_source)
-        assert SourceSync.objects.for_scope(scope).filter(source=web_source).count() == 1
-    assert created_a and not created_b and a.pk == b.pk
