@@ -72,7 +72,6 @@ def test_the_reaper_resends_a_silent_running_job_sooner_than_a_waiting_queued_on
         old = timezone.now() - timedelta(seconds=100)
         IngestJob.objects.for_scope(scope).filter(pk=running.pk).update(status=JobStatus.RUNNING, heartbeat_at=old)
         IngestJob.objects.for_scope(scope).filter(pk=waiting.pk).update(status=JobStatus.QUEUED, heartbeat_at=old)
-    print(list(IngestJob.objects.unscoped_dangerously("owner").values("id", "status", "heartbeat_at", "started_at")), timezone.now())
     assert resume_stuck_jobs(older_than=600, running_older_than=90) == [running.pk]  # resent (and, eager here, run)
     with activate(scope):
         assert IngestJob.objects.for_scope(scope).get(pk=running.pk).status == JobStatus.DONE
