@@ -5,11 +5,15 @@ rights can rewrite a chain consistently (recompute every hash after an edit) or 
 runs, and the chain alone cannot tell. A digest anchors the chain outside the database, as AWS
 CloudTrail's digest files anchor its logs:
 
-    {"version": 1, "tenant_id": 3, "tenant_slug": "kestrel", "seq": 41, "hash": "<run 41's hash>",
+    {"version": 2, "tenant_id": 3, "tenant_slug": "kestrel", "seq": 41, "hash": "<run 41's hash>",
+     "runs_from": 38, "run_hashes": ["<run 38's hash>", "<run 39's>", "<run 40's>", "<run 41's>"],
      "signed_at": "2026-12-03T17:00:00+00:00", "previous_digest": "<sha256 of this tenant's previous digest file>",
      "key_id": "<sha256 of the public key, 16 hex>", "signature": "<base64 Ed25519 signature>"}
 
-The signature covers the canonical JSON of every other field. Digests are written per tenant to
+The signature covers the canonical JSON of every other field. `run_hashes` lists the hash of every
+run since the tenant's previous digest (as CloudTrail's digests list each log file they cover), so a
+rewrite is located at the exact run; version-1 digests, which sign the tip alone, locate it only
+between two digests. Digests are written per tenant to
 `CHAIN_DIGEST_DIR/<tenant id>/<seq, 12 digits>-<UTC time>.json` by `manage.py write_chain_digests`
 (on demand) and by the Celery beat entry `agents.write_chain_digests` (every CHAIN_DIGEST_INTERVAL_S);
 copy the folder anywhere (a bucket with object lock is the production choice). The Ed25519 key is
@@ -33,12 +37,13 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from django.conf import settings
+from django.db.models import QuerySet
 
 from agents.chain import GENESIS
 from agents.models import Run
 from tenants.models import Tenant
 
-DIGEST_VERSION = 1
+DIGEST_VERSION = 2
 
 
 def signing_key() -> Ed25519PrivateKey:
@@ -84,13 +89,17 @@ def write_digest(tenant_id: int, tenant_slug: str, folder: Path | str | None = N
     genesis hash, so removing every run is detected too."""
     folder = Path(folder or settings.CHAIN_DIGEST_DIR)
     key = signing_key()
-    tip = Run.objects.unscoped_dangerously(using).filter(tenant_id=tenant_id).order_by("-seq").values_list("seq", "hash").first()
+    runs = Run.objects.unscoped_dangerously(using).filter(tenant_id=tenant_id)
+    tip = runs.order_by("-seq").values_list("seq", "hash").first()
     seq, tip_hash = tip if tip else (0, GENESIS)
     tenant_dir = folder / str(tenant_id)
     tenant_dir.mkdir(parents=True, exist_ok=True)
     earlier = sorted(tenant_dir.glob("*.json"))
+    runs_from = _seq_of(earlier[-1]) + 1 if earlier else 1
     now = datetime.now(UTC)
     digest = {"version": DIGEST_VERSION, "tenant_id": tenant_id, "tenant_slug": tenant_slug, "seq": seq, "hash": tip_hash,
+              "runs_from": runs_from,
+              "run_hashes": list(runs.filter(seq__gte=runs_from, seq__lte=seq).order_by("seq").values_list("hash", flat=True)),
               "signed_at": now.isoformat(), "key_id": key_id(key.public_key()),
               "previous_digest": hashlib.sha256(earlier[-1].read_bytes()).hexdigest() if earlier else ""}
     digest["signature"] = base64.b64encode(key.sign(_signed_bytes(digest))).decode()
@@ -98,6 +107,14 @@ def write_digest(tenant_id: int, tenant_slug: str, folder: Path | str | None = N
     path.write_text(json.dumps(digest, indent=1, sort_keys=True))
     (folder / "public_key.pem").write_text(public_key_pem(key))
     return path
+
+
+def _seq_of(path: Path) -> int:
+    """The tip a digest file signed: its name starts with the seq (12 digits), which its body repeats."""
+    try:
+        return int(json.loads(path.read_bytes())["seq"])
+    except (ValueError, KeyError, TypeError):
+        return int(path.name[:12])
 
 
 def write_all_digests(folder: Path | str | None = None) -> list[Path]:
@@ -160,6 +177,10 @@ def verify_digests(tenant_id: int, folder: Path | str, public: Ed25519PublicKey,
             continue
         if seq == 0:
             continue
+        if bad := _first_listed_mismatch(digest, runs):
+            bad_seq, why = bad
+            problems.append(DigestProblem(tenant_id, str(path), bad_seq, why))
+            continue
         found = runs.filter(seq=seq).values_list("hash", flat=True).first()
         if found is None:
             problems.append(DigestProblem(tenant_id, str(path), newest + 1,
@@ -172,3 +193,22 @@ def verify_digests(tenant_id: int, folder: Path | str, public: Ed25519PublicKey,
         else:
             last_good_seq = seq
     return DigestReport(tenant_id, len(files), problems)
+
+
+def _first_listed_mismatch(digest: dict, runs: QuerySet[Run]) -> tuple[int, str] | None:
+    """The first run a version-2 digest lists whose hash the database no longer has, and why; None
+    when every listed run is there unchanged (or the digest lists none)."""
+    listed = digest.get("run_hashes")
+    if not isinstance(listed, list) or not listed:
+        return None
+    start = int(digest["runs_from"])
+    stored = dict(runs.filter(seq__gte=start, seq__lt=start + len(listed)).values_list("seq", "hash"))
+    for seq, signed in enumerate(listed, start):
+        if seq not in stored:
+            newest = runs.order_by("-seq").values_list("seq", flat=True).first() or 0
+            return seq, (f"run seq {seq} signed at {digest['signed_at']} is gone: the newest run now is seq {newest}, "
+                         f"so runs {seq}-{digest['seq']} were removed" if newest < seq else
+                         f"run seq {seq} signed at {digest['signed_at']} is gone (deleted from the middle of the chain)")
+        if stored[seq] != signed:
+            return seq, f"run seq {seq} no longer has the hash signed at {digest['signed_at']}: the chain was rewritten from seq {seq}"
+    return None

@@ -5,6 +5,7 @@ but not `verify_chain --digests`; a digest signed with another key is rejected."
 from __future__ import annotations
 
 import base64
+import hashlib
 import io
 import json
 
@@ -54,6 +55,19 @@ def _owner(sql: str, params: list | None = None) -> None:
         cur.execute(sql, params or [])
 
 
+def _rewrite_consistently(runs: list[Run], at: int) -> None:
+    """Forge runs[at]'s answer and recompute its hash and every later link, as an owner covering tracks would."""
+    _owner("UPDATE agents_run SET answer = 'Hotel nights are reimbursed without limit.' WHERE id = %s", [runs[at].id])
+    prev = Run.objects.unscoped_dangerously("owner").get(pk=runs[at - 1].id).hash
+    for run in runs[at:]:
+        row = Run.objects.unscoped_dangerously("owner").get(pk=run.id)
+        row.prev_hash = prev
+        steps = list(RunStep.objects.unscoped_dangerously("owner").filter(run_id=run.id))
+        cites = list(Citation.objects.unscoped_dangerously("owner").filter(run_id=run.id))
+        prev = run_hash(row, steps, cites)
+        _owner("UPDATE agents_run SET prev_hash = %s, hash = %s WHERE id = %s", [row.prev_hash, prev, run.id])
+
+
 def test_removing_the_newest_runs_is_caught_by_the_digests_not_by_the_chain(signing):
     tenant = make_tenant("Acme")
     make_policy_corpus(tenant)
@@ -77,19 +91,58 @@ def test_a_consistently_rewritten_chain_is_caught_with_the_first_bad_seq(signing
     runs += _runs(tenant, 2)
     call_command("write_chain_digests", stdout=io.StringIO())
     assert _verify(tenant, signing)[0]
-    # Forge run 3's answer and recompute its hash and every later link, as an owner covering tracks would.
-    _owner("UPDATE agents_run SET answer = 'Hotel nights are reimbursed without limit.' WHERE id = %s", [runs[2].id])
-    prev = Run.objects.unscoped_dangerously("owner").get(pk=runs[1].id).hash
-    for run in runs[2:]:
-        row = Run.objects.unscoped_dangerously("owner").get(pk=run.id)
-        row.prev_hash = prev
-        steps = list(RunStep.objects.unscoped_dangerously("owner").filter(run_id=run.id))
-        cites = list(Citation.objects.unscoped_dangerously("owner").filter(run_id=run.id))
-        prev = run_hash(row, steps, cites)
-        _owner("UPDATE agents_run SET prev_hash = %s, hash = %s WHERE id = %s", [row.prev_hash, prev, run.id])
+    _rewrite_consistently(runs, 2)  # seq 3, and every link after it
     ok, out = _verify(tenant, signing)
     assert not ok and f"OK      {tenant.slug}: 4 run(s) verified" in out, out  # the chain alone is consistent again
-    assert "first bad seq 3" in out and "rewritten between seq 3 and 4" in out, out
+    assert "first bad seq 3" in out and "the chain was rewritten from seq 3" in out, out
+
+
+def test_a_rewrite_inside_a_digests_range_is_located_at_the_exact_run(signing):
+    """Each digest signs the hash of every run since the digest before it (seq 3-6 here), so the rewritten run
+    itself (seq 5) is named, not only the range."""
+    tenant = make_tenant("Acme")
+    make_policy_corpus(tenant)
+    runs = _runs(tenant, 2)
+    call_command("write_chain_digests", stdout=io.StringIO())  # signs seq 2
+    runs += _runs(tenant, 4)
+    call_command("write_chain_digests", stdout=io.StringIO())  # signs seq 6
+    runs += _runs(tenant, 1)  # seq 7: after the newest digest
+    assert [r.seq for r in runs] == [1, 2, 3, 4, 5, 6, 7] and _verify(tenant, signing)[0]
+    _rewrite_consistently(runs, 4)  # seq 5, and every link after it
+    ok, out = _verify(tenant, signing)
+    assert not ok and f"OK      {tenant.slug}: 7 run(s) verified" in out, out  # the chain alone is consistent again
+    broken = [line for line in out.splitlines() if line.startswith("BROKEN")]
+    assert len(broken) == 1, out  # the digest of seq 2 still matches; the one of seq 6 does not
+    assert "(first bad seq 5)" in broken[0] and "run seq 5 no longer has the hash signed" in broken[0], out
+
+
+def test_a_version_1_digest_of_the_tip_alone_locates_a_rewrite_between_two_digests(signing):
+    """Digests written before run hashes were listed (version 1) sign the tip alone: the rewrite is reported from
+    the first run no valid digest covers (seq 3), a lower bound, up to the digest that no longer matches (seq 6)."""
+    from agents.digests import _signed_bytes, signing_key
+
+    tenant = make_tenant("Acme")
+    make_policy_corpus(tenant)
+    runs = _runs(tenant, 2)
+    call_command("write_chain_digests", stdout=io.StringIO())
+    runs += _runs(tenant, 4)
+    call_command("write_chain_digests", stdout=io.StringIO())
+    key = signing_key()
+    previous = ""
+    for path in sorted((signing / str(tenant.id)).glob("*.json")):  # as version 1 wrote them, chained and signed again
+        digest = json.loads(path.read_text())
+        for field in ("runs_from", "run_hashes", "signature"):
+            digest.pop(field)
+        digest["version"], digest["previous_digest"] = 1, previous
+        digest["signature"] = base64.b64encode(key.sign(_signed_bytes(digest))).decode()
+        path.write_text(json.dumps(digest, indent=1, sort_keys=True))
+        previous = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert _verify(tenant, signing)[0]
+    _rewrite_consistently(runs, 4)
+    ok, out = _verify(tenant, signing)
+    broken = [line for line in out.splitlines() if line.startswith("BROKEN")]
+    assert not ok and len(broken) == 1, out
+    assert "(first bad seq 3)" in broken[0] and "rewritten between seq 3 and 6" in broken[0], out
 
 
 def test_a_digest_signed_with_another_key_is_rejected(signing, settings):
