@@ -15,10 +15,11 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from agents.citations import CitationCheck, check_citations, is_not_enough_evidence, neutralise_markers
+from agents.citations import MARKER, CitationCheck, check_citations, is_not_enough_evidence, neutralise_markers
 from agents.lexical import contained_share, shingles, split_question
 from agents.messages import (
     AssistantMessage,
@@ -40,7 +41,7 @@ from agents.prompts import (
     system_prompt,
 )
 from agents.steps import ANSWER_RESERVE, RunState, StepRecord, call_model, call_tool, execute_calls
-from agents.sufficiency import answering_chunks, seen_chunk
+from agents.sufficiency import answering_chunks, seen_chunk, unsupported_parts
 
 __all__ = ["ANSWER_RESERVE", "STRATEGIES", "LoopResult", "RunState", "StepRecord", "decide_outcome", "run_strategy"]
 
@@ -456,23 +457,31 @@ def run_auto(state: RunState) -> LoopResult:
 def _finish(state: RunState, strategy: str, answer: str) -> LoopResult:
     state.strategy = strategy
     citations = check_citations(answer, state.retrieved)
-    outcome = decide_outcome(answer, citations, truncated=answer in state.truncated, budget_reason=state.budget_reason)
+    cited = [seen_chunk(state.retrieved[c.chunk_id]) for c in citations if c.verified]
+    uncited = unsupported_parts(state.question, MARKER.sub("", answer), cited,
+                                [seen_chunk(c) for c in state.retrieved.values()]) if cited else []
+    outcome = decide_outcome(answer, citations, truncated=answer in state.truncated, budget_reason=state.budget_reason,
+                             unsupported=uncited)
     return LoopResult(answer=answer, strategy=strategy, outcome=outcome, citations=citations, budget_reason=state.budget_reason)
 
 
-def is_grounded(citations: list[CitationCheck]) -> bool:
-    """At least one citation, and every citation verified against a chunk this run retrieved."""
-    return bool(citations) and all(c.verified for c in citations)
+def is_grounded(citations: list[CitationCheck], unsupported: Sequence[str] = ()) -> bool:
+    """At least one citation, every citation verified against a chunk this run retrieved, and no part
+    of the question the answer speaks to without a cited chunk that supports it
+    (agents.sufficiency.unsupported_parts)."""
+    return bool(citations) and all(c.verified for c in citations) and not unsupported
 
 
-def decide_outcome(answer: str, citations: list[CitationCheck], *, truncated: bool = False, budget_reason: str = "") -> str:
+def decide_outcome(answer: str, citations: list[CitationCheck], *, truncated: bool = False, budget_reason: str = "",
+                   unsupported: Sequence[str] = ()) -> str:
     """What the run's text is (agents.models.Outcome values):
 
         truncated            cut off by the output cap even after its retry: never complete, never grounded
         not_enough_evidence  the model said so (a statement, not an answer)
-        unverified           text without a citation, or with one that failed verification: not an answer
+        unverified           text without a citation, with one that failed verification, or speaking to a
+                             part of the question (`unsupported`) no cited chunk supports: not an answer
         budget_exhausted     grounded, but a budget ended the research early
-        answered             grounded: at least one citation, every one verified
+        answered             grounded: at least one citation, every one verified, every part it answers cited
 
     The loop never decides `withheld`: agents.services withholds unverified and truncated text
     when the tenant asks for strict citations."""
@@ -480,6 +489,6 @@ def decide_outcome(answer: str, citations: list[CitationCheck], *, truncated: bo
         return "truncated"
     if is_not_enough_evidence(answer):
         return "not_enough_evidence"
-    if not is_grounded(citations):
+    if not is_grounded(citations, unsupported):
         return "unverified"
     return "budget_exhausted" if budget_reason else "answered"

@@ -288,6 +288,21 @@ def open_parts(question: str, chunks: list[SeenChunk], values: Iterable[str] = (
     return [s.part for s in parts_support(question, chunks, values) if not s.answerable]
 
 
+def unsupported_parts(question: str, answer: str, cited: list[SeenChunk], retrieved: list[SeenChunk]) -> list[str]:
+    """The parts of a multi-part `question` an answer speaks to without a citation that supports them.
+
+    A part counts when the retrieved evidence answers it (ANSWERABLE), the answer's own words cover
+    it as much, and none of `cited` (the chunks the answer's verified citations point at) does: the
+    answer then states that part from text it did not cite. A part nothing retrieved answers is the
+    run's `missing` (open_parts), and a single-part question is judged by its citations alone."""
+    parts = split_question(question)
+    if len(parts) < 2:
+        return []
+    said = [SeenChunk(0, answer, 0.0, False)]
+    return [p for p in parts
+            if support(p, cited).score < ANSWERABLE and support(p, retrieved).answerable and support(p, said).answerable]
+
+
 def bridge_names(part: str, chunks: list[SeenChunk], values: Iterable[str] = (), *, top: int = 2) -> list[str]:
     """Names the sentences that best match `part` give and the part does not: the entity a
     multi-hop question describes ("the woman who portrayed X") once the first search found text on

@@ -8,7 +8,9 @@ import re
 import pytest
 
 from agents.budgets import Budgets
+from agents.messages import ModelRequest, ModelTurn, Usage
 from agents.models import RunStep
+from agents.providers.offline import OfflineProvider
 from agents.selectors import run_steps
 from agents.services import ask
 from kb.ingest.corpora import refresh_dated_at
@@ -256,3 +258,28 @@ def test_the_parts_a_run_records_as_missing_are_read_as_the_answer_reads_them(db
     run = ask(scope=whole_tenant(tenant), question="Who founded the Velm Institute?", strategy="classic", provider="offline")
     assert run.outcome == "answered" and f"[c:{chunk.id}]" in run.answer
     assert run.missing == []
+
+
+class ScriptedAnswer(OfflineProvider):
+    """A model whose final answer is scripted; searches, rewrites and verdicts are the offline one's."""
+
+    def __init__(self, answer: str) -> None:
+        self.answer = answer
+
+    def generate(self, request: ModelRequest) -> ModelTurn:
+        if request.task != "answer":
+            return super().generate(request)
+        return ModelTurn(text=self.answer, usage=Usage(10, 10))
+
+
+def test_an_answer_stating_a_part_without_a_citation_that_supports_it_is_not_answered(acme):
+    tenant, _, chunks = acme
+    scope = whole_tenant(tenant)
+    hotel, leave = chunks["travel1"].id, chunks["leave1"].id
+    cited_once = (f'"Hotel stays are reimbursed up to EUR 180 per night in capital cities" [c:{hotel}]. '
+                  "Employees receive 25 days of annual leave per calendar year.")
+    run = ask(scope=scope, question=MULTI, provider=ScriptedAnswer(cited_once), strategy="pipeline")
+    assert run.outcome == "unverified" and not run.grounded
+    cited_both = cited_once.replace("calendar year.", f"calendar year [c:{leave}].")
+    run = ask(scope=scope, question=MULTI, provider=ScriptedAnswer(cited_both), strategy="pipeline")
+    assert run.outcome == "answered" and run.grounded

@@ -163,3 +163,19 @@ def test_month_and_day_names_are_no_names_to_hop_to():
     assert "September" not in bridge_names("is presented by the weekly paper Velm Courier", [courier, festival], top=1)
     # A festival that shares a month with the paper's dates is not the festival the paper presents.
     assert is_not_enough_evidence(compose_answer(question, [courier, festival]))
+
+
+def test_a_part_the_answer_states_without_a_supporting_citation_is_unsupported():
+    from agents.sufficiency import SeenChunk, unsupported_parts
+
+    hotel = SeenChunk(1, "Hotel stays are reimbursed up to EUR 180 per night in capital cities.", 1.0, False)
+    leave = SeenChunk(2, "Employees receive 25 days of annual leave per calendar year.", 1.0, False)
+    question = "How much is a hotel night reimbursed, and how many days of annual leave do employees receive?"
+    both = "Hotel stays are reimbursed up to EUR 180 per night. Employees receive 25 days of annual leave per year."
+    assert unsupported_parts(question, both, [hotel, leave], [hotel, leave]) == []
+    [part] = unsupported_parts(question, both, [hotel], [hotel, leave])  # the leave days stated, not cited
+    assert "annual leave" in part
+    # A part the answer does not speak to, or one nothing retrieved answers, is not held against it.
+    assert unsupported_parts(question, "Hotel stays are reimbursed up to EUR 180 per night.", [hotel], [hotel, leave]) == []
+    assert unsupported_parts(question, both, [hotel], [hotel]) == []
+    assert unsupported_parts("How many days of annual leave do employees receive?", both, [hotel], [hotel, leave]) == []
