@@ -199,6 +199,8 @@ def test_playground_runs_with_the_chosen_members_scope(admin_client, world):
     run = r.context["run"]
     assert run.scope["department_ids"] == [world.sales.id] and not run.scope["all_departments"]
     assert run.principal == f"user:{sales_user.id} via admin:user:{r.wsgi_request.user.id}"
+    acted = re.search(r'<span id="acted-scope">(.*?)</span>', r.content.decode(), re.S).group(1)
+    assert f"department ids: {world.sales.id}" in acted and "{" not in acted, acted  # words, not a dict's repr
     assert "rotate weekly" not in run.answer  # the engineering runbook is outside Sam's scope
     with activate(whole_tenant(world.b)):
         b_key = ApiKey.objects.filter(tenant=world.b).first()
@@ -377,3 +379,31 @@ def test_admin_pages_read_as_their_users_expect(admin_client, world):
     with activate(whole_tenant(world.a)):
         chunk = Chunk.objects.for_scope(whole_tenant(world.a)).first()
     assert _re.fullmatch(r"chunk \d+ \(part \d+ of document \d+\)", str(chunk))
+
+
+def test_run_review_shows_scope_arguments_and_filters_as_words(client, world):
+    """The trace's stored JSON (enforced scope, step arguments, effective filter) is shown through the
+    `readable` filter: "role: reader · all departments: no", never a Python dict's repr."""
+    run = world.client("a-sales-reader").post("/api/v1/ask/", {"question": "What is the hotel limit per night?",
+                                                               "strategy": "classic"}, format="json").json()
+    client.force_login(staff(world, "auditor"))
+    detail = client.get(f"/admin/agents/run/{run['id']}/change/").content.decode()
+    scope = re.search(r'<span id="enforced-scope">(.*?)</span>', detail, re.S).group(1)
+    assert "role: reader" in scope and "all departments: no" in scope and f"department ids: {world.sales.id}" in scope, scope
+    # The third cell of each step row: its arguments, and the filter its search applied.
+    arguments = " ".join(re.findall(r'<tr class="step">\s*<td>.*?</td>\s*<td>.*?</td>\s*<td>(.*?)</td>', detail, re.S))
+    assert "query: What is the hotel limit per night?" in arguments and "<small>filter: " in arguments, arguments
+    assert "scope: (role: reader;" in arguments  # a nested object reads as words in brackets
+    for raw in ("{", "[&#x27;", "&quot;", "True", "False", "None"):  # a dict's or list's repr, or JSON, escaped or not
+        assert raw not in scope and raw not in arguments, raw
+
+
+def test_view_site_leads_to_the_chat_page(admin_client, world):
+    """The admin's "View site" link is "/", and "/" is the chat page of the signed-in user's tenant."""
+    index = admin_client.get("/admin/").content.decode()
+    href = re.search(r'<a href="([^"]*)">View site</a>', index)
+    assert href and href.group(1) == "/", href
+    chat = admin_client.get(href.group(1))
+    assert chat.status_code == 200 and [t.name for t in chat.templates][0] == "chat/index.html"
+    html = chat.content.decode()
+    assert f"<h1>Ask {world.a.name}</h1>" in html and 'id="question"' in html and 'aria-label="Conversations"' in html

@@ -41,8 +41,22 @@ def page(monkeypatch):
             browser.close()
 
 
-def shot(page, name: str) -> None:
-    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+def shot(page, name: str, *, full_page: bool = True) -> None:
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=full_page)
+
+
+def contrast(locator) -> float:
+    """WCAG contrast ratio of an element's text colour against the first opaque background behind it."""
+    return locator.evaluate("""e => {
+        const rgb = (s) => s.match(/[\\d.]+/g).map(Number);
+        const lum = (c) => c.slice(0, 3).map((v) => (v /= 255) <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4)
+                            .reduce((sum, v, i) => sum + v * [0.2126, 0.7152, 0.0722][i], 0);
+        let at = e;
+        while (at && (rgb(getComputedStyle(at).backgroundColor)[3] === 0)) at = at.parentElement;
+        const back = at ? rgb(getComputedStyle(at).backgroundColor) : [255, 255, 255];
+        const [hi, lo] = [lum(rgb(getComputedStyle(e).color)), lum(back)].sort((a, b) => b - a);
+        return (hi + 0.05) / (lo + 0.05);
+    }""")
 
 
 def test_admin_upload_ingest_ask_and_review(live_server, world: World, page, tmp_path):  # noqa: F811
@@ -121,8 +135,10 @@ def test_admin_pages_as_their_users_find_them(live_server, world: World, page, t
     page.goto(f"{live_server.url}/admin/kb/document/")
     table = page.inner_text("#result_list")
     assert "travel.md" in table and "travel.html" in table  # the file name tells the two copies apart
-    failed = page.locator("#result_list tbody tr", has_text="broken.pdf").inner_text().lower()
-    assert "failed" in failed and "pdf" in failed  # why it failed, in the list
+    failed = page.locator("#result_list tbody tr", has_text="broken.pdf")
+    assert "failed" in failed.locator("td.field-status").inner_text().lower()
+    reason = failed.locator("td.field-failure").inner_text()
+    assert reason.startswith("parse error: PDF is malformed"), reason  # why it failed, in the list (not just the file name)
     assert "done done" not in table.lower()
     shot(page, "admin-fix-02-documents-file-names-and-failure")
 
@@ -146,6 +162,10 @@ def test_admin_pages_as_their_users_find_them(live_server, world: World, page, t
     page.fill("#id_question", "How much are hotels reimbursed per night?")
     page.click("#playground-form input[type=submit]")
     page.wait_for_selector("#answer")
+    acted = page.inner_text("#acted-scope")
+    assert "role: admin" in acted and "{" not in acted  # the playground's own line about the scope, too
+    healthz = page.locator("#providers-help a")
+    assert healthz.inner_text() == "/healthz" and contrast(healthz) >= 3, contrast(healthz)  # not blue on blue
     page.click("text=open in audit review")
     page.wait_for_selector("#citations")
     scope = page.inner_text("#enforced-scope")

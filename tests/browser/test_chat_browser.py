@@ -1,7 +1,8 @@
 """The chat page in a real browser against a live server: an employee signs in, asks, follows up with a
 pronoun, opens a citation and sees the quoted words highlighted, gives a thumbs down with a comment;
-the auditor then finds that feedback in audit review and in its export. Screenshots of the chat at
-1400 px and at phone width go to test-artifacts/ (git-ignored)."""
+the auditor then finds that feedback in audit review and in its export. At 1400 px and at phone width
+(390 px) the page does not scroll sideways, the question box and its button are on screen and work, and
+the source panel opens inside the screen. Screenshots go to test-artifacts/ (git-ignored)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,21 @@ from django.contrib.auth import get_user_model
 from tests.api.conftest import World, ingest, world  # noqa: F401  (fixture)
 from tests.browser.test_admin_browser import page, pytestmark, shot  # noqa: F401  (fixture, marks)
 from tests.factories import make_membership, make_staff_user
+
+PHONE = {"width": 390, "height": 844}
+
+
+def overflow(tab) -> dict:
+    """How far the page itself scrolls beyond the window, in px (0 or less: it does not)."""
+    return tab.evaluate("(({scrollWidth, clientWidth, scrollHeight, clientHeight}) => "
+                        "({x: scrollWidth - clientWidth, y: scrollHeight - clientHeight}))(document.scrollingElement)")
+
+
+def on_screen(tab, locator) -> bool:
+    """The element is shown and lies wholly inside the window as it is scrolled now."""
+    box, view = locator.bounding_box(), tab.viewport_size
+    return (locator.is_visible() and box is not None and box["x"] >= 0 and box["y"] >= 0
+            and box["x"] + box["width"] <= view["width"] and box["y"] + box["height"] <= view["height"])
 
 
 def test_employee_asks_follows_up_opens_a_source_and_gives_feedback(live_server, world: World, page):  # noqa: F811
@@ -41,6 +57,8 @@ def test_employee_asks_follows_up_opens_a_source_and_gives_feedback(live_server,
     page.wait_for_selector("#source:not([hidden])")
     assert page.inner_text("#source-title") == "Expense Policy" and "version 1" in page.inner_text("#source-meta")
     assert "60 EUR" in page.inner_text("#source mark")
+    assert overflow(page) == {"x": 0, "y": 0}  # the window holds the page; only the conversation and the panel scroll
+    assert all(on_screen(page, page.locator(s)) for s in ("#question", "#send", "#source-title", "#source mark", "#close-source"))
     shot(page, "chat-1400")
     with page.expect_download() as download:
         page.click("#download")
@@ -50,12 +68,36 @@ def test_employee_asks_follows_up_opens_a_source_and_gives_feedback(live_server,
     second.locator(".feedback input").fill("Does not say who approves late taxis")
     second.locator("button[data-rating=down]").click()
     page.wait_for_selector("text=Thanks, feedback saved.")
-    page.fill("#question", "How many parking spaces does the office have for visitors?")
-    page.click("#send")
+
+    # At phone width: nothing scrolls sideways, the question box and its button are on screen side by side and
+    # large enough to use, and asking works with them.
+    page.set_viewport_size(PHONE)
+    assert overflow(page)["x"] <= 0
+    question, send = page.locator("#question"), page.locator("#send")
+    question.scroll_into_view_if_needed()
+    assert on_screen(page, question) and on_screen(page, send) and question.is_editable() and send.is_enabled()
+    box, button = question.bounding_box(), send.bounding_box()
+    assert box["width"] >= 200 and box["x"] + box["width"] <= button["x"], (box, button)  # room to type, no overlap
+    assert button["width"] >= 44 and button["height"] >= 44, button  # a thumb-sized target
+    question.fill("How many parking spaces does the office have for visitors?")
+    send.click()
     page.wait_for_selector(".turn:nth-child(3) .a")
     assert "Not enough evidence" in page.inner_text(".turn:nth-child(3) .a.not-enough")
-    page.set_viewport_size({"width": 390, "height": 844})
+    assert overflow(page)["x"] <= 0  # long answers and the feedback bars wrap instead of widening the page
     shot(page, "chat-phone")
+
+    # The source panel at phone width: inside the screen, its title, quote and close button readable.
+    second.locator(".cite").first.click()
+    page.wait_for_selector("#source:not([hidden])")
+    panel = page.locator("#source")
+    assert on_screen(page, panel) and panel.bounding_box()["width"] == PHONE["width"]
+    assert all(on_screen(page, page.locator(s)) for s in ("#source-title", "#source mark", "#close-source"))
+    assert "60 EUR" in page.inner_text("#source mark") and page.inner_text("#source-title") == "Expense Policy"
+    assert page.eval_on_selector("#source-text", "e => parseFloat(getComputedStyle(e).fontSize)") >= 14
+    assert overflow(page)["x"] <= 0
+    shot(page, "chat-phone-source", full_page=False)  # what the phone's screen shows
+    page.keyboard.press("Escape")
+    assert panel.is_hidden()
 
     auditor = make_staff_user("audrey", "audit-horse-9")
     make_membership(auditor, world.a, "auditor", all_departments=True)
