@@ -3,9 +3,8 @@ read-only base (no add, change, delete or actions: runs and feedback are append-
 
 from __future__ import annotations
 
+from agents.access import AUDITORS
 from tenants.admin_base import TenantScopedAdmin
-
-AUDITORS = frozenset({"auditor", "admin"})
 
 
 def csv_cell(value) -> str:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from django.contrib.auth import get_user_model
+from django.contrib.auth.hashers import make_password
 from django.db import transaction
 
 from kb.ingest import upload_document
@@ -90,10 +91,8 @@ def _ensure_users(scope: Scope, tenant: Tenant, departments: dict[str, Departmen
     user_model = get_user_model()
     for username, dept in USERS:
         with activate(scope):
-            user, created = user_model.objects.get_or_create(username=username)
+            user, created = user_model.objects.get_or_create(username=username, defaults={"password": make_password(None)})
             if created:
-                user.set_unusable_password()
-                user.save()
                 TenantUser.objects.create(user=user, tenant=tenant)
             membership, _ = Membership.objects.get_or_create(user=user, tenant=tenant, defaults={"role": "reader"})
             membership.departments.set([departments[dept]])

@@ -1,4 +1,5 @@
-"""Admin site for a tenant's own records: the tenant's settings, departments, members and API keys.
+"""Admin site for a tenant's own records: the tenant's settings, departments, members and API keys;
+and Django's users and groups, for operators only.
 
 Everything here goes through tenants.access (what the staff user sees, what it may grant) and
 tenants.services (the writes), the same functions the API calls; tenants.admin_base runs every view
@@ -11,6 +12,9 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.auth import get_user_model
+from django.contrib.auth.admin import GroupAdmin, UserAdmin
+from django.contrib.auth.models import Group
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpRequest
@@ -267,3 +271,59 @@ class ApiKeyAdmin(TenantScopedAdmin):
                 continue
             n += 1
         messages.success(request, f"Revoked {n} key(s).")
+
+
+# --- Django's users and groups: operators only ------------------------------------------------------------
+
+OWNER = "owner"
+
+
+class OperatorOnlyAdmin(admin.ModelAdmin):
+    """Superusers (operators) only, reading and writing through the owner connection: the application
+    role may neither write groups and privilege flags (tenants 0003) nor change the sign-in details of a
+    user outside the current tenant (tenants 0006). Tenant staff see nothing here (403): they manage
+    their tenant's users as members."""
+
+    def _operator(self, request: HttpRequest) -> bool:
+        return request.user.is_active and request.user.is_superuser
+
+    def has_module_permission(self, request) -> bool:
+        return self._operator(request)
+
+    def has_view_permission(self, request, obj=None) -> bool:
+        return self._operator(request)
+
+    def has_add_permission(self, request) -> bool:
+        return self._operator(request)
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return self._operator(request)
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return self._operator(request)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        return super().get_queryset(request).using(OWNER)
+
+    def formfield_for_manytomany(self, db_field, request=None, **kwargs):
+        return super().formfield_for_manytomany(db_field, request, using=OWNER, **kwargs)
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        obj.save(using=OWNER)  # related rows (groups) follow the instance's database
+
+    def delete_model(self, request: HttpRequest, obj: Any) -> None:
+        obj.delete(using=OWNER)
+
+
+admin.site.unregister(get_user_model())
+admin.site.unregister(Group)
+
+
+@admin.register(get_user_model())
+class OperatorUserAdmin(OperatorOnlyAdmin, UserAdmin):
+    """Django's user admin (its password change included), for operators."""
+
+
+@admin.register(Group)
+class OperatorGroupAdmin(OperatorOnlyAdmin, GroupAdmin):
+    """Django's group admin, for operators (tenant access comes from memberships, not groups)."""

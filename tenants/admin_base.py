@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.contrib import admin
+from django.contrib.admin.forms import AdminPasswordChangeForm
 from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
 from django.db import models
@@ -29,6 +30,7 @@ from django.http import HttpRequest
 from django.urls import URLPattern
 
 from tenants.access import visible, visible_users
+from tenants.accounts import save_own_password
 from tenants.principals import TenantChoice, tenants_of_user, user_scope
 from tenants.scope import NotAllowed, Scope, TenantScopedManager, activate, validating_tenant
 
@@ -115,6 +117,16 @@ def scoped_view(view):
             return response
 
     return wrapper
+
+
+class OwnPasswordChangeForm(AdminPasswordChangeForm):
+    """The admin site's "change password" (the old password first), stored by save_own_password."""
+
+    def save(self, commit: bool = True) -> Any:
+        self.user.set_password(self.cleaned_data["new_password1"])
+        if commit:
+            save_own_password(self.user)
+        return self.user
 
 
 def is_tenant_scoped(model: type[models.Model]) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from django.contrib import admin
 from django.contrib.admin.apps import AdminConfig
 from django.template.response import TemplateResponse
+from django.urls import reverse
 
 
 class GroundedAdminConfig(AdminConfig):
@@ -33,3 +34,17 @@ class GroundedAdminSite(admin.AdminSite):
             context = {**self.each_context(request), "title": "Choose a tenant", "choices": admin_tenant_choices(request)}
             return TemplateResponse(request, "admin/tenants/choose_tenant.html", context)
         return super().index(request, extra_context)
+
+    def password_change(self, request, extra_context=None):
+        """Django's own password change, with a form that stores the new password where the database
+        allows it (tenants.accounts.save_own_password): no tenant is active on this page."""
+        # Here, not at the top: this module loads while the apps load, before tenants.admin_base's models exist.
+        from django.contrib.auth.views import PasswordChangeView
+
+        from tenants.admin_base import OwnPasswordChangeForm
+
+        request.current_app = self.name
+        return PasswordChangeView.as_view(
+            form_class=OwnPasswordChangeForm, success_url=reverse("admin:password_change_done", current_app=self.name),
+            extra_context={**self.each_context(request), **(extra_context or {})},
+            **({"template_name": self.password_change_template} if self.password_change_template else {}))(request)

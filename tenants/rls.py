@@ -2,8 +2,9 @@
 
 Tenant-owned tables get ENABLE + FORCE ROW LEVEL SECURITY and one policy comparing the row's
 tenant_id with the transaction-local setting `app.tenant_id` (set by tenants.scope.activate).
-An unset tenant matches nothing, so a forgotten scope fails closed. The tenants app's own tables,
-link tables and the user-flag guard are in tenants/migrations/0003_row_level_security.py.
+An unset tenant matches nothing, so a forgotten scope fails closed. The tenants app's own tables and
+link tables are in tenants/migrations/0003_row_level_security.py; the guard on auth_user (no privilege
+flags, sign-in details only of the current tenant's own users) in 0003 and 0006_guard_user_accounts.py.
 """
 
 from __future__ import annotations

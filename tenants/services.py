@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.hashers import make_password
 from django.contrib.auth.validators import UnicodeUsernameValidator
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError, transaction
@@ -77,11 +78,10 @@ def _tenant_user(scope: Scope, tenant: Tenant, name: str, email: str):
         raise NotAllowed(f"at most {USERNAME_MAX - len(tenant.slug) - 1} characters", field="username")
     try:
         with transaction.atomic():
-            user = users.create(username=login, email=email)
+            # Without a password from the start: changing it later needs the home row first (tenants 0006).
+            user = users.create(username=login, email=email, password=make_password(None))
     except IntegrityError:  # an operator made this exact login elsewhere: never attach it here
         raise NotAllowed("this name is not available; choose another", field="username") from None
-    user.set_unusable_password()
-    user.save(update_fields=["password"])
     TenantUser.objects.create(user=user, tenant=tenant)
     return user
 

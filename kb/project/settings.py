@@ -119,6 +119,9 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 
+# Django's sign-in by username and password, storing an upgraded password hash where the database allows
+# it (tenants/accounts.py; the application role changes a password only inside the user's home tenant).
+AUTHENTICATION_BACKENDS = ["tenants.accounts.SignInBackend"]
 ROOT_URLCONF = "api.root_urls"
 WSGI_APPLICATION = "kb.project.wsgi.application"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

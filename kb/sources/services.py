@@ -14,7 +14,7 @@ from kb.sources.base import SourceError
 from kb.sources.crypto import encrypt_secret
 from kb.sources.models import Source, SourceKind
 from kb.sources.rules import normalise_rules
-from tenants.models import Department
+from tenants.access import departments_in_scope
 from tenants.scope import NotAllowed, Scope, activate
 
 # Keyed by the kind's stored string (SourceKind members are those strings).
@@ -66,9 +66,10 @@ def _rules(scope: Scope, corpus: Corpus, rules: object) -> list[dict]:
     except ValueError as exc:
         raise NotAllowed(str(exc), field="department_rules") from None
     wanted = {r["department"] for r in normalised}
-    known = set(Department.objects.filter(tenant_id=scope.tenant_id, pk__in=wanted - {None}).values_list("pk", flat=True))
-    if (wanted - {None}) - known:
-        raise NotAllowed("a mapping rule names an unknown department", field="department_rules")
+    try:
+        departments_in_scope(scope, sorted(wanted - {None}))
+    except NotAllowed as exc:
+        raise NotAllowed(f"department rules: {exc}", field="department_rules") from None
     access.check_may_manage_source(scope, corpus, wanted)
     return normalised
 

@@ -1,7 +1,8 @@
 """The escalations reported in issue 27, replayed exactly: each is refused and nothing changes.
 
 A department-limited admin (Sales only) of tenant A tries to widen its reach through the admin site;
-any tenant admin tries to attach another tenant's user through the API.
+any tenant admin tries to attach another tenant's user through the API and the admin site; tenant staff
+try Django's own user and group admins.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ import json
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.db import connections
 
 from tenants.models import ApiKey, Membership, Tenant, TenantUser
 from tenants.scope import Scope, activate
@@ -134,3 +137,101 @@ def test_api_department_admin_cannot_widen_members_or_keys(world):
     with activate(Scope.system(world.a.id)):
         member = Membership.objects.get(pk=mid)
     assert _membership(member) == ("reader", False, [world.sales.id])
+
+
+def _memberships_of(user) -> list[tuple]:
+    """Every membership of `user`, in any tenant (read through the owner connection)."""
+    return sorted(Membership.objects.using("owner").filter(user=user).values_list("tenant_id", "role", "all_departments"))
+
+
+def test_admin_site_never_attaches_another_tenants_user(world, client):
+    """Issue 27's third escalation through the admin site: a tenant-wide admin of A posts the membership
+    forms with the id of a user of tenant B, and of an operator's account (no home): a form error on the
+    add form, the user left as it was on the change form (a membership is not moved to another user)."""
+    gina = get_user_model().objects.create_user(username="gina", email="gina@globex.test")
+    with activate(Scope.system(world.b.id)):
+        TenantUser.objects.create(user=gina, tenant=world.b)
+    make_membership(gina, world.b, "reader", all_departments=True)
+    operator = make_staff_user("operator", superuser=True)
+    own = get_user_model().objects.create_user(username="own-user")
+    with activate(Scope.system(world.a.id)):
+        TenantUser.objects.create(user=own, tenant=world.a)
+    member = make_membership(own, world.a, "reader", departments=[world.sales])
+    user = make_staff_user("acme-admin", "pw-acme-admin-1")
+    make_membership(user, world.a, "admin", all_departments=True)
+    client.force_login(user)
+    before = {u.username: _memberships_of(u) for u in (gina, operator, own)}
+    for foreign in (gina, operator):
+        r = client.post("/admin/tenants/membership/add/", {"user": foreign.id, "role": "reader", "all_departments": "on"})
+        assert r.status_code == 200 and "user" in r.context["adminform"].form.errors, r.status_code
+        body = r.content.decode()
+        assert foreign.username not in body and "globex" not in body
+        r = client.post(f"/admin/tenants/membership/{member.id}/change/",
+                        {"user": foreign.id, "role": "reader", "departments": [world.sales.id]})
+        assert r.status_code in (200, 302), r.status_code
+        with activate(Scope.system(world.a.id)):
+            assert Membership.objects.get(pk=member.id).user_id == own.id
+    assert {u.username: _memberships_of(u) for u in (gina, operator, own)} == before
+    # The form still adds the tenant's own users.
+    newcomer = get_user_model().objects.create_user(username="newcomer")
+    with activate(Scope.system(world.a.id)):
+        TenantUser.objects.create(user=newcomer, tenant=world.a)
+    r = client.post("/admin/tenants/membership/add/", {"user": newcomer.id, "role": "reader", "all_departments": "on"})
+    assert r.status_code == 302 and _memberships_of(newcomer) == [(world.a.id, "reader", True)]
+
+
+AUTH_TABLES = ("auth_user", "auth_group", "auth_user_groups", "auth_user_user_permissions", "auth_group_permissions")
+
+
+def _auth_rows() -> dict[str, list]:
+    """Django's users, groups and permission links as stored (owner connection), sign-in times aside."""
+    out = {}
+    with connections["owner"].cursor() as cur:
+        for table in AUTH_TABLES:
+            cur.execute(f"SELECT to_jsonb(t) - 'last_login' FROM \"{table}\" t ORDER BY id")
+            out[table] = [row for (row,) in cur.fetchall()]
+    return out
+
+
+STAFF = [("reader", None), ("editor", None), ("auditor", None), ("admin", "Sales"), ("admin", None)]
+
+
+@pytest.mark.parametrize(("role", "department"), STAFF, ids=["reader", "editor", "auditor", "department admin", "tenant admin"])
+def test_tenant_staff_have_no_access_to_djangos_users_and_groups(world, client, role, department):
+    """Django's user and group admins are for operators: every tenant staff user gets 403 on their list,
+    add, change, delete, history, password and bulk-delete pages, for its own account, its tenant's users,
+    another tenant's, a superuser's and a group, and nothing changes."""
+    staff = make_staff_user(f"staff-{role}", "pw-staff-12345")
+    make_membership(staff, world.a, role, all_departments=department is None,
+                    departments=[world.sales] if department else [])
+    own = get_user_model().objects.create_user(username="own-user", email="own@acme.test")
+    gina = get_user_model().objects.create_user(username="gina", email="gina@globex.test")
+    for user, tenant in ((own, world.a), (gina, world.b)):
+        with activate(Scope.system(tenant.id)):
+            TenantUser.objects.create(user=user, tenant=tenant)
+    root = make_staff_user("root", superuser=True)
+    group = Group.objects.using("owner").create(name="operators")
+    client.force_login(staff)
+    before = _auth_rows()
+    user_form = {"username": "renamed", "email": "x@evil.test", "is_active": "on", "is_staff": "on", "is_superuser": "on",
+                 "password1": "pw-new-123456789", "password2": "pw-new-123456789", "usable_password": "true",
+                 "date_joined_0": "2020-01-01", "date_joined_1": "00:00:00"}
+    requests = [("get", "/admin/auth/user/", {}), ("get", "/admin/auth/group/", {}),
+                ("get", "/admin/auth/user/add/", {}), ("post", "/admin/auth/user/add/", user_form),
+                ("get", "/admin/auth/group/add/", {}), ("post", "/admin/auth/group/add/", {"name": "staff-made"}),
+                ("post", "/admin/auth/user/", {"action": "delete_selected", "post": "yes",
+                                               "_selected_action": [staff.id, own.id, gina.id, root.id]}),
+                ("post", "/admin/auth/group/", {"action": "delete_selected", "post": "yes", "_selected_action": [group.id]})]
+    for user in (staff, own, gina, root):
+        base = f"/admin/auth/user/{user.id}/"
+        requests += [("get", f"{base}change/", {}), ("post", f"{base}change/", user_form), ("get", f"{base}history/", {}),
+                     ("get", f"{base}delete/", {}), ("post", f"{base}delete/", {"post": "yes"}),
+                     ("get", f"{base}password/", {}), ("post", f"{base}password/", user_form)]
+    base = f"/admin/auth/group/{group.id}/"
+    requests += [("get", f"{base}change/", {}), ("post", f"{base}change/", {"name": "renamed"}),
+                 ("get", f"{base}delete/", {}), ("post", f"{base}delete/", {"post": "yes"})]
+    statuses = {f"{method.upper()} {url}": getattr(client, method)(url, body).status_code for method, url, body in requests}
+    assert {k: v for k, v in statuses.items() if v != 403} == {}
+    assert client.get("/admin/auth/").status_code == 404
+    assert "/admin/auth/" not in client.get("/admin/").content.decode()
+    assert _auth_rows() == before

@@ -5,7 +5,8 @@ The inventory is generated, so a new route or model admin is covered without edi
 - API: every route under /api/v1/ in the URL resolver, with every unsafe method its view has;
 - admin: every ModelAdmin in the admin registry: add, change and delete of rows of every zone, each of
   its actions over rows of every zone, and every extra URL it serves (exports, upload, search, the
-  playground, the tenant switch), fetched and posted.
+  playground, the tenant switch, a user's password), fetched and posted. Django's users and groups
+  included; an admin of an app the matrix does not know fails it (KNOWN_ADMIN_APPS).
 
 Path ids are taken from every zone: rows the actor may change, rows of its tenant outside its reach
 (another department, tenant-wide rows), the other tenant's rows. Bodies try to widen: the highest role,
@@ -47,6 +48,8 @@ pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "owne
 ROLE_GRANTS = {"admin": {"admin", "editor", "reader", "auditor"}, "editor": {"editor", "reader"}, "reader": {"reader"},
                "auditor": {"auditor"}}
 IGNORED_TABLES = {"django_session", "django_admin_log", "django_content_type", "django_migrations", "auth_permission"}
+# Apps whose admins the matrix knows how to judge: ours, and Django's users and groups (operators only).
+KNOWN_ADMIN_APPS = {"tenants", "kb", "agents", "auth"}
 VOLATILE = {"tenants_apikey": {"last_used_at"}, "auth_user": {"last_login"}}
 HEAVY = ("embedding", "search_vector", "lexemes", "data")
 
@@ -106,6 +109,7 @@ def _build(world, actor: Actor) -> Matrix:
         spares = w.spare_users[tenant.id] = [user_model.objects.create_user(username=f"spare-{tenant.slug}-{i}") for i in range(60)]
         with activate(Scope.system(tenant.id)):
             TenantUser.objects.bulk_create([TenantUser(user=u, tenant=tenant) for u in spares])
+    w.operator = make_staff_user("operator", superuser=True)  # an operator's account, without a home
     w.keys["a-eng-reader"] = issue(w.a, "reader", [w.eng])
     # Sources on every corpus (a folder with one file each), so their routes and admin are tried in every zone.
     for corpus in (w.shared, w.sales_corpus, w.eng_corpus, w.b_corpus):
@@ -147,7 +151,7 @@ def _tables() -> tuple[str, ...]:
     """The tables compared (the schema does not change within a run)."""
     with connections["owner"].cursor() as cur:
         names = connections["owner"].introspection.table_names(cur)
-    kept = (t for t in names if t not in IGNORED_TABLES and (t.split("_")[0] in {"tenants", "kb", "agents"} or t == "auth_user"))
+    kept = (t for t in names if t not in IGNORED_TABLES and t.split("_")[0] in {"tenants", "kb", "agents", "auth"})
     return tuple(sorted(kept))
 
 
@@ -233,6 +237,8 @@ def judge(actor: Actor, table: str, old: dict | None, new: dict | None, before: 
         if tenants != {actor.tenant_id}:
             return f"a user of tenants {sorted(tenants)} (none: no tenant) was changed"
         return None if actor.role == "admin" else f"a {actor.role} changed a user"
+    if table.startswith("auth_"):
+        return f"{table} changed: Django's groups and permissions are for operators only"
     tenant = _row_tenant(table, row, before, after)
     if tenant != actor.tenant_id:
         return f"a row of tenant {tenant} changed"
@@ -258,6 +264,11 @@ def judge(actor: Actor, table: str, old: dict | None, new: dict | None, before: 
         return None if actor.all_departments else "a department-limited admin changed the tenant's settings"
     if table == "tenants_department":
         return None if actor.all_departments else "a department-limited admin changed departments"
+    if table == "tenants_membership" and new is not None and (old is None or old["user_id"] != new["user_id"]):
+        home = after.get(("tenants_tenantuser", str(new["user_id"]))) or before.get(("tenants_tenantuser", str(new["user_id"])))
+        if home is None or home["tenant_id"] != actor.tenant_id:
+            return (f"a membership was made for a user whose home is "
+                    f"{'tenant ' + str(home['tenant_id']) if home else 'no tenant'}")
     if table in ("tenants_apikey", "tenants_membership"):
         for version, version_state in ((old, before), (new, after)):
             if version is None:
@@ -334,11 +345,24 @@ def zone_ids(table: str) -> list[int]:
         rows = [json.loads(r[0]) if isinstance(r[0], str) else r[0] for r in cur.fetchall()]
     if table in ("tenants_apikey", "tenants_membership"):
         return [row["id"] for row in rows]  # a principal's zone is also its department set: try them all
+    if table == "auth_user":
+        return user_zones()
     seen: dict[tuple, int] = {}
     for row in rows:
         zone = (row.get("tenant_id", row.get("id") if table == "tenants_tenant" else None), row.get("department_id"),
                 row.get("all_departments"), row.get("role"), row.get("corpus_id") if table == "kb_source" else None)
         seen.setdefault(zone, row["id"])
+    return sorted(seen.values())
+
+
+def user_zones() -> list[int]:
+    """One user per zone: home tenant (none for operators' accounts) and privilege flags."""
+    with connections["owner"].cursor() as cur:
+        cur.execute("SELECT u.id, h.tenant_id, u.is_staff, u.is_superuser FROM auth_user u "
+                    "LEFT JOIN tenants_tenantuser h ON h.user_id = u.id ORDER BY u.id")
+        seen: dict[tuple, int] = {}
+        for pk, *zone in cur.fetchall():
+            seen.setdefault(tuple(zone), pk)
     return sorted(seen.values())
 
 
@@ -371,7 +395,10 @@ def _wide_values(m: Matrix) -> list[dict]:
             "question": "What is the hotel limit?", "strategy": "classic", "query": "hotel limit", "title": "Matrix",
             "metadata": {"category": "matrix"}, "embedding_model": "hash", "embedding_dim": 64, "chunk_target_tokens": 200,
             "chunk_overlap_tokens": 20, "tenant": own_tenant.id, "settings": {}, "kind": "folder",
-            "config": {"path": w.source_folder}, "schedule_minutes": 0}
+            "config": {"path": w.source_folder}, "schedule_minutes": 0,
+            # Django's user forms (add, change, password), so a page that let the actor in would be a valid write.
+            "password1": "matrix-pw-24680", "password2": "matrix-pw-24680", "usable_password": "true",
+            "date_joined_0": "2024-01-02", "date_joined_1": "03:04:05", "is_active": True}
     widen = [{"all_departments": True}, {"departments": [own_dept, other_dept]}, {"departments": [foreign_dept]},
              {"role": "admin"}, {"department": other_dept}, {"department": foreign_dept}, {"department": None},
              {"tenant": other_tenant.id}, {"settings": {"daily_runs": 1}},
@@ -516,9 +543,9 @@ def _variants_for(m: Matrix, url: str) -> list[dict]:
 
 
 def _admin_writes(m: Matrix):
+    unknown = sorted(f"{m._meta.app_label}.{m.__name__}" for m in admin.site._registry if m._meta.app_label not in KNOWN_ADMIN_APPS)
+    assert not unknown, f"admins of apps the matrix does not know: {unknown} (teach it, and the oracle, their rules)"
     for model, model_admin in admin.site._registry.items():
-        if model._meta.app_label not in {"tenants", "kb", "agents"}:
-            continue
         table, info = model._meta.db_table, (model._meta.app_label, model._meta.model_name)
         base = f"/admin/{info[0]}/{info[1]}/"
         ids = zone_ids(table)
@@ -538,13 +565,13 @@ def _admin_writes(m: Matrix):
                 yield f"admin action {base} {action}", functools.partial(m.site.post, base, body)
         for pattern in model_admin.get_urls():
             name = getattr(pattern, "name", "") or ""
-            standard = any(name.endswith(f"_{v}") for v in STANDARD_ADMIN_VIEWS) or name.endswith("autocomplete")
+            standard = name in {f"{info[0]}_{info[1]}_{v}" for v in STANDARD_ADMIN_VIEWS} or name.endswith("autocomplete")
             if not isinstance(pattern, URLPattern) or standard:
                 continue
             route = str(pattern.pattern)
             params = re.findall(r"<(?:\w+:)?(\w+)>", route)
             fills = ([{}] if not params else [{"slug": s} for s in (m.world.a.slug, m.world.b.slug)] if params == ["slug"]
-                     else [{"object_id": i} for i in ids] if params == ["object_id"] else None)
+                     else [{params[0]: i} for i in ids] if params in (["object_id"], ["id"]) else None)
             assert fills is not None, f"{base}{route}: teach the matrix what {params} takes"
             for fill in fills:
                 url = base + re.sub(r"<(?:\w+:)?(\w+)>", lambda g, f=fill: str(f[g.group(1)]), route)
@@ -591,3 +618,27 @@ def test_the_oracle_catches_a_widening_grant(world):
     reasons = [judge(actor, k[0], before.get(k), after.get(k), before, after) for k in before.keys() | after.keys()
                if before.get(k) != after.get(k)]
     assert any(r and "all departments" in r for r in reasons) and any(r and "row of tenant" in r for r in reasons), reasons
+
+
+def test_the_oracle_catches_a_membership_of_a_user_from_elsewhere(world):
+    """The membership rule is not vacuous: a membership of tenant A made for tenant B's user, one made for
+    an operator's account (no home), and one of A's re-pointed to B's user, written behind the checks'
+    back, are each reported for tenant A's admin."""
+    m = _build(world, ACTORS[4])
+    user_model = get_user_model()
+    globex_user = user_model.objects.get(username=f"globex-member-{CANARY.lower()}")
+    globex_spare = m.world.spare_users[world.b.id][0]
+    with activate(Scope.system(world.a.id)):
+        repointed = Membership.objects.get(tenant=world.a, user__username="eng-member")
+    before = snapshot()
+    with activate(Scope.system(world.a.id)):
+        Membership.objects.create(tenant=world.a, user=globex_user, role="reader", all_departments=True)
+        Membership.objects.create(tenant=world.a, user=m.world.operator, role="reader", all_departments=True)
+        Membership.objects.filter(pk=repointed.pk).update(user=globex_spare)
+    after = snapshot()
+    reasons = {k: judge(m.actor, k[0], before.get(k), after.get(k), before, after) for k in before.keys() | after.keys()
+               if before.get(k) != after.get(k) and k[0] == "tenants_membership"}
+    assert len(reasons) == 3, reasons
+    assert reasons[("tenants_membership", str(repointed.pk))] == f"a membership was made for a user whose home is tenant {world.b.id}"
+    assert sorted(reasons.values()) == sorted([f"a membership was made for a user whose home is tenant {world.b.id}"] * 2
+                                              + ["a membership was made for a user whose home is no tenant"]), reasons

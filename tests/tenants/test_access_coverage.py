@@ -1,5 +1,6 @@
 """Every tenant-owned table sits behind row-level security, and every model the admin shows has a
-visibility rule: a new model that forgets either fails here, not in production."""
+visibility rule (or is Django's users and groups, for operators only): a new model, or a new app's
+admin, that forgets either fails here, not in production."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from django.contrib import admin
 from django.db import connections
 
 from tenants.access import has_visibility_rule
+from tenants.admin import OperatorOnlyAdmin
 
 pytestmark = pytest.mark.django_db(databases=["default", "owner"])
 
@@ -50,7 +52,13 @@ def test_every_tenant_owned_table_is_behind_row_level_security():
     assert not missing, f"tables without ENABLE + FORCE ROW LEVEL SECURITY and a policy: {missing}"
 
 
-def test_every_admin_model_of_ours_has_a_visibility_rule():
-    models = [m for m in admin.site._registry if m._meta.app_label in OUR_APPS]
-    assert len(models) >= 9
-    assert [m.__name__ for m in models if not has_visibility_rule(m)] == []
+def test_every_admin_has_a_visibility_rule_or_is_for_operators_only():
+    """Every registered admin: a model of ours with a visibility rule, or an operators-only admin (Django's
+    users and groups). An admin of any other app (a new dependency's) fails here until it is one of them."""
+    registry = admin.site._registry
+    ours = [m for m in registry if m._meta.app_label in OUR_APPS]
+    assert len(ours) >= 9
+    assert [m.__name__ for m in ours if not has_visibility_rule(m)] == []
+    others = {f"{m._meta.app_label}.{m.__name__}": registry[m] for m in registry if m._meta.app_label not in OUR_APPS}
+    assert set(others) == {"auth.User", "auth.Group"}, f"admins of other apps: {sorted(others)}"
+    assert all(isinstance(model_admin, OperatorOnlyAdmin) for model_admin in others.values()), others

@@ -14,7 +14,8 @@ from rest_framework.test import APIClient
 from tenants.models import ApiKey, Tenant, TenantUser
 from tenants.principals import TenantChoiceRequired, authenticate_key, choose_tenant, tenants_of_user, user_scope
 from tenants.scope import Scope, activate
-from tests.factories import department, departments_of, make_corpus, make_membership, make_tenant
+from tests.factories import department, departments_of, make_corpus, make_membership, make_staff_user, make_tenant
+from tests.kb import _transactional  # noqa: F401  (flush transactional tests as owner)
 from tests.kb.test_migrations import _migrate, scratch_alias  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.django_db(databases=["default", "owner"])
@@ -183,6 +184,50 @@ def test_the_application_role_cannot_raise_user_privileges(sides):
     for statement in ("INSERT INTO auth_group (name) VALUES ('admins')", "DELETE FROM auth_user_user_permissions",
                       "DELETE FROM auth_user_groups", "DELETE FROM auth_group_permissions"):
         assert "permission denied" in refused(statement, tenant=None), statement
+
+
+ACCOUNT_MESSAGE = "a user's sign-in details change only in the user's home tenant"
+# UPDATEs of a user's sign-in details, each of which would let the writer take over or lock out the account.
+ACCOUNT_UPDATES = ("UPDATE auth_user SET password = 'md5$x$attacker' WHERE id = %s",
+                   "UPDATE auth_user SET is_active = NOT is_active WHERE id = %s",
+                   "UPDATE auth_user SET username = username || '-taken' WHERE id = %s",
+                   "UPDATE auth_user SET email = 'attacker@evil.test' WHERE id = %s",
+                   "UPDATE auth_user SET id = id + 1000000 WHERE id = %s",
+                   "DELETE FROM auth_user WHERE id = %s")
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "owner"])  # operators' accounts are made as owner
+def test_the_application_role_changes_sign_in_details_only_of_its_tenants_own_users(sides):
+    a, b = sides
+    staff_b = make_staff_user("globex-staff")
+    root = make_staff_user("root", superuser=True)
+    root_at_home = make_staff_user("root-at-home", superuser=True)
+    homeless = get_user_model().objects.create_user(username="homeless")
+    with transaction.atomic(using="owner"):
+        TenantUser.objects.using("owner").create(user_id=staff_b.id, tenant_id=b.tenant_id)
+        TenantUser.objects.using("owner").create(user_id=root_at_home.id, tenant_id=a.tenant_id)
+    stored = _accounts()
+    # Another tenant's user and staff, an operator's account, a superuser even at home, a user of no tenant;
+    # and the tenant's own user while no tenant is set.
+    for user_id, tenant in ((b.user_id, a.tenant_id), (staff_b.id, a.tenant_id), (root.id, a.tenant_id),
+                            (root_at_home.id, a.tenant_id), (homeless.id, a.tenant_id), (a.user_id, None)):
+        for statement in ACCOUNT_UPDATES:
+            assert ACCOUNT_MESSAGE in refused(statement, [user_id], tenant=tenant), (statement, user_id, tenant)
+    assert _accounts() == stored
+    # Sign-in records last_login for anyone before a tenant is known; names are not sign-in details.
+    for user_id in (b.user_id, root.id, a.user_id):
+        assert sql("UPDATE auth_user SET last_login = now() WHERE id = %s", [user_id], tenant=None)[0] == 1
+    # In its home tenant, a user's details change (a tenant admin's own users), the sign-in name included.
+    for statement in ACCOUNT_UPDATES[:4]:
+        assert sql(statement, [a.user_id], tenant=a.tenant_id)[0] == 1, statement
+    assert sql("UPDATE auth_user SET password = 'md5$x$attacker' WHERE id = %s", [staff_b.id], tenant=b.tenant_id)[0] == 1
+
+
+def _accounts() -> list[tuple]:
+    """Every user's sign-in details as stored (owner connection)."""
+    with connections["owner"].cursor() as cur:
+        cur.execute("SELECT id, username, password, email, is_active, is_staff, is_superuser FROM auth_user ORDER BY id")
+        return cur.fetchall()
 
 
 def test_the_owner_connection_may_set_privilege_flags():
@@ -358,4 +403,16 @@ def test_migration_0003_reverses_and_reapplies(scratch_alias):  # noqa: F811
     _migrate(scratch_alias, ("tenants", "0002_tenant_user"))
     assert _rls_objects(scratch_alias) == ([], [], [])
     _migrate(scratch_alias, ("tenants", "0003_row_level_security"))
+    assert _rls_objects(scratch_alias) == (tables, functions, triggers)
+
+
+def test_migration_0006_reverses_and_reapplies(scratch_alias):  # noqa: F811
+    _migrate(scratch_alias, ("tenants", "0006_guard_user_accounts"))
+    tables, functions, triggers = _rls_objects(scratch_alias)
+    assert functions == ["grounded_api_key_tenant", "grounded_guard_user_accounts", "grounded_user_tenants"]
+    assert triggers == ["auth_user_guard"]
+    _migrate(scratch_alias, ("tenants", "0005_api_key_verbose_name"))
+    assert _rls_objects(scratch_alias) == (tables, ["grounded_api_key_tenant", "grounded_guard_user_flags", "grounded_user_tenants"],
+                                           ["auth_user_privilege_flags"])
+    _migrate(scratch_alias, ("tenants", "0006_guard_user_accounts"))
     assert _rls_objects(scratch_alias) == (tables, functions, triggers)
