@@ -260,6 +260,13 @@ def returned_ids(payload, key: str) -> set[int]:
     return found
 
 
+def listed_ids(payload) -> set[int]:
+    """The `id` of each record a collection lists (a list, or a page's `results`): nested objects
+    (a source's `last_sync`, a run's steps) carry ids of other tables, which may equal a foreign one."""
+    records = payload.get("results", []) if isinstance(payload, dict) else payload if isinstance(payload, list) else []
+    return {r["id"] for r in records if isinstance(r, dict) and isinstance(r.get("id"), int)}
+
+
 def e_snapshot(w: CanaryWorld) -> str:
     """A's Engineering rows (corpus, document, chunks, job, key, membership, conversation)."""
     from tests.reliability.world import _rows
@@ -364,7 +371,7 @@ def test_api_routes_answer_not_found_and_leak_nothing(canary_world, captured_log
                         if req.foreign_ids and code == 200 and not getattr(response, "streaming", False):
                             payload = json.loads(text or "null")
                             for key, ids in req.foreign_ids.items():
-                                if back := returned_ids(payload, key) & ids:
+                                if back := (listed_ids(payload) if key == "id" else returned_ids(payload, key)) & ids:
                                     failures.append(f"{label}: returned foreign {key}s {sorted(back)}")
     new_runs = run_ids_of(w.a.id) - a_runs_before
     stored = trace_text(w.a.id, new_runs)
