@@ -321,7 +321,12 @@ admin.site.unregister(Group)
 
 @admin.register(get_user_model())
 class OperatorUserAdmin(OperatorOnlyAdmin, UserAdmin):
-    """Django's user admin (its password change included), for operators."""
+    """Django's user admin (its password change included), for operators. The account one is signed
+    in with cannot be deleted here (403): its admin log entry, written on the application connection,
+    would reference a row the owner connection had just removed."""
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return super().has_delete_permission(request, obj) and not (obj is not None and obj.pk == request.user.pk)
 
 
 @admin.register(Group)

@@ -111,3 +111,11 @@ def test_operators_edit_users_and_groups_through_the_owner_connection(client):
     assert client.post(f"/admin/auth/user/{alice.pk}/delete/", {"post": "yes"}).status_code == 302
     assert not get_user_model().objects.using("owner").filter(pk=alice.pk).exists()
     assert not TenantUser.objects.using("owner").filter(user_id=alice.pk).exists()  # its home and membership went with it
+
+
+def test_an_operator_cannot_delete_the_account_it_is_signed_in_with(client):
+    root = make_staff_user("root", superuser=True)
+    client.force_login(root)
+    assert client.get(f"/admin/auth/user/{root.pk}/delete/").status_code == 403
+    assert client.post(f"/admin/auth/user/{root.pk}/delete/", {"post": "yes"}).status_code == 403
+    assert get_user_model().objects.using("owner").filter(pk=root.pk).exists()
