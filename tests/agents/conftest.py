@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 from django.db import connections
 
+from agents.messages import ModelRequest, ModelTurn
+from agents.providers.offline import OfflineProvider
 from kb.embedding import get_embedder
 from kb.models import Chunk, Corpus, Document
 from tenants.models import Department
@@ -75,3 +77,15 @@ def globex(db):
     corpus = hash_corpus(tenant, "Globex policies")
     canary = add_chunk(corpus, "Globex canary: hotel stays reimbursed up to EUR 999 per night for annual leave travel.", "Globex Travel")
     return tenant, corpus, canary
+
+
+class RecordingOffline(OfflineProvider):
+    """The offline provider, keeping every request it is sent (what a test compares the record with)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.requests: list[ModelRequest] = []
+
+    def generate(self, request: ModelRequest) -> ModelTurn:
+        self.requests.append(request)
+        return super().generate(request)

@@ -11,11 +11,10 @@ from agents.citations import MARKER
 from agents.model_inputs import as_recorded, rebuild
 from agents.models import RunStep
 from agents.providers.gemini import GeminiProvider
-from agents.providers.offline import OfflineProvider
 from agents.selectors import run_citations, run_steps
 from agents.services import ask
 from tenants.scope import activate
-from tests.agents.conftest import add_chunk
+from tests.agents.conftest import RecordingOffline, add_chunk
 from tests.factories import department, departments_of, dept_scope, whole_tenant
 from tests.fakes.fake_gemini import FakeGemini, calls, text
 
@@ -86,18 +85,6 @@ def test_model_obeying_an_injection_still_cannot_leave_the_scope(planted):
         assert {c.verdict for c in run_citations(scope, run.id)} == {"not_retrieved"}
     with activate(whole_tenant(other)):
         assert run_steps(whole_tenant(other), run.id) == []  # the run is invisible to the other tenant
-
-
-class RecordingOffline(OfflineProvider):
-    """The offline provider, keeping every request it is sent."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.requests = []
-
-    def generate(self, request):
-        self.requests.append(request)
-        return super().generate(request)
 
 
 @pytest.mark.parametrize("strategy", ["classic", "agentic"])

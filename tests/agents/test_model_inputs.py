@@ -9,24 +9,12 @@ import tests.kb._transactional  # noqa: F401 - flush through the owner after tra
 from agents.chain import clean_json, verify_tenant_chain
 from agents.model_inputs import as_recorded, rebuild
 from agents.models import RunStep
-from agents.providers.offline import OfflineProvider
 from agents.services import ask
 from tenants.scope import activate
+from tests.agents.conftest import RecordingOffline
 from tests.factories import whole_tenant
 
 pytestmark = pytest.mark.django_db(databases=["default", "owner"])
-
-
-class RecordingOffline(OfflineProvider):
-    """The offline provider, keeping every request it is sent (what the test compares the record with)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.requests = []
-
-    def generate(self, request):
-        self.requests.append(request)
-        return super().generate(request)
 
 
 @pytest.mark.parametrize("strategy", ["agentic", "classic", "pipeline", "auto"])
