@@ -95,7 +95,7 @@ def write_digest(tenant_id: int, tenant_slug: str, folder: Path | str | None = N
     tenant_dir = folder / str(tenant_id)
     tenant_dir.mkdir(parents=True, exist_ok=True)
     earlier = sorted(tenant_dir.glob("*.json"))
-    runs_from = _seq_of(earlier[-1]) + 1 if earlier else 1
+    runs_from = int(earlier[-1].name[:12]) + 1 if earlier else 1  # a digest's file name starts with its seq
     now = datetime.now(UTC)
     digest = {"version": DIGEST_VERSION, "tenant_id": tenant_id, "tenant_slug": tenant_slug, "seq": seq, "hash": tip_hash,
               "runs_from": runs_from,
@@ -107,14 +107,6 @@ def write_digest(tenant_id: int, tenant_slug: str, folder: Path | str | None = N
     path.write_text(json.dumps(digest, indent=1, sort_keys=True))
     (folder / "public_key.pem").write_text(public_key_pem(key))
     return path
-
-
-def _seq_of(path: Path) -> int:
-    """The tip a digest file signed: its name starts with the seq (12 digits), which its body repeats."""
-    try:
-        return int(json.loads(path.read_bytes())["seq"])
-    except (ValueError, KeyError, TypeError):
-        return int(path.name[:12])
 
 
 def write_all_digests(folder: Path | str | None = None) -> list[Path]:

@@ -300,7 +300,7 @@ def unsupported_parts(question: str, answer: str, cited: list[SeenChunk], retrie
         return []
     said = [SeenChunk(0, answer, 0.0, False)]
     return [p for p in parts
-            if support(p, cited).score < ANSWERABLE and support(p, retrieved).answerable and support(p, said).answerable]
+            if support(p, said).answerable and support(p, cited).score < ANSWERABLE and support(p, retrieved).answerable]
 
 
 def bridge_names(part: str, chunks: list[SeenChunk], values: Iterable[str] = (), *, top: int = 2) -> list[str]:

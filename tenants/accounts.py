@@ -27,10 +27,10 @@ from django.db import transaction
 from django.http import HttpRequest
 
 from tenants.models import TenantUser
+from tenants.operator import OWNER
 from tenants.principals import tenants_of_user
 from tenants.scope import Scope, activate
 
-OWNER = "owner"
 log = logging.getLogger("grounded.accounts")
 
 

@@ -30,6 +30,7 @@ from tenants.admin_base import (
     admin_tenant_choices,
 )
 from tenants.models import ApiKey, Department, Membership, Tenant
+from tenants.operator import OWNER
 from tenants.scope import NotAllowed, NotVisible, Scope
 
 # --- Tenant ------------------------------------------------------------------------------------------
@@ -274,8 +275,6 @@ class ApiKeyAdmin(TenantScopedAdmin):
 
 
 # --- Django's users and groups: operators only ------------------------------------------------------------
-
-OWNER = "owner"
 
 
 class OperatorOnlyAdmin(admin.ModelAdmin):
