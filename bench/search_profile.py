@@ -131,12 +131,13 @@ def explain(conn, tenant_id: int, dept_ids: list[int], model_key: str, q: np.nda
     from django.db import transaction
 
     from kb.retrieval.vector import _vec_literal
+    from tenants.db_wall import tenant_statements
 
     sql = ("EXPLAIN (ANALYZE, BUFFERS, SUMMARY) SELECT id, score FROM (SELECT c.id, (c.embedding::vector(384)) <=> "
            "%s::vector(384) AS score FROM kb_chunk c WHERE c.tenant_id = %s AND c.department_id = ANY(%s) "
            "AND c.embedding_model = %s OFFSET 0) e ORDER BY score LIMIT 10")
     with transaction.atomic(), conn.cursor() as cur:
-        cur.execute("SELECT set_config('app.tenant_id', %s, true)", [str(tenant_id)])
+        cur.execute(tenant_statements(tenant_id))
         for _ in range(3):
             cur.execute(sql, [_vec_literal(q), tenant_id, dept_ids, model_key])
             plan = [re.sub(r"'\[[^']*\]'", "'[...]'", r[0]) for r in cur.fetchall()]

@@ -22,6 +22,8 @@ import time
 from django.conf import settings
 from django.db import DatabaseError, OperationalError, connections, transaction
 
+from tenants.db_wall import tenant_statements
+
 logger = logging.getLogger(__name__)
 
 VECTOR_MAX_DIM = 2000
@@ -156,7 +158,7 @@ def scope_sizes(model_key: str, using: str = "owner") -> dict[tuple[int, int | N
             cur.execute("SELECT id FROM tenants_tenant")
             rows = []
             for (tenant_id,) in cur.fetchall():
-                cur.execute("SELECT set_config('app.tenant_id', %s, true)", [str(tenant_id)])
+                cur.execute(tenant_statements(int(tenant_id)))
                 cur.execute(sql, [name, int(dim)])
                 rows += cur.fetchall()
     for tenant_id, department_id, n in rows:

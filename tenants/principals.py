@@ -6,7 +6,9 @@ tenants, and they go through two SECURITY DEFINER functions (tenants 0003) that 
 and nothing more:
 
 - `grounded_api_key_tenant(public_id)`: the tenant of a key that is not revoked, else NULL.
-- `grounded_user_tenants(user_id)`: the tenants (id, slug, name, role) a user is a member of.
+- `grounded_user_tenants(user_id)`: the tenants (id, slug, name, role) a user is a member of; it
+  answers only for the user this process vouches for in the same transaction (`app.user_id` with
+  a proof signed by tenants.db_wall), so SQL run as the application role cannot list anyone else's.
 
 Everything else (the key's hash, its departments, the membership's departments) is read under
 `activate(Scope.system(tenant_id))`, i.e. through RLS for that one tenant. A user with memberships in
@@ -23,6 +25,7 @@ from django.contrib.auth.models import AnonymousUser
 from django.db import connections
 from django.utils import timezone
 
+from tenants.db_wall import user_statements
 from tenants.models import KEY_PREFIX, ApiKey, Membership, hash_secret
 from tenants.scope import Scope, activate
 
@@ -89,9 +92,20 @@ def tenants_of_user(user: AbstractBaseUser | AnonymousUser) -> list[TenantChoice
     user_id = getattr(user, "pk", None)
     if not user_id or not getattr(user, "is_authenticated", False):
         return []
+    # One round trip: the user's proof, the look-up, the proof cleared again (it would otherwise last to
+    # the end of an enclosing transaction; outside one, the script is its own).
+    script = (f"{user_statements(int(user_id))}; "  # noqa: S608  (SET LOCALs formatted from an int and hex digits)
+              f"SELECT tenant_id, slug, name, role FROM grounded_user_tenants(%s); {user_statements(None)}")
     with connections["default"].cursor() as cur:
-        cur.execute("SELECT tenant_id, slug, name, role FROM grounded_user_tenants(%s)", [int(user_id)])
-        return [TenantChoice(int(t), slug, name, role) for t, slug, name, role in cur.fetchall()]
+        cur.execute(script, [int(user_id)])
+        raw = getattr(cur, "cursor", cur)
+        rows: list[tuple] = []
+        while True:
+            if raw.description is not None:
+                rows = raw.fetchall()
+            if not raw.nextset():
+                break
+        return [TenantChoice(int(t), slug, name, role) for t, slug, name, role in rows]
 
 
 def user_scope(user: AbstractBaseUser | AnonymousUser, tenant_id: int) -> Scope | None:

@@ -5,7 +5,8 @@ model output. Everything that reads tenant data takes one.
 Two walls enforce it: `TenantScopedManager` refuses to query without a scope, and PostgreSQL
 row-level security (tenants.rls) hides other tenants' rows from the application role even if
 the ORM is bypassed. `activate(scope)` sets the tenant for RLS with SET LOCAL, so it lasts only
-for the surrounding transaction and is safe under connection pooling.
+for the surrounding transaction and is safe under connection pooling, together with the proof
+that this process signed it (tenants.db_wall): SQL that sets a tenant without one sees nothing.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from django.db import connections, models, transaction
+
+from tenants.db_wall import tenant_statements
 
 
 class ScopeRequired(RuntimeError):
@@ -99,15 +102,17 @@ class Scope:
         }
 
 
-def _current_tenant(alias: str) -> str:
+def _current_tenant(alias: str) -> int | None:
+    """The tenant activated on `alias` (None for none, or for a value no activation of ours sets)."""
     with connections[alias].cursor() as cur:
         cur.execute("SELECT current_setting('app.tenant_id', true)")
-        return cur.fetchone()[0] or ""
+        value = cur.fetchone()[0] or ""
+    return int(value) if value.isdigit() and int(value) > 0 else None
 
 
-def _set_tenant(alias: str, value: str) -> None:
+def _set_tenant(alias: str, tenant_id: int | None) -> None:
     with connections[alias].cursor() as cur:
-        cur.execute("SELECT set_config('app.tenant_id', %s, true)", [value])
+        cur.execute(tenant_statements(tenant_id))
 
 
 @contextlib.contextmanager
@@ -115,11 +120,11 @@ def activate(scope: Scope, using: str = "default") -> Iterator[Scope]:
     """Run the block in a transaction whose RLS tenant is `scope.tenant_id`.
 
     Nested use restores the outer tenant on exit (SET LOCAL would otherwise leak to the end of
-    the outer transaction).
+    the outer transaction), with a fresh proof.
     """
     with transaction.atomic(using=using):
         previous = _current_tenant(using)
-        _set_tenant(using, str(scope.tenant_id))
+        _set_tenant(using, scope.tenant_id)
         try:
             yield scope
         finally:

@@ -73,4 +73,6 @@ def test_docker_compose_is_valid_and_has_the_production_shape():
     assert services["worker"]["command"][:3] == ["celery", "-A", "kb"]
     env = services["web"]["environment"]
     assert env["DATABASE_URL"].startswith("postgres://") and "REDIS_URL" in env and "SECRET_KEY" in env
+    # One database-wall key for every container (a key file each would sign proofs the database refuses).
+    assert env["DATABASE_WALL_KEY"].startswith("${DATABASE_WALL_KEY:?")
     assert set(compose["volumes"]) >= {"pgdata"}

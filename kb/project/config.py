@@ -102,9 +102,17 @@ DECLARED: tuple[Setting, ...] = (
             "database's reach ([audit.md](audit.md))", SERVICES, secret=True, main=True),
     Setting("CHAIN_SIGNING_KEY_FILE", str, lambda env: _data_dir(env) + ".chain_key", "where that key is kept when "
             "`CHAIN_SIGNING_KEY` is not set", SERVICES, shown="`<GROUNDED_DATA_DIR>.chain_key`, created once (mode 0600)", main=True),
+    Setting("DATABASE_WALL_KEY", str, "", "hex of the key (at least 32 bytes) that signs the tenant proofs row-level security "
+            "checks; `migrate` copies it where the application role cannot read it "
+            "([architecture.md](architecture.md#tenancy-the-scope-and-two-walls))", SERVICES, secret=True),
+    Setting("DATABASE_WALL_KEY_FILE", str, lambda env: _data_dir(env) + ".db_wall_key", "where that key is kept when "
+            "`DATABASE_WALL_KEY` is not set (rotate: replace it, run `migrate`, restart)", SERVICES,
+            shown="`<GROUNDED_DATA_DIR>.db_wall_key`, created once (mode 0600)"),
     Setting("CHAIN_DIGEST_DIR", str, lambda env: _data_dir(env) + ".digests", "where signed chain digests are written "
             "(`manage.py write_chain_digests`, and Celery beat)", SERVICES, shown="`<GROUNDED_DATA_DIR>.digests`", main=True),
-    Setting("CHAIN_DIGEST_INTERVAL_S", int, 3600, "seconds between the chain digests Celery beat writes", SERVICES, minimum=1, main=True),
+    Setting("CHAIN_DIGEST_INTERVAL_S", int, 300, "seconds between the chain digests written by Celery beat (or, with "
+            "`CELERY_TASK_ALWAYS_EAGER`, by `scripts/run`'s digest loop); `scripts/run` also writes them at start and on "
+            "shutdown ([audit.md](audit.md))", SERVICES, minimum=1, main=True),
     Setting("EVIDENCE_RETENTION_DAYS", int, 365, "days the text runs retrieved is kept for audit "
             "(`Tenant.settings[\"evidence_retention_days\"]` overrides; `manage.py purge_evidence`)", SERVICES, minimum=0, main=True),
     Setting("GROUNDED_MCP_KEY", str, "", "the API key `manage.py mcp` serves stdio under when `--key` is not given (keeps it out of "
@@ -165,6 +173,12 @@ DECLARED: tuple[Setting, ...] = (
             "`REMOTE_ADDR`, the header is ignored)", WEB, minimum=0, main=True),
     Setting("MAX_UPLOAD_BYTES", int, 20 * 1024 * 1024, "largest file accepted", WEB, shown="20 MiB", minimum=1, main=True),
     Setting("MAX_FILES_PER_UPLOAD", int, 20, "files per upload request", WEB, minimum=1, main=True),
+    Setting("PARSE_ISOLATED", bool, True, "parse each document in a child process the worker bounds from outside (off: in the "
+            "worker itself, with only the parser's own limits; [ingestion.md](ingestion.md#the-parse-sandbox))", WEB, main=True),
+    Setting("PARSE_MAX_SECONDS", int, 60, "wall-clock seconds one document's parse may take; past it the parse is killed and the "
+            "document fails naming the limit", WEB, minimum=1, main=True),
+    Setting("PARSE_MAX_MEMORY_MB", int, 1024, "MiB one document's parse may allocate beyond the parse process's own size "
+            "(RLIMIT_AS); past it the document fails naming the limit", WEB, minimum=64, main=True),
     Setting("RATE_LIMIT_PER_MINUTE", int, 120, "API requests per key (or user) per minute", WEB, minimum=0, main=True),
     Setting("RATE_LIMIT_REDIS_URL", str, lambda env: get_str("REDIS_URL", env), "the Redis that enforces it atomically (the Django "
             "cache without one; `scripts/run` with the embedded broker: the embedded Redis)", WEB, shown="`REDIS_URL`", secret=True,
@@ -172,6 +186,9 @@ DECLARED: tuple[Setting, ...] = (
     Setting("AUTH_FAILURES_PER_IP", int, 20, "failed API-key attempts and sign-ins per client address per window before 429, "
             "even with a valid key (0 disables)", WEB, minimum=0, main=True),
     Setting("AUTH_FAILURE_WINDOW_SECONDS", int, 600, "that window", WEB, minimum=1, main=True),
+    Setting("SIGN_IN_FAILURES_PER_ACCOUNT", int, 10, "failed sign-ins (admin, chat) per account, from any addresses, per window "
+            "before even the right password is refused (0 disables; [api.md](api.md#rate-limits-and-budgets))", WEB, minimum=0, main=True),
+    Setting("SIGN_IN_ACCOUNT_WINDOW_SECONDS", int, 900, "that window", WEB, minimum=1, main=True),
     Setting("DEFAULT_DAILY_RUNS", int, 0, "agent runs per tenant per UTC day; `Tenant.settings[\"daily_runs\"]` overrides it", WEB,
             shown="0 (unlimited)", minimum=0, main=True),
     Setting("RETRIEVAL_PARALLEL_WORKERS", int, 2, "side connections per process on which hybrid searches run BM25 beside the vector "
@@ -180,8 +197,8 @@ DECLARED: tuple[Setting, ...] = (
     # --- Sources -------------------------------------------------------------------------------------
     Setting("SOURCES_ENCRYPTION_KEY", str, "", "Fernet key for source credentials at rest (rotating `SECRET_KEY` without it makes "
             "stored credentials unreadable: enter them again)", SOURCES, shown="derived from `SECRET_KEY`", secret=True, main=True),
-    Setting("SOURCES_FOLDER_ROOTS", list, [], "folders a folder source may read", SOURCES, shown="none: folder sources refused",
-            main=True),
+    Setting("SOURCES_FOLDER_ROOTS", list, [], "folders under which an operator grants each tenant its own "
+            "(`manage.py grant_source`)", SOURCES, shown="none: folder sources refused", main=True),
     Setting("SOURCES_ALLOW_PRIVATE_HOSTS", bool, False, "allow S3 endpoints and websites on loopback, private or link-local "
             "addresses", SOURCES, main=True),
     Setting("SOURCES_WEB_MAX_PAGES", int, 500, "pages per website crawl (a source may set fewer)", SOURCES, minimum=1),

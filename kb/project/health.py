@@ -1,4 +1,4 @@
-"""GET /healthz: database, pgvector version, broker, this process's warm-up (kb/project/warmup.py). 200 when all
+"""GET /healthz: database, pgvector version, the database wall's key, broker, this process's warm-up (kb/project/warmup.py). 200 when all
 are up and the warm-up (if one was started) is done; 503 otherwise, with status "warming" while it runs.
 
 Apps above kb add informational sections through HEALTH_REPORTS (agents adds "providers": each
@@ -12,11 +12,12 @@ from collections.abc import Callable
 
 import redis
 from django.conf import settings
-from django.db import connections
+from django.db import DatabaseError, connections
 from django.http import HttpRequest, JsonResponse
 
 from kb.embedded.redis_broker import client_url
 from kb.project import warmup
+from tenants.db_wall import key_matches
 
 HEALTH_REPORTS: dict[str, Callable[[], dict]] = {}  # section name -> report, registered in an AppConfig.ready()
 
@@ -31,6 +32,13 @@ def healthz(request: HttpRequest) -> JsonResponse:
         report["database"] = "ok"
         report["pgvector"] = row[0] if row else None
         ok = ok and row is not None
+        # A wall key other than the one `migrate` installed (or clocks minutes apart) would hide every row from this process.
+        try:
+            report["database_wall"] = ("ok" if key_matches() else
+                                       "key mismatch: run migrate with this process's DATABASE_WALL_KEY(_FILE), and check the clocks")
+            ok = ok and report["database_wall"] == "ok"
+        except DatabaseError:  # not migrated yet: the old policies still accept this code's statements
+            report["database_wall"] = "not installed: run migrate"
     except Exception as exc:  # report, don't raise: this is the health endpoint
         report["database_error"] = exc.__class__.__name__
         ok = False

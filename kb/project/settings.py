@@ -111,6 +111,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    "api.nul_bytes.RejectNulBytes",  # 400 for NUL in a path, query parameter or form field (PostgreSQL text cannot hold it)
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -184,6 +185,9 @@ _owner["TEST"] = {"NAME": _test_name}
 _app = {**_owner, "USER": DATABASE_APP_USER, "PASSWORD": DATABASE_APP_PASSWORD, "TEST": {"NAME": _test_name}}
 # "owner" is listed first so the test runner creates and migrates the test database as owner.
 DATABASES = {"owner": _owner, "default": _app}
+# The key that signs the tenant proofs row-level security checks (tenants/db_wall.py); hex.
+DATABASE_WALL_KEY = get_str("DATABASE_WALL_KEY")
+DATABASE_WALL_KEY_FILE = get_str("DATABASE_WALL_KEY_FILE")  # default: <GROUNDED_DATA_DIR>.db_wall_key
 
 # --- Cache / broker / Celery -------------------------------------------------------------------
 REDIS_URL = get_str("REDIS_URL")
@@ -231,6 +235,9 @@ DEFAULT_ANSWER_PROVIDER = get_str("GROUNDED_PROVIDER")  # default: the first con
 # --- Uploads -----------------------------------------------------------------------------------
 MAX_UPLOAD_BYTES = get_int("MAX_UPLOAD_BYTES")
 MAX_FILES_PER_UPLOAD = get_int("MAX_FILES_PER_UPLOAD")
+PARSE_ISOLATED = get_bool("PARSE_ISOLATED")  # kb/parse_sandbox.py
+PARSE_MAX_SECONDS = get_int("PARSE_MAX_SECONDS")
+PARSE_MAX_MEMORY_MB = get_int("PARSE_MAX_MEMORY_MB")
 DATA_UPLOAD_MAX_MEMORY_SIZE = MAX_UPLOAD_BYTES + 1024 * 1024
 FILE_UPLOAD_MAX_MEMORY_SIZE = MAX_UPLOAD_BYTES + 1024 * 1024
 
@@ -278,11 +285,15 @@ RATE_LIMIT_REDIS_URL = get_str("RATE_LIMIT_REDIS_URL")  # default: REDIS_URL
 # Failed API-key attempts per client address per window before it gets 429 (0 = no lockout).
 AUTH_FAILURES_PER_IP = get_int("AUTH_FAILURES_PER_IP")
 AUTH_FAILURE_WINDOW_SECONDS = get_int("AUTH_FAILURE_WINDOW_SECONDS")
+# Failed sign-ins (admin, chat) per account, from any addresses, per window before it is locked (api/admin_login.py; 0 = none).
+SIGN_IN_FAILURES_PER_ACCOUNT = get_int("SIGN_IN_FAILURES_PER_ACCOUNT")
+SIGN_IN_ACCOUNT_WINDOW_SECONDS = get_int("SIGN_IN_ACCOUNT_WINDOW_SECONDS")
 # Agent runs per tenant per UTC day when Tenant.settings has no "daily_runs"; 0 = unlimited.
 DEFAULT_DAILY_RUNS = get_int("DEFAULT_DAILY_RUNS")
 
 # Chain digests (agents/digests.py): each tenant's chain tip signed with an Ed25519 key kept out of the
-# database, written to CHAIN_DIGEST_DIR on demand and every CHAIN_DIGEST_INTERVAL_S by Celery beat.
+# database, written to CHAIN_DIGEST_DIR on demand, at scripts/run's start and stop, and every CHAIN_DIGEST_INTERVAL_S
+# (default 300) by Celery beat or the eager run's digest loop (manage.py write_chain_digests --loop).
 CHAIN_SIGNING_KEY = get_str("CHAIN_SIGNING_KEY")  # base64 of a 32-byte Ed25519 private key
 CHAIN_SIGNING_KEY_FILE = get_str("CHAIN_SIGNING_KEY_FILE")  # default: <GROUNDED_DATA_DIR>.chain_key
 CHAIN_DIGEST_DIR = get_str("CHAIN_DIGEST_DIR")  # default: <GROUNDED_DATA_DIR>.digests

@@ -1,4 +1,4 @@
-"""The database driver layer of a search: statement scripts that set the scope's RLS tenant first,
+"""The database driver layer of a search: statement scripts that set the scope's RLS tenant (and its proof) first,
 prepared statements with generic plans, and the search's transaction (or none)."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from django.db import DatabaseError, connections, transaction
 
 from kb.retrieval.tunables import _setting
+from tenants.db_wall import tenant_statements
 from tenants.scope import Scope
 
 
@@ -42,13 +43,13 @@ class TenantStatements:
         """Run `sql` (one or more statements) in one round trip, the scope's tenant set first.
 
         Outside a transaction the script is its own implicit transaction (a multi-statement simple
-        query), so set_config(..., true) and SET LOCAL last exactly as long as it; inside the
-        caller's transaction they last to its end and search() restores the tenant. A deferred
-        statement (see defer) runs right after the tenant is set; its check sees its rows before
-        anything of `sql` is returned.
+        query), so SET LOCAL lasts exactly as long as it; inside the caller's transaction it lasts to
+        its end and search() restores the tenant. The tenant goes with its proof (tenants.db_wall:
+        SET LOCAL statements formatted from an int and hex digits). A deferred statement (see defer)
+        runs right after the tenant is set; its check sees its rows before anything of `sql` is returned.
         """
-        head = "SELECT set_config('app.tenant_id', %s, true); "
-        head_params: list = [self.tenant]
+        head = tenant_statements(int(self.tenant)) + "; "
+        head_params: list = []
         if self.nested and self.previous is None:
             head = "SELECT current_setting('app.tenant_id', true); " + head
         pending, self.pending = self.pending, None
@@ -63,7 +64,6 @@ class TenantStatements:
             raise
         if self.nested and self.previous is None:
             self.previous = results.pop(0)[0][0] or ""
-        results = results[1:]
         if pending is not None:
             pending[2](results.pop(0))
         return results
@@ -178,8 +178,9 @@ def _tenant_transaction(scope: Scope, using: str) -> Iterator[TenantStatements]:
         tx = TenantStatements(scope.tenant_id, nested=True, using=using)
         yield tx
         if tx.previous is not None and tx.previous != tx.tenant and not conn.needs_rollback:
+            previous = int(tx.previous) if tx.previous.isdigit() and int(tx.previous) > 0 else None
             with conn.cursor() as cur:
-                cur.execute("SELECT set_config('app.tenant_id', %s, true)", [tx.previous])
+                cur.execute(tenant_statements(previous))
 
 
 def _run_script_all(cur, sql: str, params: list) -> list[list[tuple]]:

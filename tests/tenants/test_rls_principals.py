@@ -11,6 +11,7 @@ from django.contrib.auth import get_user_model
 from django.db import DatabaseError, connections, transaction
 from rest_framework.test import APIClient
 
+from tenants.db_wall import tenant_statements, user_statements
 from tenants.models import ApiKey, Tenant, TenantUser
 from tenants.principals import TenantChoiceRequired, authenticate_key, choose_tenant, tenants_of_user, user_scope
 from tenants.scope import Scope, activate
@@ -56,14 +57,14 @@ def sides() -> tuple[Side, Side]:
 
 
 def sql(statement: str, params: list | None = None, *, tenant: int | None) -> tuple[int, list[tuple]]:
-    """Run `statement` as the application role with `app.tenant_id` set to `tenant` ('' for None) for
-    this statement only (a savepoint): returns (rowcount, rows)."""
+    """Run `statement` as the application role with `tenant` set the application's way (with its proof;
+    none for None) for this statement only (a savepoint): returns (rowcount, rows)."""
     with transaction.atomic(using="default"), connections["default"].cursor() as cur:
-        cur.execute("SELECT set_config('app.tenant_id', %s, true)", ["" if tenant is None else str(tenant)])
+        cur.execute(tenant_statements(tenant))
         cur.execute(statement, params or [])
         rows = cur.fetchall() if cur.description else []
         count = cur.rowcount
-        cur.execute("SELECT set_config('app.tenant_id', '', true)")
+        cur.execute(tenant_statements(None))
     return count, rows
 
 
@@ -247,6 +248,10 @@ def test_definer_functions_are_narrow_and_only_the_app_role_runs_them(sides):
         cur.execute("SELECT grounded_api_key_tenant(%s), grounded_api_key_tenant('nope')", [a_public])
         assert cur.fetchone() == (a.tenant_id, None)
         cur.execute("SELECT tenant_id, role FROM grounded_user_tenants(%s)", [b.user_id])
+        assert cur.fetchall() == []  # only for the user the application vouches for
+    with transaction.atomic(using="default"), connections["default"].cursor() as cur:
+        cur.execute(user_statements(b.user_id))
+        cur.execute("SELECT tenant_id, role FROM grounded_user_tenants(%s)", [b.user_id])
         assert cur.fetchall() == [(b.tenant_id, "reader")]
         cur.execute("SELECT proname, prosecdef, proconfig, proacl::text FROM pg_proc "
                     "WHERE proname IN ('grounded_api_key_tenant', 'grounded_user_tenants') ORDER BY 1")
@@ -398,10 +403,11 @@ def test_migration_0003_reverses_and_reapplies(scratch_alias):  # noqa: F811
     tables, functions, triggers = _rls_objects(scratch_alias)
     assert tables == ["tenants_apikey", "tenants_apikey_departments", "tenants_department", "tenants_membership",
                       "tenants_membership_departments", "tenants_tenant", "tenants_tenantuser"]
-    assert functions == ["grounded_api_key_tenant", "grounded_guard_user_flags", "grounded_user_tenants"]
+    assert functions == ["grounded_api_key_tenant", "grounded_guard_user_flags", "grounded_tenant", "grounded_user_tenants"]
     assert triggers == ["auth_user_privilege_flags"]
     _migrate(scratch_alias, ("tenants", "0002_tenant_user"))
-    assert _rls_objects(scratch_alias) == ([], [], [])
+    # The wall's function stays (tenants.rls.WALL_SQL: every enable_rls creates it if missing, none drops it).
+    assert _rls_objects(scratch_alias) == ([], ["grounded_tenant"], [])
     _migrate(scratch_alias, ("tenants", "0003_row_level_security"))
     assert _rls_objects(scratch_alias) == (tables, functions, triggers)
 
@@ -409,10 +415,11 @@ def test_migration_0003_reverses_and_reapplies(scratch_alias):  # noqa: F811
 def test_migration_0006_reverses_and_reapplies(scratch_alias):  # noqa: F811
     _migrate(scratch_alias, ("tenants", "0006_guard_user_accounts"))
     tables, functions, triggers = _rls_objects(scratch_alias)
-    assert functions == ["grounded_api_key_tenant", "grounded_guard_user_accounts", "grounded_user_tenants"]
+    assert functions == ["grounded_api_key_tenant", "grounded_guard_user_accounts", "grounded_tenant", "grounded_user_tenants"]
     assert triggers == ["auth_user_guard"]
     _migrate(scratch_alias, ("tenants", "0005_api_key_verbose_name"))
-    assert _rls_objects(scratch_alias) == (tables, ["grounded_api_key_tenant", "grounded_guard_user_flags", "grounded_user_tenants"],
+    assert _rls_objects(scratch_alias) == (tables, ["grounded_api_key_tenant", "grounded_guard_user_flags", "grounded_tenant",
+                                                    "grounded_user_tenants"],
                                            ["auth_user_privilege_flags"])
     _migrate(scratch_alias, ("tenants", "0006_guard_user_accounts"))
     assert _rls_objects(scratch_alias) == (tables, functions, triggers)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from django.db import connections
+from django.db import connections, transaction
 
 from kb.models import Chunk, Corpus
+from tenants.db_wall import tenant_statements
 from tenants.scope import Scope, ScopeRequired, activate
 from tests.factories import department, dept_scope, make_chunk, make_corpus, make_tenant, whole_tenant
 
@@ -64,19 +65,19 @@ def test_scope_for_wrong_tenant_sees_nothing_through_rls(two_tenants):
         assert not Chunk.objects.for_scope(whole_tenant(b)).exists()
 
 
-def raw_texts(sql_tenant: str | None) -> set[str]:
-    with connections["default"].cursor() as cur:
-        if sql_tenant is not None:
-            cur.execute("SELECT set_config('app.tenant_id', %s, true)", [sql_tenant])
+def raw_texts(sql_tenant: int | None) -> set[str]:
+    """kb_chunk's texts as the application role, with `sql_tenant` set the application's way (with its proof)."""
+    with transaction.atomic(using="default"), connections["default"].cursor() as cur:
+        cur.execute(tenant_statements(sql_tenant))
         cur.execute("SELECT text FROM kb_chunk")
         return {r[0] for r in cur.fetchall()}
 
 
 def test_rls_hides_other_tenants_from_raw_sql(two_tenants):
     a, b = two_tenants
-    assert raw_texts("") == set()  # no tenant set: nothing, not everything
-    assert raw_texts(str(b.id)) == {"globex canary text"}
-    texts_a = raw_texts(str(a.id))
+    assert raw_texts(None) == set()  # no tenant set: nothing, not everything
+    assert raw_texts(b.id) == {"globex canary text"}
+    texts_a = raw_texts(a.id)
     assert "globex canary text" not in texts_a
     assert len(texts_a) == 3  # RLS is per tenant; departments are the scope's job
 
