@@ -13,9 +13,11 @@ Decisions:
   scripts, styles and navigation are dropped: nobody reading the page sees them, so they are noise
   at best and a hiding place for prompt injection at worst.
 - Limits (`ParseLimits`, kb.parsing_limits) keep one hostile upload from holding a worker or its
-  memory: a DOCX bomb is refused from its zip directory, markup elements are counted before a tree
-  is built, PDF pages before any is read; blocks, characters and time as the text grows. Over a
-  limit, `ParseLimitExceeded` (a `ParseError`: the document fails saying which limit).
+  memory: a DOCX bomb is refused from its zip directory, markup elements (of every part the package
+  types as XML, whatever its name: kb.ooxml) are counted before a tree is built, PDF pages before
+  any is read; blocks, characters and time as the text grows. Over a limit, `ParseLimitExceeded` (a
+  `ParseError`: the document fails saying which limit). These run inside the parse; the worker also
+  bounds a parse's wall time and memory from outside it (kb.parse_sandbox).
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ from docx.table import Table
 from docx.text.paragraph import Paragraph
 from pypdf.errors import PyPdfError
 
-from kb.parsing_limits import DEFAULT_LIMITS, Guard, ParseError, ParseLimitExceeded, ParseLimits, check_elements, check_zip, count_elements
+from kb.ooxml import WORD_MAIN, check_package, main_part_type
+from kb.parsing_limits import DEFAULT_LIMITS, Guard, ParseError, ParseLimitExceeded, ParseLimits, check_elements, count_elements
 
 __all__ = ["ParseError", "ParseLimitExceeded", "ParseLimits", "ParsedDocument", "Section", "SUPPORTED_TYPES", "detect_type", "parse"]
 
@@ -85,10 +88,11 @@ _SUPPORTED_MIMES = frozenset(SUPPORTED_TYPES.values())
 
 
 def detect_type(filename: str, data: bytes) -> str:
-    """MIME type of an upload: magic bytes for binary formats (they cannot lie), else the extension."""
+    """MIME type of an upload: magic bytes for binary formats (they cannot lie), else the extension. A zip
+    is a DOCX when its package names a Word main part (whatever that part is called: kb.ooxml)."""
     if data.startswith(b"%PDF-"):
         return PDF
-    if data.startswith(b"PK\x03\x04") and _zip_has(data, "word/document.xml"):
+    if data.startswith(b"PK\x03\x04") and main_part_type(data) == WORD_MAIN:
         return DOCX
     ext = PurePath(filename or "").suffix.lower()
     if ext in SUPPORTED_TYPES:
@@ -107,14 +111,6 @@ def declared_type(filename: str, data: bytes, mime_type: str) -> str:
         return detect_type(filename, data)
     except ParseError:
         return _normalise_mime(mime_type)
-
-
-def _zip_has(data: bytes, member: str) -> bool:
-    try:
-        with zipfile.ZipFile(io.BytesIO(data)) as zf:
-            return member in zf.namelist()
-    except (zipfile.BadZipFile, ValueError, OSError):
-        return False
 
 
 def _normalise_mime(mime_type: str) -> str:
@@ -451,8 +447,9 @@ _HEADING_STYLE = re.compile(r"^heading\s*(\d)$", re.IGNORECASE)
 
 def _parse_docx(data: bytes, guard: Guard) -> tuple[_Builder, str]:
     """Paragraphs and tables in body order; 'Heading N' styles build heading paths, 'Title' is level 1.
-    The zip is measured (`_check_zip`) before python-docx unpacks anything."""
-    check_zip(data, guard, "DOCX")
+    The package is measured and its layout checked (`kb.ooxml.check_package`) before python-docx unpacks
+    anything: limits hold for whatever part the package names as its main one."""
+    check_package(data, guard, "DOCX")
     try:
         document = docx.Document(io.BytesIO(data))
         title = document.core_properties.title or ""

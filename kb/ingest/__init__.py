@@ -8,6 +8,9 @@ Guarantees:
 - Vectors are staged per batch in the EmbeddingCache (tenant, model key, sha256 of chunk text),
   committed with the job's progress: a crashed job resumes without re-embedding finished batches,
   and unchanged text is never embedded twice, across documents, re-ingests and re-embeds.
+- Deleting a document cancels its ingest (its job rows go with it): a queued job does nothing, a
+  running one stops at its next checkpoint (its parse killed, or before the next embedding batch).
+- Parsing runs in a child process bounded in wall time and memory from outside (kb.parse_sandbox).
 - Every read and write of tenant data runs inside `activate(scope)` (RLS). Only the reaper reads
   across tenants, through the named owner escape hatch.
 

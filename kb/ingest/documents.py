@@ -143,7 +143,9 @@ def reingest_document(*, scope: Scope, document: Document) -> IngestJob:
 
 
 def delete_document(*, scope: Scope, document: Document) -> None:
-    """Delete a document with its chunks, content and jobs; the corpus's chunk count follows."""
+    """Delete a document with its chunks, content and jobs; the corpus's chunk count follows. Its jobs going
+    cancels them: a queued one's message finds nothing to do, a running one stops at its next checkpoint
+    (its parse killed, or before its next embedding batch) and writes nothing (kb.ingest.pipeline)."""
     access.check_may_change(scope, document, "document")
     with activate(scope):
         Corpus.objects.for_scope(scope).select_for_update().filter(pk=document.corpus_id).first()  # serialise with writers

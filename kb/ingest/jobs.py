@@ -76,6 +76,16 @@ def _claim(scope: Scope, job_id: int, kind: str) -> IngestJob | None:
         return job
 
 
+def running_jobs(scope: Scope, job_ids: list[int] | set[int]) -> set[int]:
+    """Those of `job_ids` still running. Deleting a document deletes its jobs (and failing a job ends it):
+    a job missing here is cancelled, and its worker stops working for it at its next checkpoint."""
+    if not job_ids:
+        return set()
+    with activate(scope):
+        return set(IngestJob.objects.for_scope(scope).filter(pk__in=list(job_ids), status=JobStatus.RUNNING)
+                   .values_list("pk", flat=True))
+
+
 def _note_transient(scope: Scope, job_id: int, exc: Exception) -> None:
     """Back to queued with the reason; the task retries (and the reaper would resend it)."""
     try:

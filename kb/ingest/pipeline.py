@@ -16,12 +16,23 @@ from django.utils import timezone
 from kb.chunking import chunk_document
 from kb.embedding import Embedder, get_embedder
 from kb.ingest.documents import content_hash
-from kb.ingest.jobs import MAX_ATTEMPTS, TRANSIENT_ERRORS, _claim, _fail, _ModelSwitched, _note_transient, _take_lease, _update_job
+from kb.ingest.jobs import (
+    MAX_ATTEMPTS,
+    TRANSIENT_ERRORS,
+    _claim,
+    _fail,
+    _ModelSwitched,
+    _note_transient,
+    _take_lease,
+    _update_job,
+    running_jobs,
+)
 from kb.ingest.queue import enqueue_job, register_runner
 from kb.ingest.vectors import _ensure_index_outside_transactions, _vector_cursor, _vectors_for
 from kb.injection import detect_injection
 from kb.models import Corpus, Document, DocumentContent, DocumentStatus, IngestJob, JobStatus
-from kb.parsing import ParseError, parse
+from kb.parse_sandbox import ParseCancelled, parse_document
+from kb.parsing import ParseError
 from kb.project.config import get_int
 from kb.sentences import sentence_spans
 from tenants.scope import Scope, activate
@@ -65,13 +76,18 @@ class _ChunkRows:
 
 
 def run_ingest_job(*, job_id: int, tenant_id: int) -> str:
-    """Run one ingest job to the end; idempotent. Returns "done", "failed", "superseded", "skipped" or "busy".
+    """Run one ingest job to the end; idempotent. Returns "done", "failed", "superseded", "cancelled",
+    "skipped" or "busy".
 
     The job also takes over other queued ingest jobs of the same corpus (up to GROUNDED_INGEST_GROUP,
     each under its own lease), so a bulk upload is embedded in full batches across documents; their
     own messages later find them done. Transient errors (database, embedder rate limits/outages) put
     the jobs back to queued and are re-raised for the task to retry; a document's own problem
     (parse error, bug) fails that document only, with the reason.
+
+    Deleting a document deletes its jobs, which cancels them (kb.ingest.jobs.running_jobs): a queued one
+    is skipped; a running one stops at its next checkpoint (the parse, polled every half second and its
+    child killed; after parsing; before each embedding batch; at the write) and writes nothing.
     """
     scope = Scope.system(tenant_id, principal=f"ingest-job:{job_id}")
     if _finished(scope, job_id):  # a duplicate delivery, or a job a group already took: no lock needed
@@ -123,8 +139,11 @@ def _claim_companions(scope: Scope, job: IngestJob, leases: contextlib.ExitStack
 
 def _load_source(scope: Scope, job: IngestJob) -> _Source:
     with activate(scope):
-        document = Document.objects.for_scope(scope).select_related("corpus").get(pk=job.document_id)
-        data = bytes(DocumentContent.objects.for_scope(scope).values_list("data", flat=True).get(document_id=document.pk))
+        document = Document.objects.for_scope(scope).select_related("corpus").filter(pk=job.document_id).first()
+        data = DocumentContent.objects.for_scope(scope).filter(document_id=job.document_id).values_list("data", flat=True).first()
+        if document is None or data is None:  # deleted since the job was claimed
+            raise _Cancelled()
+        data = bytes(data)
         Document.objects.for_scope(scope).filter(pk=document.pk).update(status=DocumentStatus.PROCESSING, updated_at=timezone.now())
         IngestJob.objects.for_scope(scope).filter(pk=job.pk).update(stage="parse", error="", heartbeat_at=timezone.now())
     return _Source(document, document.corpus, data, hashlib.sha256(data).hexdigest())
@@ -141,6 +160,9 @@ def _ingest_group(scope: Scope, jobs: list[IngestJob]) -> dict[int, str]:
     for job in jobs:
         try:
             result = _prepare(scope, job, corpus, embedder)
+        except _Cancelled:
+            outcomes[job.pk] = _cancelled(job)
+            continue
         except TRANSIENT_ERRORS:
             raise
         except Exception as exc:
@@ -153,7 +175,9 @@ def _ingest_group(scope: Scope, jobs: list[IngestJob]) -> dict[int, str]:
             prepared.append(result)
     vectors = _vectors_for(scope, embedder, {h: s.text for p in prepared for h, s in zip(p.hashes, p.spans, strict=True)},
                            progress={p.job.pk: p.hashes for p in prepared})
+    prepared = _still_running(scope, prepared, outcomes)
     sentences = _sentence_vectors(scope, embedder, prepared, vectors) if corpus.sentence_vectors else {}
+    prepared = _still_running(scope, prepared, outcomes)
     for p in prepared:
         rows = _ChunkRows(spans=p.spans, hashes=p.hashes, vectors=vectors, flags=p.flags, sentences=sentences.get(p.job.pk))
         try:
@@ -168,6 +192,24 @@ def _ingest_group(scope: Scope, jobs: list[IngestJob]) -> dict[int, str]:
             logger.exception("ingest job %s failed while writing", p.job.pk)
             outcomes[p.job.pk] = _fail(scope, p.job, f"internal error: {type(exc).__name__}: {exc}")
     return outcomes
+
+
+class _Cancelled(Exception):
+    """The job's document was deleted (its job with it) while the job ran."""
+
+
+def _cancelled(job: IngestJob) -> str:
+    logger.info("ingest job %s cancelled: document %s deleted", job.pk, job.document_id)
+    return "cancelled"
+
+
+def _still_running(scope: Scope, prepared: list[_Prepared], outcomes: dict[int, str]) -> list[_Prepared]:
+    """Checkpoint: drop the jobs cancelled meanwhile (their outcome "cancelled"); the others go on."""
+    running = running_jobs(scope, {p.job.pk for p in prepared})
+    for p in prepared:
+        if p.job.pk not in running:
+            outcomes[p.job.pk] = _cancelled(p.job)
+    return [p for p in prepared if p.job.pk in running]
 
 
 def _sentence_vectors(scope: Scope, embedder: Embedder, prepared: list[_Prepared],
@@ -190,17 +232,25 @@ def _sentence_vectors(scope: Scope, embedder: Embedder, prepared: list[_Prepared
         with activate(scope):  # a stage of its own in the job's progress, and a fresh heartbeat for the reaper
             IngestJob.objects.for_scope(scope).filter(pk__in=[p.job.pk for p in prepared]).update(
                 stage="embed sentences", heartbeat_at=timezone.now())
-    vectors.update(_vectors_for(scope, embedder, texts))
+    vectors.update(_vectors_for(scope, embedder, texts, owners={p.job.pk: [h for found in out[p.job.pk] for *_, h in found]
+                                                                for p in prepared}))
     return out
 
 
 def _prepare(scope: Scope, job: IngestJob, corpus: Corpus, embedder: Embedder) -> _Prepared | str:
+    """Parse (kb.parse_sandbox: bounded from outside, cancelled when the job goes) and chunk one document.
+    Raises _Cancelled when its document was deleted."""
     source = _load_source(scope, job)
     document = source.document
     try:
-        parsed = parse(source.data, document.source_name, document.mime_type or None)
+        parsed = parse_document(source.data, document.source_name, document.mime_type or None,
+                                cancelled=lambda: not running_jobs(scope, {job.pk}))
+    except ParseCancelled:
+        raise _Cancelled() from None
     except ParseError as exc:
         return _fail(scope, job, f"parse error: {exc}")
+    if not running_jobs(scope, {job.pk}):
+        raise _Cancelled()
     # A chunk may be larger than the model's window: it is embedded by windows (embed_windowed).
     target = corpus.chunk_target_tokens
     window = embedder.max_tokens - getattr(embedder, "reserved_tokens", 0)
@@ -234,7 +284,7 @@ def _write_chunks(scope: Scope, job: IngestJob, source: _Source, model_key: str,
     with activate(scope):
         document = Document.objects.for_scope(scope).select_for_update().filter(pk=source.document.pk).first()
         if document is None:  # deleted meanwhile (its jobs went with it)
-            return "deleted"
+            return _cancelled(job)
         if document.sha256 != source.sha256:  # a newer upload replaced the bytes; its own job writes
             IngestJob.objects.for_scope(scope).filter(pk=job.pk).update(
                 status=JobStatus.DONE, stage="superseded", finished_at=now, heartbeat_at=now)

@@ -16,6 +16,7 @@ from pgvector.psycopg.vector import VectorBinaryDumper, VectorBinaryLoader, Vect
 from psycopg.types import TypeInfo
 
 from kb.embedding import Embedder, embed_windowed
+from kb.ingest.jobs import running_jobs
 from kb.models import EmbeddingCache, IngestJob
 from kb.project.config import get_int
 from kb.vector_index import HALFVEC_MAX_DIM, ensure_vector_index
@@ -45,14 +46,20 @@ def _ensure_index_outside_transactions(model_key: str, dim: int) -> None:
         ensure_vector_index(model_key, dim)
 
 
-def _vectors_for(scope: Scope, embedder: Embedder, texts: dict[str, str],
-                 progress: dict[int, list[str]] | None = None) -> dict[str, np.ndarray]:
+def _vectors_for(scope: Scope, embedder: Embedder, texts: dict[str, str], progress: dict[int, list[str]] | None = None,
+                 owners: dict[int, list[str]] | None = None) -> dict[str, np.ndarray]:
     """sha256 -> vector for every text ({sha256: text}): cache first, then the embedder in batches of
     texts of similar length (shortest first: a batch is padded to its longest text, so batches cut
     from document order, where a 5-word sentence sits beside a 60-word one, cost about twice the
     model time; docs/ingestion.md, "Figures behind rules in the code"), each batch written to the
     cache and committed together with the progress of the jobs (`progress`: job id -> its chunks'
-    hashes) whose chunks it completed (batches of `progress_batch_size`, so that progress moves)."""
+    hashes) whose chunks it completed (batches of `progress_batch_size`, so that progress moves).
+
+    Cancellation checkpoint: with `progress` or `owners` (job id -> the hashes it needs), the jobs are
+    checked before each batch (kb.ingest.jobs.running_jobs); a text only cancelled jobs needed is not
+    embedded, so a deleted document stops costing model time within one batch. The result then lacks
+    those texts: callers keep only the jobs still running."""
+    owners = owners if owners is not None else progress
     with activate(scope):
         vectors = _cache_lookup(scope, embedder.model_key, list(texts))
     missing = sorted((h for h in texts if h not in vectors), key=lambda h: len(texts[h]))
@@ -68,8 +75,16 @@ def _vectors_for(scope: Scope, embedder: Embedder, texts: dict[str, str],
                 IngestJob.objects.for_scope(scope).filter(pk=job_id).update(
                     stage="embed", chunks_total=len(hashes), chunks_done=done[job_id], heartbeat_at=now)
     size = progress_batch_size(len(missing)) if progress else embed_batch_size()
-    for start in range(0, len(missing), size):
+    live = set(owners or ())
+    start = 0
+    while start < len(missing):
+        if owners and (gone := live - running_jobs(scope, live)):
+            live -= gone
+            wanted = {h for job_id in live for h in owners[job_id]}
+            missing = missing[:start] + [h for h in missing[start:] if h in wanted]
+            continue
         batch = missing[start:start + size]
+        start += size
         array = embed_windowed(embedder, [texts[h] for h in batch], "document")
         if array.shape != (len(batch), embedder.dim) or not np.isfinite(array).all():
             raise ValueError(f"embedder {embedder.model_key} returned {array.shape} for {len(batch)} texts")

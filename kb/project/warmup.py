@@ -27,6 +27,7 @@ from django.urls import get_resolver
 
 from kb.embedding import GeminiEmbedder, default_model_key, embed_array, get_embedder
 from kb.ingest.queue import _embedded_broker_down
+from kb.parse_sandbox import start_helper
 from kb.project.celery import app
 from kb.project.config import get_bool, get_list
 from kb.retrieval import search
@@ -80,6 +81,10 @@ def warm_up(*, web: bool = True) -> dict[str, Any]:
             t = time.perf_counter()
             _warm_model(key)
             timings[f"model {key} ms"] = round(1000 * (time.perf_counter() - t), 1)
+        if not web:  # a worker: the parse sandbox's helper process (kb.parse_sandbox), started once
+            t = time.perf_counter()
+            start_helper()
+            timings["parse_helper_ms"] = round(1000 * (time.perf_counter() - t), 1)
         if web:
             t = time.perf_counter()
             _warm_requests()
