@@ -58,6 +58,7 @@ def main() -> int:
 def run(tmp: Path, n: int) -> int:
     from kb.embedding import HashEmbedder
     from kb.models import Corpus, Document, SourceSync
+    from kb.sources.grants import grant_source
     from kb.sources.services import source_create
     from kb.sources.sync import request_sync
     from tenants.models import Department, Tenant
@@ -75,6 +76,7 @@ def run(tmp: Path, n: int) -> int:
     share = tmp / "share"
     paths = write_files(share, n)
     tenant = Tenant.objects.create(name="Bench", slug="bench")
+    grant_source(tenant=tenant, kind="folder", value=str(tmp), granted_by="bench")  # as manage.py grant_source does
     scope = Scope.system(tenant.id, principal="bench")
     with activate(scope):
         hr = Department.objects.create(tenant=tenant, name="HR")

@@ -44,7 +44,9 @@ class SourceForm(forms.ModelForm):
     credentials = forms.CharField(
         required=False, widget=forms.PasswordInput(render_value=False),
         help_text='JSON, e.g. {"access_key_id": "...", "secret_access_key": "..."} (s3) or {"authorization": "Bearer ..."} '
-                  "(website). Stored encrypted and never shown again; leave empty to keep the stored ones.")
+                  "(website). Stored encrypted and never shown again; leave empty to keep the stored ones. They are bound to the "
+                  "address: changing the start URL's or endpoint's scheme, host or port (or the bucket) removes them unless "
+                  "new ones are typed here.")
     clear_credentials = forms.BooleanField(required=False, help_text="Remove the stored credentials.")
 
     def clean_credentials(self):
@@ -65,12 +67,24 @@ class SourceForm(forms.ModelForm):
         super().clean()
         data = self.cleaned_data
         kind = data.get("kind") or self.instance.kind
-        if "config" in data and kind:
+        tenant_id = self._tenant_id(data)
+        if "config" in data and kind and tenant_id:
             try:
-                data["config"] = check_source_config(kind, data["config"])
+                data["config"] = check_source_config(kind, data["config"], tenant_id=tenant_id)
             except NotAllowed as exc:
                 self.add_error("config", str(exc))
         return data
+
+    def _tenant_id(self, data: dict[str, Any]) -> int | None:
+        """The tenant whose grants the config must fit: the acting scope's, else (superusers) the
+        source's or its chosen corpus's."""
+        scope = getattr(self, "acting_scope", None)
+        if scope is not None:
+            return scope.tenant_id
+        if self.instance.tenant_id:
+            return self.instance.tenant_id
+        corpus = data.get("corpus")
+        return corpus.tenant_id if corpus is not None else None
 
 
 @admin.register(Source)
@@ -120,7 +134,10 @@ class SourceAdmin(TenantScopedAdmin):
                       if name in {"name", "config", "department_rules", "schedule_minutes", "paused"}}
             if secret is not None:
                 fields["credentials"] = secret
-            source_update(scope=scope, source=obj, **fields)
+            updated = source_update(scope=scope, source=obj, **fields)
+            if obj.has_secret and not updated.has_secret and secret is None:
+                messages.warning(request, "The stored credentials were removed: they are bound to the address they were "
+                                          "given for, and the address changed. Type them again if they apply to the new one.")
         except NotAllowed as exc:
             raise PermissionDenied(str(exc)) from None
 

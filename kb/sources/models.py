@@ -164,3 +164,31 @@ class SourceChange(models.Model):
 
     class Meta:
         indexes = [models.Index(fields=["tenant", "document_id", "document_version"], name="source_change_doc_idx")]
+
+
+class SourceGrant(models.Model):
+    """What an operator allows one tenant's sources to read: a folder (under SOURCES_FOLDER_ROOTS, never
+    overlapping another tenant's folder grant: the database refuses it, kb migration 0009), a website
+    host or an S3 endpoint (host[:port]). Written only through the owner connection
+    (kb.sources.grants, `manage.py grant_source`); the application role may only read its own tenant's."""
+
+    class Kind(models.TextChoices):
+        FOLDER = "folder"
+        WEBSITE_HOST = "website_host"
+        S3_ENDPOINT = "s3_endpoint"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    value = models.CharField(max_length=1000, help_text="folder: its real path; website_host: host; s3_endpoint: host[:port].")
+    allow_private = models.BooleanField(default=False, help_text="Hosts only: private addresses allowed for this host.")
+    note = models.CharField(max_length=500, blank=True)
+    granted_by = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = TenantScopedManager()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "kind", "value"], name="uniq_source_grant")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.value}"

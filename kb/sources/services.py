@@ -12,19 +12,24 @@ from kb.models import Corpus
 from kb.sources import folder, s3, website
 from kb.sources.base import SourceError
 from kb.sources.crypto import encrypt_secret
+from kb.sources.grants import check_granted, outbound_policy_for
 from kb.sources.models import Source, SourceKind
 from kb.sources.rules import normalise_rules
 from tenants.access import departments_in_scope
 from tenants.scope import NotAllowed, Scope, activate
 
 # Keyed by the kind's stored string (SourceKind members are those strings).
-_CHECKS: dict[str, Callable[[dict], dict]] = {
+_CHECKS: dict[str, Callable[..., dict]] = {
     SourceKind.FOLDER: folder.check_config, SourceKind.S3: s3.check_config, SourceKind.WEBSITE: website.check_config,
 }
+_NETWORK_KINDS = (SourceKind.S3, SourceKind.WEBSITE)
 MAX_SCHEDULE_MINUTES = 60 * 24 * 31
 
 
-def check_source_config(kind: str, config: object) -> dict:
+def check_source_config(kind: str, config: object, *, tenant_id: int) -> dict:
+    """The clean config of a `kind` source of `tenant_id`: the kind's own checks, then the tenant's
+    grants (kb.sources.grants: a folder under its folder grants, a host among its granted hosts).
+    Raises NotAllowed on field "config" naming the config key at fault."""
     if kind not in _CHECKS:
         raise NotAllowed(f"kind must be one of {', '.join(SourceKind.values)}", field="kind")
     if not isinstance(config, dict):
@@ -32,7 +37,11 @@ def check_source_config(kind: str, config: object) -> dict:
     if problem := json_problem(config, max_depth=3, max_string=2000, check_text=True):
         raise NotAllowed(f"config: {problem}", field="config")
     try:
-        return _CHECKS[kind](config)
+        # Network kinds check addresses under the tenant's policy (its granted private hosts pass).
+        network = {"policy": outbound_policy_for(tenant_id, kind)} if kind in _NETWORK_KINDS else {}
+        clean = _CHECKS[kind](config, **network)
+        check_granted(tenant_id, kind, clean)
+        return clean
     except SourceError as exc:
         raise NotAllowed(str(exc), field="config") from None
     except (ValueError, UnicodeError):  # a malformed URL or path
@@ -84,7 +93,7 @@ def source_create(*, scope: Scope, corpus: Corpus, name: str, kind: str, config:
         if not name or len(name) > 200 or text_problem(name):
             raise NotAllowed("a name of 1 to 200 characters is required", field="name")
         _check_schedule(schedule_minutes)
-        clean = check_source_config(kind, config)
+        clean = check_source_config(kind, config, tenant_id=scope.tenant_id)
         secret = check_source_secret(kind, credentials)
         rules = _rules(scope, corpus, department_rules)
         try:
@@ -104,7 +113,8 @@ def source_update(*, scope: Scope, source: Source, name: object = _UNCHANGED, co
                   credentials: object = _UNCHANGED, department_rules: object = _UNCHANGED,
                   schedule_minutes: object = _UNCHANGED, paused: object = _UNCHANGED) -> Source:
     """Change a source; only the fields given. New credentials replace the old ones (an empty
-    object removes them); rule changes move documents on the next sync."""
+    object removes them); a config whose origin changes (credential_origin) drops the stored
+    credentials unless new ones come with it; rule changes move documents on the next sync."""
     with activate(scope):
         locked = Source.objects.for_scope(scope).select_for_update().select_related("corpus").get(pk=source.pk)
         access.check_may_manage_source(scope, locked.corpus, {r["department"] for r in locked.department_rules or []})
@@ -114,7 +124,10 @@ def source_update(*, scope: Scope, source: Source, name: object = _UNCHANGED, co
                 raise NotAllowed("a name of 1 to 200 characters is required", field="name")
             locked.name = name
         if config is not _UNCHANGED:
-            locked.config = check_source_config(locked.kind, config)
+            clean = check_source_config(locked.kind, config, tenant_id=scope.tenant_id)
+            if credentials is _UNCHANGED and credential_origin(locked.kind, locked.config) != credential_origin(locked.kind, clean):
+                credentials = {}  # stored credentials are bound to the origin they were given for
+            locked.config = clean
         if credentials is not _UNCHANGED:
             locked.secret = encrypt_secret(check_source_secret(locked.kind, credentials))
         if department_rules is not _UNCHANGED:
@@ -131,6 +144,14 @@ def source_update(*, scope: Scope, source: Source, name: object = _UNCHANGED, co
         except IntegrityError:
             raise NotAllowed("a source with this name already exists", field="name") from None
         return locked
+
+
+def credential_origin(kind: str, config: dict) -> tuple:
+    """What a source's credentials are bound to (website: the start URL's scheme, host and port; S3:
+    the endpoint's and the bucket). A change of it drops the stored credentials."""
+    origins: dict[str, Callable[[dict], tuple]] = {SourceKind.S3: s3.credential_origin,
+                                                  SourceKind.WEBSITE: website.credential_origin}
+    return origins[kind](config) if kind in origins else ()
 
 
 def source_delete(*, scope: Scope, source: Source) -> None:

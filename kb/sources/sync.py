@@ -38,11 +38,13 @@ from kb.ingest.documents import move_document
 from kb.ingest.pipeline import group_max_jobs
 from kb.metadata import text_problem
 from kb.models import Corpus, Document, DocumentStatus, IngestJob, JobStatus
-from kb.parsing import ParseError, declared_type, parse
+from kb.parse_sandbox import parse_document
+from kb.parsing import ParseError, declared_type
 from kb.project.celery import app as celery_app
 from kb.sources import folder, s3, website
 from kb.sources.base import Entry, ItemError, Listing, SourceError
 from kb.sources.crypto import SecretUnreadable, decrypt_secret
+from kb.sources.grants import check_granted, outbound_policy_for
 from kb.sources.models import ACTIVE_SYNC, Source, SourceChange, SourceItem, SourceKind, SourceSync, SyncStatus
 from kb.sources.rules import department_for
 from tenants.scope import NotAllowed, Scope, activate
@@ -60,12 +62,14 @@ STALE_QUEUED_SECONDS = 300  # a queued sync older than this lost its message: re
 
 
 def listing_for(source: Source) -> Listing:
-    """The connector listing of `source` (credentials decrypted here, handed only to the connector)."""
+    """The connector listing of `source` (credentials decrypted here, handed only to the connector).
+    The tenant's grants are checked again first: a revoked grant fails the sync (SourceError)."""
+    check_granted(source.tenant_id, source.kind, source.config)
     secret = decrypt_secret(source.secret)
-    kinds: dict[str, Callable[[dict, dict], Listing]] = {
-        SourceKind.FOLDER: folder.FolderListing, SourceKind.S3: s3.S3Listing, SourceKind.WEBSITE: website.WebsiteListing,
-    }
-    return kinds[source.kind](source.config, secret)
+    if source.kind == SourceKind.FOLDER:
+        return folder.FolderListing(source.config, secret)
+    network: dict[str, Callable[..., Listing]] = {SourceKind.S3: s3.S3Listing, SourceKind.WEBSITE: website.WebsiteListing}
+    return network[source.kind](source.config, secret, policy=outbound_policy_for(source.tenant_id, source.kind))
 
 
 def source_name_for_item(source: Source, key: str) -> str:
@@ -389,7 +393,7 @@ class _Sync:
             return
         try:  # checked here so a corrupt new version never replaces a good old one
             mime = declared_type(name, data, entry.mime_type) if entry.mime_type else None
-            parse(data, name, mime)
+            parse_document(data, name, mime)  # under the worker's parse limits, in a child process
         except ParseError as exc:
             self._failed(entry.key, item, f"parse error: {exc}", dept)
             return

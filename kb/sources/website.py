@@ -6,6 +6,8 @@ config: {"start_url": "https://intranet.example/handbook/", "sitemap_url": "", "
          "max_depth": 5, "max_page_bytes": 5242880, "timeout_seconds": 10, "time_limit_seconds": 600}
 An item's key is the page's path (and query): mapping rules use path prefixes such as "/hr/".
 A crawl stopped by a limit is incomplete: pages not reached are not removed.
+Every connection goes through the outbound policy (kb.sources.outbound); the credentials (an
+Authorization header) are sent to the start URL's origin only, and a redirect off it is not followed.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ import httpx
 from django.conf import settings
 from lxml import etree, html
 
-from kb.sources.base import Entry, SourceError, check_public_host
+from kb.sources.base import Entry, SourceError
+from kb.sources.outbound import OutboundPolicy, OutboundRefused, http_client, url_origin
 
 USER_AGENT = "grounded-sources/1.0"
 _TYPES = {"text/html": "text/html", "application/xhtml+xml": "text/html", "text/plain": "text/plain",
@@ -47,15 +50,21 @@ def limits(config: dict) -> dict:
     return out
 
 
-def check_config(config: dict) -> dict:
+def check_config(config: dict, policy: OutboundPolicy | None = None) -> dict:
+    """The clean config; raises SourceError naming the field (a start URL the policy refuses included)."""
     start = config.get("start_url")
     if not isinstance(start, str) or not start.startswith(("http://", "https://")):
         raise SourceError("config.start_url: an http:// or https:// URL is required")
-    check_public_host(start, "config.start_url")
+    (policy or OutboundPolicy.from_settings()).check_url(start, "config.start_url")
     sitemap = str(config.get("sitemap_url") or "")
     if sitemap and _origin(sitemap) != _origin(start):
         raise SourceError("config.sitemap_url: must be on the start URL's host")
     return {"start_url": start, "sitemap_url": sitemap, **limits(config)}
+
+
+def credential_origin(config: dict) -> tuple:
+    """What the source's credentials are bound to: the start URL's scheme, host and port."""
+    return url_origin(str(config.get("start_url") or ""))
 
 
 def _origin(url: str) -> tuple[str, str]:
@@ -73,14 +82,17 @@ class _TooLarge(Exception):
 
 
 class WebsiteListing:
-    def __init__(self, config: dict, secret: dict) -> None:
-        self.config = check_config(config)
+    """The crawl. `policy` decides where connections may go (default: from settings)."""
+
+    def __init__(self, config: dict, secret: dict, policy: OutboundPolicy | None = None) -> None:
+        policy = policy or OutboundPolicy.from_settings()
+        self.config = check_config(config, policy)
         self.limits = limits(config)
         self.origin = _origin(self.config["start_url"])
         self.complete = False
-        self.client = httpx.Client(timeout=self.limits["timeout_seconds"], follow_redirects=False,
-                                   headers={"User-Agent": USER_AGENT, **({"Authorization": secret["authorization"]}
-                                                                          if secret.get("authorization") else {})})
+        self.client = http_client(policy, timeout=self.limits["timeout_seconds"], follow_redirects=False,
+                                  headers={"User-Agent": USER_AGENT})
+        self.auth = {"Authorization": secret["authorization"]} if secret.get("authorization") else {}
         self.deadline = time.monotonic() + self.limits["time_limit_seconds"]
 
     def __iter__(self) -> Iterator[Entry]:
@@ -129,7 +141,8 @@ class WebsiteListing:
         """(status, content type, body, redirect target or ""); raises _TooLarge or httpx errors."""
         remaining = max(0.1, self.deadline - time.monotonic())
         timeout = min(self.limits["timeout_seconds"], remaining)
-        with self.client.stream("GET", url, timeout=timeout) as resp:
+        headers = self.auth if self._same_host(url) else {}  # credentials never leave their origin
+        with self.client.stream("GET", url, timeout=timeout, headers=headers) as resp:
             if resp.is_redirect:
                 return resp.status_code, "", b"", urljoin(url, resp.headers.get("location", ""))
             declared = resp.headers.get("content-length")
@@ -161,6 +174,8 @@ class WebsiteListing:
                 current = target
             else:
                 return _failed(key, "too many redirects"), []
+        except OutboundRefused as exc:
+            return _failed(key, str(exc)), []
         except _TooLarge:
             return _failed(key, f"larger than {self.limits['max_page_bytes']} bytes"), []
         except httpx.TimeoutException:
@@ -216,7 +231,7 @@ class WebsiteListing:
             try:
                 status, _, body, _ = self._get(sm)
                 root = etree.fromstring(body, parser=etree.XMLParser(resolve_entities=False, no_network=True)) if status == 200 else None
-            except (_TooLarge, httpx.HTTPError, etree.XMLSyntaxError):
+            except (_TooLarge, httpx.HTTPError, etree.XMLSyntaxError, OutboundRefused):
                 continue
             if root is None:
                 continue

@@ -42,6 +42,7 @@ from tenants.scope import Scope, activate
 from tests.api.conftest import CANARY, ingest, issue
 from tests.factories import make_membership, make_staff_user
 from tests.kb import _transactional  # noqa: F401  (flush transactional tests as owner)
+from tests.kb.sources.conftest import grant
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "owner"])
 
@@ -591,6 +592,7 @@ def _source_folder(settings, tmp_path, world):
     (tmp_path / "share").mkdir()
     (tmp_path / "share" / "probe.md").write_text("# Probe\n\nA folder source probe document.\n")
     settings.SOURCES_FOLDER_ROOTS = [str(tmp_path)]
+    grant(world.a, "folder", str(tmp_path))  # an operator's grant (manage.py grant_source)
     world.source_folder = str(tmp_path / "share")
 
 

@@ -27,6 +27,7 @@ from tenants.scope import activate
 from tests.api.conftest import ingest, issue
 from tests.factories import make_corpus, make_membership, whole_tenant
 from tests.kb import _transactional  # noqa: F401  (flush transactional tests as owner)
+from tests.kb.sources.conftest import grant
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "owner"])
 
@@ -122,6 +123,7 @@ def doc_env(world, live_server, settings, tmp_path) -> dict[str, str]:
     """The documented variables, pointing at a live server and tenant A's objects; a file to upload."""
     settings.RATE_LIMIT_PER_MINUTE = 10_000
     settings.SOURCES_FOLDER_ROOTS = ["/srv/policies"]
+    grant(world.a, "folder", "/srv/policies")  # an operator's grant (manage.py grant_source)
     admin = world.client("a-admin")
     run = admin.post("/api/v1/ask/", {"question": "How much may I spend on hotels per night?"}, format="json").json()
     conversation = admin.post("/api/v1/conversations/", {"title": "Travel"}, format="json").json()

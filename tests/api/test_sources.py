@@ -7,6 +7,7 @@ import pytest
 
 from kb.models import Source, SourceItem, SourceSync
 from tenants.scope import Scope, activate
+from tests.kb.sources.conftest import grant
 
 SECRET = "api-secret-canary-93b1c0ffee"
 
@@ -14,6 +15,7 @@ SECRET = "api-secret-canary-93b1c0ffee"
 @pytest.fixture
 def share(world, settings, tmp_path):
     settings.SOURCES_FOLDER_ROOTS = [str(tmp_path)]
+    grant(world.a, "folder", str(tmp_path))  # an operator's grant (manage.py grant_source)
     (tmp_path / "sales").mkdir()
     (tmp_path / "eng").mkdir()
     (tmp_path / "sales" / "quota.md").write_text("# Quota\n\nThe sales quota is 40 deals per quarter.")
@@ -108,3 +110,32 @@ def test_rules_may_not_widen_and_other_tenants_sources_are_not_found(world, shar
     with activate(Scope.system(world.b.id)):
         assert not Source.objects.for_scope(Scope.system(world.b.id)).exists()
         assert not SourceItem.objects.for_scope(Scope.system(world.b.id)).exists()
+
+
+def test_a_folder_granted_to_another_tenant_or_outside_the_grants_is_a_400_naming_config_path(
+        world, share, settings, tmp_path_factory, django_capture_on_commit_callbacks):
+    """Issue 47, finding 1: tenant B may not attach tenant A's folder (nor any folder not granted to B)."""
+    globex, free = tmp_path_factory.mktemp("globex"), tmp_path_factory.mktemp("free")
+    (globex / "memo.md").write_text("# Memo\n\nGlobex ships on Mondays.\n")
+    settings.SOURCES_FOLDER_ROOTS = [str(share), str(globex), str(free)]
+    grant(world.b, "folder", str(globex))
+    b_admin = world.client("b-admin")
+
+    def post(path: str):
+        return b_admin.post("/api/v1/sources/", {"name": f"probe {path}", "corpus": world.b_corpus.id, "kind": "folder",
+                                                 "config": {"path": path}, "schedule_minutes": 0}, format="json")
+
+    for path in (str(share), str(share / "sales"), f"{globex}/../{share.name}", str(free)):
+        r = post(path)
+        assert r.status_code == 400, r.content
+        assert r.json()["error"]["fields"]["config"] == ["config.path: not under a folder granted to this tenant"]
+    mine = post(str(globex))
+    assert mine.status_code == 201, mine.content
+    patched = b_admin.patch(f"/api/v1/sources/{mine.json()['id']}/", {"config": {"path": str(share)}}, format="json")
+    assert patched.status_code == 400 and "config.path" in patched.json()["error"]["message"]
+    with django_capture_on_commit_callbacks(execute=True):
+        assert b_admin.post(f"/api/v1/sources/{mine.json()['id']}/sync/").status_code == 202
+    with activate(Scope.system(world.b.id)):
+        keys = set(SourceItem.objects.for_scope(Scope.system(world.b.id)).values_list("key", flat=True))
+        assert keys == {"memo.md"}  # nothing of tenant A's folder
+        assert Source.objects.for_scope(Scope.system(world.b.id)).get().config == {"path": str(globex), "include_hidden": False}

@@ -14,14 +14,16 @@ from tenants.scope import activate
 from tests.api.test_admin import staff
 from tests.factories import whole_tenant
 from tests.kb import _transactional  # noqa: F401  (flush transactional tests as owner)
+from tests.kb.sources.conftest import grant
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "owner"])
 SECRET = "admin-secret-canary-5e6f7a8b"
 
 
 @pytest.fixture
-def share(settings, tmp_path):
+def share(settings, tmp_path, world):
     settings.SOURCES_FOLDER_ROOTS = [str(tmp_path)]
+    grant(world.a, "folder", str(tmp_path))  # an operator's grant (manage.py grant_source)
     settings.SOURCES_ALLOW_PRIVATE_HOSTS = True
     (tmp_path / "handbook.md").write_text("# Handbook\n\nThe parking allowance is 12 EUR per day, says the handbook.")
     (tmp_path / "broken.pdf").write_bytes(b"%PDF-1.4 broken")
@@ -69,3 +71,25 @@ def test_admin_adds_syncs_pauses_and_never_shows_credentials(client, world, shar
     assert client.get(f"/admin/kb/source/{bucket.pk}/change/").status_code in (302, 404)
     assert "Share" not in client.get("/admin/kb/source/").content.decode()
     assert other.status_code == 200
+
+
+def test_the_add_form_refuses_another_tenants_folder_with_a_form_error(client, world, share, settings, tmp_path_factory):
+    """Issue 47, finding 1, through the admin: tenant B's admin cannot attach tenant A's granted folder
+    (nor one outside B's grants): the config field says why and nothing is saved."""
+    globex = tmp_path_factory.mktemp("globex")
+    settings.SOURCES_FOLDER_ROOTS = [str(share), str(globex)]
+    grant(world.b, "folder", str(globex))
+    client.force_login(staff(world, "admin", tenant=world.b))
+    for path in (str(share), str(share / "sub"), "/etc"):
+        r = client.post("/admin/kb/source/add/", {
+            "name": "Probe", "corpus": world.b_corpus.id, "kind": "folder", "config": json.dumps({"path": path}),
+            "department_rules": "[]", "schedule_minutes": 0})
+        assert r.status_code == 200, r.status_code
+        errors = r.context["adminform"].form.errors
+        assert list(errors) == ["config"] and "config.path: not under a folder" in errors["config"][0], errors
+    with activate(whole_tenant(world.b)):
+        assert not Source.objects.for_scope(whole_tenant(world.b)).exists()
+    r = client.post("/admin/kb/source/add/", {
+        "name": "Mine", "corpus": world.b_corpus.id, "kind": "folder", "config": json.dumps({"path": str(globex)}),
+        "department_rules": "[]", "schedule_minutes": 0})
+    assert r.status_code == 302, r.content.decode()[:2000]

@@ -1,7 +1,7 @@
-"""Fixtures for source tests: a tenant with departments and a tenant-wide corpus (folder roots and
-loopback hosts allowed); the upstream servers on loopback (an S3 API server, moto in server mode, and
-a small website); and `upstream`, a source's upstream of any kind behind one interface, for the tests
-every kind must pass alike."""
+"""Fixtures for source tests: a tenant with departments and a tenant-wide corpus (its folder granted,
+loopback hosts allowed); `grant`/`revoke` (a tenant's source grants); the upstream servers on loopback
+(an S3 API server, moto in server mode, and a small website); and `upstream`, a source's upstream of
+any kind behind one interface, for the tests every kind must pass alike."""
 
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from kb.models import Chunk, Corpus, Document, Source, SourceChange, SourceItem, SourceSync
+from kb.sources.grants import grant_source, revoke_source_grant
+from kb.sources.models import SourceGrant
 from kb.sources.services import source_create
 from kb.sources.sync import request_sync
 from tenants.scope import Scope, activate
@@ -26,11 +28,22 @@ S3_ACCESS_KEY = "AKIACANARYSOURCE0001"
 S3_SECRET_KEY = "s3-secret-canary-do-not-leak-1f2e3d4c5b6a"
 
 
+def grant(tenant, kind: str, value: str, **extra) -> SourceGrant:
+    """`tenant` granted a folder or host, as `manage.py grant_source` does, through the test's own
+    connection (the owner connection's rows are invisible inside a test transaction)."""
+    return grant_source(tenant=tenant, kind=kind, value=value, using="default", granted_by="test", **extra)
+
+
+def revoke(tenant, kind: str, value: str) -> int:
+    return revoke_source_grant(tenant=tenant, kind=kind, value=value, using="default", granted_by="test")
+
+
 @pytest.fixture
 def world(settings, tmp_path):
     settings.SOURCES_FOLDER_ROOTS = [str(tmp_path)]
     settings.SOURCES_ALLOW_PRIVATE_HOSTS = True
     tenant = make_tenant("Acme", departments=("HR", "Finance"))
+    grant(tenant, "folder", str(tmp_path))
     scope = whole_tenant(tenant)
     with activate(scope):
         corpus = Corpus.objects.create(tenant=tenant, name="Handbook", chunk_target_tokens=60, chunk_overlap_tokens=0)
@@ -285,4 +298,5 @@ def items(scope, source) -> dict[str, SourceItem]:
         return {i.key: i for i in SourceItem.objects.for_scope(scope).filter(source=source)}
 
 
-__all__ = ["Site", "Upstream", "changes", "chunk_rows", "chunk_text", "corpus_state", "items", "put", "source_create"]
+__all__ = ["Site", "Upstream", "changes", "chunk_rows", "chunk_text", "corpus_state", "grant", "items", "put", "revoke",
+           "source_create"]

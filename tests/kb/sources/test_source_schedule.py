@@ -24,6 +24,7 @@ from kb.tasks import schedule_source_syncs_task
 from tenants.scope import activate
 from tests.factories import make_tenant, whole_tenant
 from tests.kb import _transactional  # noqa: F401  (flush transactional tests as owner)
+from tests.kb.sources.conftest import grant
 
 pytestmark = pytest.mark.django_db(databases=["default", "owner"], transaction=True)
 
@@ -36,9 +37,9 @@ def make_source(world):
     folder.mkdir()
     (folder / "policy.md").write_text("# Policy\n\nEvery expense needs a receipt within 30 days.")
 
-    def make(name: str, schedule_minutes: int, *, paused: bool = False, scope=None, corpus=None) -> Source:
+    def make(name: str, schedule_minutes: int, *, paused: bool = False, scope=None, corpus=None, path=None) -> Source:
         return source_create(scope=scope or world["scope"], corpus=corpus or world["corpus"], name=name, kind="folder",
-                             config={"path": str(folder)}, schedule_minutes=schedule_minutes, paused=paused)
+                             config={"path": str(path or folder)}, schedule_minutes=schedule_minutes, paused=paused)
 
     return make
 
@@ -59,10 +60,15 @@ def set_next_sync_at(scope, source, when) -> None:
         Source.objects.for_scope(scope).filter(pk=source.pk).update(next_sync_at=when)
 
 
-def test_a_pass_syncs_the_due_sources_of_every_tenant_and_moves_their_next_sync_on(world, make_source):
+def test_a_pass_syncs_the_due_sources_of_every_tenant_and_moves_their_next_sync_on(world, make_source, settings,
+                                                                                   tmp_path_factory):
     scope, now = world["scope"], timezone.now()
     other = make_tenant("Other")
     other_scope = whole_tenant(other)
+    other_folder = tmp_path_factory.mktemp("other-share")  # a folder of its own: the world's is granted to Acme
+    (other_folder / "policy.md").write_text("# Policy\n\nOther's receipts are due within 60 days.")
+    settings.SOURCES_FOLDER_ROOTS = [*settings.SOURCES_FOLDER_ROOTS, str(other_folder)]
+    grant(other, "folder", str(other_folder))
     with activate(other_scope):
         other_corpus = Corpus.objects.create(tenant=other, name="Other handbook")
     never = make_source("Never synced", 60)  # no next_sync_at yet: due
@@ -72,7 +78,7 @@ def test_a_pass_syncs_the_due_sources_of_every_tenant_and_moves_their_next_sync_
     set_next_sync_at(scope, early, now + timedelta(minutes=10))
     paused = make_source("Paused", 60, paused=True)
     on_demand = make_source("On demand", 0)
-    elsewhere = make_source("Elsewhere", 15, scope=other_scope, corpus=other_corpus)
+    elsewhere = make_source("Elsewhere", 15, scope=other_scope, corpus=other_corpus, path=other_folder)
 
     assert celery_app.conf.beat_schedule["schedule-source-syncs"]["task"] == schedule_source_syncs_task.name
     before = timezone.now()
