@@ -15,8 +15,11 @@ run since the tenant's previous digest (as CloudTrail's digests list each log fi
 rewrite is located at the exact run; version-1 digests, which sign the tip alone, locate it only
 between two digests. Digests are written per tenant to
 `CHAIN_DIGEST_DIR/<tenant id>/<seq, 12 digits>-<UTC time>.json` by `manage.py write_chain_digests`
-(on demand) and by the Celery beat entry `agents.write_chain_digests` (every CHAIN_DIGEST_INTERVAL_S);
-copy the folder anywhere (a bucket with object lock is the production choice). The Ed25519 key is
+(on demand; `scripts/run` at start and on shutdown), and every CHAIN_DIGEST_INTERVAL_S (default 300 s)
+by the Celery beat entry `agents.write_chain_digests` or, without a worker, by `manage.py
+write_chain_digests --loop` (digest_loop); the periodic ones only for tenants whose tip moved. Runs
+newer than a tenant's newest digest are not covered: the period bounds how long a deletion of recent
+runs can go unseen. Copy the folder anywhere (a bucket with object lock is the production choice). The Ed25519 key is
 CHAIN_SIGNING_KEY (base64 of the 32-byte private key) or the file CHAIN_SIGNING_KEY_FILE, created
 once with mode 0600 when neither is set. `verify_digests` checks each digest's signature against
 the public key (a digest signed with another key is rejected) and the database against each digest:
@@ -28,7 +31,10 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import logging
 import os
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -37,6 +43,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from django.conf import settings
+from django.db import close_old_connections
 from django.db.models import QuerySet
 
 from agents.chain import GENESIS
@@ -44,6 +51,7 @@ from agents.models import Run
 from tenants.models import Tenant
 
 DIGEST_VERSION = 2
+logger = logging.getLogger(__name__)
 
 
 def signing_key() -> Ed25519PrivateKey:
@@ -109,9 +117,52 @@ def write_digest(tenant_id: int, tenant_slug: str, folder: Path | str | None = N
     return path
 
 
-def write_all_digests(folder: Path | str | None = None) -> list[Path]:
-    """A digest for every tenant (what the beat schedule and `manage.py write_chain_digests` run)."""
-    return [write_digest(t.id, t.slug, folder) for t in Tenant.objects.using("owner").order_by("id")]
+def _newest_signs(tenant_dir: Path, seq: int, tip_hash: str) -> bool:
+    """Whether the newest digest in `tenant_dir` already signs this tip (seq and hash)."""
+    newest = max(tenant_dir.glob("*.json"), default=None)
+    if newest is None or int(newest.name[:12]) != seq:
+        return False
+    try:
+        return json.loads(newest.read_bytes()).get("hash") == tip_hash
+    except ValueError:
+        return False
+
+
+def write_all_digests(folder: Path | str | None = None, *, changed_only: bool = False) -> list[Path]:
+    """A digest for every tenant (what `manage.py write_chain_digests`, the beat schedule and the digest loop
+    run). `changed_only`: skip a tenant whose newest digest already signs its current tip (seq and hash), so a
+    schedule every few minutes adds a file only when the chain moved; a tenant with no digest yet gets one."""
+    folder = Path(folder or settings.CHAIN_DIGEST_DIR)
+    written = []
+    for tenant in Tenant.objects.using("owner").order_by("id"):
+        if changed_only:
+            tip = Run.objects.unscoped_dangerously("owner").filter(tenant_id=tenant.id).order_by("-seq").values_list("seq", "hash").first()
+            if _newest_signs(folder / str(tenant.id), *(tip or (0, GENESIS))):
+                continue
+        written.append(write_digest(tenant.id, tenant.slug, folder))
+    return written
+
+
+def digest_loop(interval_s: float, stop: threading.Event, folder: Path | str | None = None,
+                on_round: Callable[[list[Path]], None] | None = None) -> int:
+    """Write changed digests (write_all_digests) at once and then every `interval_s` seconds until `stop` is
+    set; returns the rounds run. A failed round (the database restarting) is logged and retried next period.
+    The schedule of a run without Celery beat (`manage.py write_chain_digests --loop`, started by
+    `scripts/run` in eager mode); with a worker, beat runs the task `agents.write_chain_digests` instead."""
+    rounds = 0
+    while not stop.is_set():
+        try:
+            written = write_all_digests(folder, changed_only=True)
+        except Exception:  # a round that fails must not end the schedule
+            logger.exception("writing chain digests failed; retrying in %s s", interval_s)
+            written = []
+        finally:
+            close_old_connections()
+        rounds += 1
+        if on_round is not None:
+            on_round(written)
+        stop.wait(interval_s)
+    return rounds
 
 
 @dataclass(frozen=True)

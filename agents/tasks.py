@@ -9,5 +9,6 @@ from agents.digests import write_all_digests
 
 @shared_task(name="agents.write_chain_digests")
 def write_chain_digests() -> list[str]:
-    """Sign and write every tenant's chain tip (agents.digests); returns the files written."""
-    return [str(p) for p in write_all_digests()]
+    """Sign and write the chain tip of every tenant whose chain moved since its newest digest (agents.digests;
+    Celery beat runs it every CHAIN_DIGEST_INTERVAL_S); returns the files written."""
+    return [str(p) for p in write_all_digests(changed_only=True)]

@@ -18,7 +18,7 @@ LOGIN_URL = "/login/"
 
 
 class ChatLoginForm(SignInLockout, AuthenticationForm):
-    """Django's sign-in with the API's lockout per client address, like the admin's."""
+    """Django's sign-in with the lockouts per client address and per account, like the admin's (api.admin_login)."""
 
 
 login_view = LoginView.as_view(template_name="chat/login.html", authentication_form=ChatLoginForm, redirect_authenticated_user=True)

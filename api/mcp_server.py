@@ -12,7 +12,9 @@ Transports:
 - streamable HTTP at /mcp of the web application itself (api/mcp_http.py: stateless, JSON responses,
   under gunicorn), each request carrying `Authorization: Bearer gk_...` (or `X-API-Key`);
 - the same as a server of its own (`manage.py mcp --http`, uvicorn; `http_app` below).
-Over HTTP a request without a valid key gets 401 before it reaches the protocol.
+Over HTTP a request without a valid key gets 401 before it reaches the protocol, and a key past
+RATE_LIMIT_PER_MINUTE gets 429 with Retry-After (both HTTP transports, one window shared with the REST API);
+every transport's `ask` spends the tenant's daily run budget like the REST ask (api.ratelimit).
 
 Each `ask` is a Run in the tenant's hash chain whose principal is the key's, followed by " via mcp".
 """
@@ -38,9 +40,7 @@ from agents.models import Citation
 from agents.selectors import chunks_around, corpus_overview
 from agents.services import InvalidQuestion, ask
 from api import ratelimit
-from api.ratelimit import consume_daily_run, daily_run_limit
 from kb import retrieval
-from tenants.models import Tenant
 from tenants.principals import authenticate_key
 from tenants.scope import NotAllowed, Scope, activate
 
@@ -127,9 +127,12 @@ def ask_for(scope: Scope, question: str, strategy: str) -> dict:
         raise ToolError(str(exc)) from None
     if strategy not in STRATEGIES:
         raise ToolError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
-    tenant_settings = Tenant.objects.filter(pk=scope.tenant_id).values_list("settings", flat=True).first() or {}
-    if not consume_daily_run(scope.tenant_id, daily_run_limit(tenant_settings)).allowed:
-        raise ToolError("the tenant's daily agent-run budget is used up")
+    try:
+        budget = ratelimit.spend_daily_run(scope.tenant_id)  # the REST API's budget, the same counter
+    except ratelimit.RateLimitUnavailable as exc:
+        raise ToolError(f"{exc.detail}; retry in {exc.wait} s") from None
+    if not budget.allowed:
+        raise ToolError(f"the tenant's daily agent-run budget is used up; retry in {budget.retry_after} s")
     via = dataclasses.replace(scope, principal=f"{scope.principal}{VIA}"[:200])
     try:
         run = ask(scope=via, question=question, strategy=strategy)
@@ -191,37 +194,51 @@ def _json(value: Any) -> str:
 
 # --- HTTP -------------------------------------------------------------------------------------------------
 
+def _refusal(status: int, code: str, message: str, retry_after: int | None = None) -> JSONResponse:
+    """The API's error shape (api.errors) with its headers: WWW-Authenticate on 401, Retry-After on 429."""
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else {}
+    if retry_after is not None:
+        headers["Retry-After"] = str(retry_after)
+    return JSONResponse({"error": {"code": code, "message": message, "fields": {}}}, status_code=status, headers=headers)
+
+
 def http_app(allowed_hosts: list[str] | None = None):
     """The ASGI app serving the server at /mcp (streamable HTTP, stateless: every request stands alone
     and carries its key). A request without a valid key is answered 401 before the protocol sees it,
     and counts towards the address's sign-in lockout like the API's (429 once locked out; the address
-    is the connection's: run it behind a proxy that connects from the client's address, or none)."""
+    is the connection's: run it behind a proxy that connects from the client's address, or none). A
+    valid key's request counts against the key's per-minute limit, the REST API's own window
+    (api.ratelimit.consume_request): 429 + Retry-After past it. `ask` spends the tenant's daily run budget
+    (ask_for), as the REST ask does."""
     security = TransportSecuritySettings(enable_dns_rebinding_protection=bool(allowed_hosts),
                                          allowed_hosts=list(allowed_hosts or []), allowed_origins=[])
     inner = build_server().streamable_http_app(streamable_http_path="/mcp", stateless_http=True, json_response=True,
                                                transport_security=security)
 
-    def check(raw: str, address: str) -> int:
-        """200, 401 (no valid key; a failed attempt is counted) or 429 (the address is locked out, api.ratelimit)."""
-        if ratelimit.auth_failures_exceeded(address) is not None:
-            return 429
-        if raw and authenticate_key(raw) is not None:
-            return 200
-        if raw:
-            ratelimit.record_auth_failure(address)
-        return 401
+    def check(raw: str, address: str) -> JSONResponse | None:
+        """None to serve the request; else the refusal: 401 (no valid key; a failed attempt is counted), 429 (the
+        address is locked out, or the key used up its requests this minute: api.ratelimit, as on the REST API)."""
+        locked = ratelimit.auth_failures_exceeded(address)
+        if locked is not None:
+            return _refusal(429, "throttled", "too many failed API-key attempts from this address", locked.retry_after)
+        found = authenticate_key(raw) if raw else None
+        if found is None:
+            if raw:
+                ratelimit.record_auth_failure(address)
+            return _refusal(401, "not_authenticated", "invalid or revoked API key")
+        decision = ratelimit.consume_request(found[1].principal)
+        if not decision.allowed:
+            return _refusal(429, "throttled", f"request was throttled: expected available in {decision.retry_after} seconds",
+                            decision.retry_after)
+        return None
 
     async def app(scope: dict, receive, send) -> None:
         if scope["type"] == "http":
             headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope.get("headers", [])}
             raw, address = bearer_key(headers), (scope.get("client") or ("unknown",))[0]
-            status = await _in_thread(lambda: check(raw, address))
-            if status != 200:
-                message = "invalid or revoked API key" if status == 401 else "too many failed API-key attempts from this address"
-                code = "not_authenticated" if status == 401 else "throttled"
-                response = JSONResponse({"error": {"code": code, "message": message, "fields": {}}}, status_code=status,
-                                        headers={"WWW-Authenticate": "Bearer"} if status == 401 else {})
-                await response(scope, receive, send)
+            refusal = await _in_thread(lambda: check(raw, address))
+            if refusal is not None:
+                await refusal(scope, receive, send)
                 return
         await inner(scope, receive, send)
 

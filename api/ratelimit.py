@@ -1,5 +1,5 @@
 """Rate limits: requests per minute per caller, agent runs per tenant per UTC day, failed API-key
-attempts per client address.
+attempts and sign-ins per client address, failed sign-ins per account (the username as typed).
 
 Both are fixed-window counters consumed atomically: in Redis by one Lua script (check, INCR and
 PEXPIRE in a single round trip, so concurrent workers can't overshoot), or, with no Redis
@@ -21,10 +21,12 @@ rate limit is a guard rail, not a reason to take every request down with a 500. 
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
 import math
 import threading
 import time
+import unicodedata
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
@@ -37,6 +39,7 @@ from rest_framework import status, throttling
 from rest_framework.exceptions import APIException
 from rest_framework.request import Request
 
+from tenants.models import Tenant
 from tenants.scope import Scope
 
 if TYPE_CHECKING:  # rest_framework.views loads the authentication classes, which import this module
@@ -46,6 +49,7 @@ logger = logging.getLogger(__name__)
 
 REDIS_RETRY_SECONDS = 5.0  # after a Redis error, count in the Django cache this long before trying Redis again
 WARN_INTERVAL_SECONDS = 60.0  # at most one outage warning per interval and kind
+MAX_REMEMBERED_ADDRESSES = 20  # addresses kept per locked account for the audit log
 
 _state_lock = threading.Lock()
 _redis_down_until: dict[str, float] = {}  # Redis URL -> monotonic time before which it is not tried
@@ -203,6 +207,70 @@ def record_auth_failure(address: str) -> None:
         consume(key, limit, window_seconds, reset_in=reset_in)
 
 
+def account_key(username: str) -> str:
+    """The account a sign-in names, as its lockout counts it: the username as typed, NFKC-normalised,
+    stripped and case-folded (so `Admin ` and `admin` share one count), hashed to keep the key short."""
+    normal = unicodedata.normalize("NFKC", username or "").strip().casefold()
+    return hashlib.sha256(normal.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def _account_failure_key(account: str) -> tuple[str, int, float]:
+    window_seconds = max(1, int(settings.SIGN_IN_ACCOUNT_WINDOW_SECONDS))
+    now = time.time()
+    window = int(now // window_seconds)
+    return f"signinfail:{account_key(account)}:{window}", window_seconds, (window + 1) * window_seconds - now
+
+
+def account_sign_in_locked(account: str) -> Decision | None:
+    """The lockout of the account named `account` when SIGN_IN_FAILURES_PER_ACCOUNT failed sign-ins
+    (from any addresses) used up this window, else None. The name need not exist: an unknown name
+    locks the same way, so the lockout tells nobody which accounts exist."""
+    limit = int(settings.SIGN_IN_FAILURES_PER_ACCOUNT)
+    if limit <= 0:
+        return None
+    key, window_seconds, _ = _account_failure_key(account)
+    decision = peek(key, limit, window_seconds)
+    return None if decision.allowed else decision
+
+
+def record_account_sign_in_failure(account: str, address: str) -> tuple[Decision, list[str]] | None:
+    """Count one failed sign-in for `account` from `address` (fail open). Returns the window's count and
+    the addresses that failed for it in the window (at most 20), or None with the lockout disabled."""
+    limit = int(settings.SIGN_IN_FAILURES_PER_ACCOUNT)
+    if limit <= 0:
+        return None
+    key, window_seconds, reset_in = _account_failure_key(account)
+    decision = consume(key, limit, window_seconds, reset_in=reset_in)
+    return decision, _remember_address(f"{key}:addresses", address, reset_in)
+
+
+def failed_addresses(account: str) -> list[str]:
+    """The addresses that failed to sign in as `account` in the current window (for the audit log)."""
+    key, _, reset_in = _account_failure_key(account)
+    return _remember_address(f"{key}:addresses", None, reset_in)
+
+
+def _remember_address(key: str, address: str | None, ttl: float) -> list[str]:
+    """Add `address` (if given) to the set at `key` (Redis, else the Django cache); the set's members. Fail open: []."""
+    ttl_ms = max(1, int(ttl * 1000))
+    url = settings.RATE_LIMIT_REDIS_URL
+    try:
+        if url and time.monotonic() >= _redis_down_until.get(url, 0.0):
+            client, _ = _redis(url)
+            with client.pipeline(transaction=False) as pipe:
+                if address is not None and client.scard(key) < MAX_REMEMBERED_ADDRESSES:
+                    pipe.sadd(key, address).pexpire(key, ttl_ms)
+                found = pipe.smembers(key).execute()[-1]
+            return sorted(a.decode() if isinstance(a, bytes) else a for a in found)
+        found = set(cache.get(key) or ())
+        if address is not None and address not in found and len(found) < MAX_REMEMBERED_ADDRESSES:
+            found.add(address)
+            cache.set(key, sorted(found), math.ceil(ttl_ms / 1000))
+        return sorted(found)
+    except Exception:  # an audit detail, never a reason to fail a sign-in
+        return []
+
+
 def client_address(request: HttpRequest) -> str:
     """The caller's IP as DRF's throttles see it: REMOTE_ADDR, or the X-Forwarded-For entry
     NUM_PROXIES trusted proxies back (the header is never trusted beyond them)."""
@@ -219,16 +287,26 @@ def caller_id(request: Request) -> str:
     return f"user:{getattr(user, 'pk', 'anon')}"
 
 
+def consume_request(caller: str) -> Decision:
+    """Count one request of `caller` (caller_id: a key's principal, or `user:<id>`) against
+    RATE_LIMIT_PER_MINUTE in the current minute; not allowed (429 + Retry-After) past it. The one per-caller
+    limit of every edge: the REST API and /mcp (PerKeyRateThrottle) and `manage.py mcp --http`
+    (api.mcp_server.http_app) share the window, so a key gets one budget whichever it calls."""
+    limit = settings.RATE_LIMIT_PER_MINUTE
+    if limit <= 0:
+        return Decision(True, 0, 0)
+    now = time.time()
+    window = int(now // 60)
+    return consume(f"rl:{caller}:{window}", limit, 60, reset_in=(window + 1) * 60 - now)
+
+
 class PerKeyRateThrottle(throttling.BaseThrottle):
-    """RATE_LIMIT_PER_MINUTE requests per caller per minute; 429 + Retry-After beyond."""
+    """RATE_LIMIT_PER_MINUTE requests per caller per minute (consume_request); 429 + Retry-After beyond."""
 
     def allow_request(self, request: Request, view: APIView) -> bool:
-        limit = settings.RATE_LIMIT_PER_MINUTE
-        if limit <= 0 or not getattr(request.user, "is_authenticated", False):
+        if not getattr(request.user, "is_authenticated", False):
             return True
-        now = time.time()
-        window = int(now // 60)
-        decision = consume(f"rl:{caller_id(request)}:{window}", limit, 60, reset_in=(window + 1) * 60 - now)
+        decision = consume_request(caller_id(request))
         self._wait = decision.retry_after
         return decision.allowed
 
@@ -242,6 +320,15 @@ def daily_run_limit(tenant_settings: dict) -> int:
         return int(tenant_settings.get("daily_runs", settings.DEFAULT_DAILY_RUNS) or 0)
     except (TypeError, ValueError):
         return settings.DEFAULT_DAILY_RUNS
+
+
+def spend_daily_run(tenant_id: int) -> Decision:
+    """Count one agent run against tenant `tenant_id`'s budget for today (UTC): `Tenant.settings["daily_runs"]`,
+    else DEFAULT_DAILY_RUNS (0: unlimited). Not allowed once it is used up (retry_after: seconds to UTC
+    midnight); RateLimitUnavailable (503) when nothing can count it. Every edge that starts a run calls
+    this before it: the REST ask and conversation turns (api.views) and the MCP `ask` tool (api.mcp_server)."""
+    tenant_settings = Tenant.objects.filter(pk=tenant_id).values_list("settings", flat=True).first() or {}
+    return consume_daily_run(tenant_id, daily_run_limit(tenant_settings))
 
 
 def consume_daily_run(tenant_id: int, limit: int) -> Decision:

@@ -30,10 +30,9 @@ from agents.selectors import run_citations, run_steps
 from agents.services import InvalidQuestion, RunNotRecorded, ask
 from api import serializers as s
 from api.permissions import ASK, AUDIT
-from api.ratelimit import consume_daily_run, daily_run_limit
+from api.ratelimit import spend_daily_run
 from api.views.base import ScopedAPIView
 from kb.models import Chunk
-from tenants.models import Tenant
 from tenants.scope import Scope, activate
 
 # --- Run filters ----------------------------------------------------------------------------------
@@ -113,8 +112,8 @@ def run_detail(scope: Scope, run: Run) -> dict:
 
 
 def _check_daily_budget(scope: Scope) -> None:
-    tenant = Tenant.objects.only("settings").get(pk=scope.tenant_id)
-    decision = consume_daily_run(scope.tenant_id, daily_run_limit(tenant.settings or {}))
+    """429 + Retry-After when the tenant's daily agent-run budget is used up (api.ratelimit.spend_daily_run)."""
+    decision = spend_daily_run(scope.tenant_id)
     if not decision.allowed:
         raise Throttled(wait=decision.retry_after, detail="the tenant's daily agent-run budget is used up")
 

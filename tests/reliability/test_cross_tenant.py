@@ -21,6 +21,7 @@ from django.core.cache import cache
 from django.urls import URLPattern, URLResolver, get_resolver
 from rest_framework.test import APIClient
 
+from agents import tasks as _agents_tasks  # noqa: F401  (registers agents.write_chain_digests, probed below)
 from agents.budgets import Budgets
 from agents.messages import ToolCall
 from agents.tools import TOOLS, ToolDeps, run_tool
@@ -494,11 +495,14 @@ def task_probes(w: CanaryWorld) -> dict[str, list[tuple]]:
         "kb.sync_source": [(i, w.a.id) for i in b.source_sync_ids] + [(i, w.a.id) for i in w.e_side.source_sync_ids]
         + [(10**9, w.a.id)],
         "kb.schedule_source_syncs": [()],  # across tenants by design; every planted source is on demand only
+        "agents.write_chain_digests": [()],  # across tenants by design: files named by tenant id, no row changed
     }
 
 
-def test_every_celery_task_with_foreign_ids_touches_nothing_of_theirs(canary_world, captured_logs, reliability):
+def test_every_celery_task_with_foreign_ids_touches_nothing_of_theirs(canary_world, captured_logs, reliability, settings,
+                                                                     tmp_path):
     """Cross-tenant: every Celery task called with tenant A's id and B's job ids"""
+    settings.CHAIN_DIGEST_DIR = str(tmp_path / "digests")  # the digest task writes here, not beside the data
     w = canary_world
     probes = task_probes(w)
     missing = sorted(set(project_tasks()) - set(probes))
@@ -513,7 +517,7 @@ def test_every_celery_task_with_foreign_ids_touches_nothing_of_theirs(canary_wor
             text = f"{result.state} {result.result!r}"
             if found := leaks(text, ("CNRYB",)):
                 failures.append(f"{name}{args}: canary in result {found[:1]}")
-            across_tenants = name in ("kb.reap_stuck_jobs", "kb.schedule_source_syncs")
+            across_tenants = name in ("kb.reap_stuck_jobs", "kb.schedule_source_syncs", "agents.write_chain_digests")
             if not across_tenants and result.result not in ("skipped", "busy", None) and result.state == "SUCCESS":
                 failures.append(f"{name}{args}: worked on another tenant's job: {result.result!r}")
     if snapshot(w.b.id) != before_b:
