@@ -20,12 +20,13 @@ AREAS = {  # module (last part) -> (order, area)
     "test_default_run": (3, "Faults"),
     "test_bad_input": (4, "Bad input"),
     "test_hostile_input": (4, "Bad input"),
+    "test_hostile_tenants": (4, "Hostile tenants"),
     "test_schema_fuzz": (4, "Bad input"),
     "test_audit_integrity": (5, "Audit"),
     "test_soak": (6, "Soak"),
 }
 
-# Issue 29's findings, each with the tests that replay it (node ids; a parametrized test counts with all
+# Each issue's findings, each with the tests that replay it (node ids; a parametrized test counts with all
 # its cases). scripts/reliability runs those outside tests/reliability too, so each finding's result is
 # from the same run as the table.
 ISSUE_29: list[tuple[str, list[str]]] = [
@@ -80,7 +81,85 @@ ISSUE_29: list[tuple[str, list[str]]] = [
     ("A search filter with 300,000 metadata keys cost 4 s of CPU per request",
      ["tests/reliability/test_hostile_input.py::test_a_search_filter_with_300000_metadata_keys_is_refused_cheaply"]),
 ]
-ISSUE_29_TESTS = [ref for _, refs in ISSUE_29 for ref in refs]
+ISSUE_47: list[tuple[str, list[str]]] = [
+    ("A folder source could read another tenant's folder (SOURCES_FOLDER_ROOTS was one list for every tenant)",
+     ["tests/api/test_sources.py::test_a_folder_granted_to_another_tenant_or_outside_the_grants_is_a_400_naming_config_path",
+      "tests/api/test_sources_admin.py::test_the_add_form_refuses_another_tenants_folder_with_a_form_error",
+      "tests/kb/sources/test_grant_command.py::test_an_operator_grants_lists_and_revokes_and_overlaps_are_refused",
+      "tests/kb/sources/test_source_grants.py::test_a_tenant_cannot_add_a_folder_another_tenant_is_granted_or_one_outside_its_grants",
+      "tests/kb/sources/test_source_grants.py::test_a_symlink_into_another_tenants_folder_is_judged_by_where_it_leads",
+      "tests/kb/sources/test_source_grants.py::test_moving_a_source_into_another_tenants_folder_is_refused",
+      "tests/kb/sources/test_source_grants.py::test_a_revoked_grant_fails_the_next_sync_and_removes_nothing",
+      "tests/kb/sources/test_source_grants.py::test_overlapping_folder_grants_are_refused_by_the_service_and_by_the_database",
+      "tests/kb/sources/test_source_grants.py::test_host_grants_narrow_website_and_s3_sources"]),
+    ("A file swapped for a symlink between listing and reading was followed out of the folder; a hard link to an "
+     "outside file was ingested",
+     ["tests/kb/sources/test_folder_links.py::test_a_file_swapped_with_a_symlink_by_another_process_is_never_read_through_it",
+      "tests/kb/sources/test_folder_links.py::test_a_hard_link_to_an_outside_file_is_skipped_with_its_reason",
+      "tests/kb/sources/test_folder_links.py::test_symlinks_anywhere_are_listed_with_an_error_and_never_followed",
+      "tests/kb/sources/test_folder_links.py::test_a_folder_replaced_by_a_symlink_fails_the_sync"]),
+    ("Website and S3 sources reached a cloud metadata address (100.100.100.200) and shared address space (100.64/10)",
+     ["tests/api/test_sources_outbound.py::test_finding_3_metadata_and_shared_addresses_are_refused_by_the_api",
+      "tests/api/test_sources_outbound.py::test_finding_3_the_admin_form_refuses_metadata_and_shared_addresses",
+      "tests/kb/sources/test_outbound_policy.py::test_non_public_address_forms_are_refused",
+      "tests/kb/sources/test_outbound_policy.py::test_public_address_forms_are_allowed",
+      "tests/kb/sources/test_outbound_policy.py::test_the_table_is_the_issue_s_forty_forms_and_more",
+      "tests/kb/sources/test_outbound_policy.py::test_every_address_of_a_name_is_checked_and_grants_open_private_not_metadata",
+      "tests/kb/sources/test_outbound_policy.py::test_website_dns_rebinding_is_refused_at_connect_time",
+      "tests/kb/sources/test_outbound_policy.py::test_s3_dns_rebinding_is_refused_at_connect_time",
+      "tests/kb/sources/test_outbound_policy.py::test_a_redirect_hop_to_a_refused_address_is_refused",
+      "tests/api/test_sources_outbound.py::test_a_host_granted_with_private_addresses_is_reachable_by_that_tenant_only"]),
+    ("Stored website credentials followed a changed start URL to another host",
+     ["tests/api/test_sources_outbound.py::test_finding_4_a_changed_address_drops_the_credentials_and_the_new_host_never_sees_them",
+      "tests/api/test_sources_outbound.py::test_finding_4_s3_credentials_are_bound_to_endpoint_and_bucket",
+      "tests/api/test_sources_outbound.py::test_finding_4_the_admin_drops_credentials_when_the_address_changes",
+      "tests/kb/sources/test_outbound_policy.py::test_credentials_reach_their_origin_only"]),
+    ("A .docx whose main part is word/document.bin (10 million empty runs, 1.35 MB) parsed for 250 s and grew the "
+     "worker to 2.9 GiB",
+     ["tests/reliability/test_hostile_tenants.py::test_a_docx_whose_main_part_is_document_bin_fails_fast_in_bounded_memory",
+      "tests/kb/test_parse_isolation.py::test_a_docx_whose_main_part_is_document_bin_is_refused_by_the_element_limit_fast_in_bounded_memory",
+      "tests/kb/test_parse_isolation.py::test_every_part_typed_as_xml_counts_whatever_its_name",
+      "tests/kb/test_parse_isolation.py::test_a_word_package_is_found_by_its_relationships_whatever_its_main_part_is_called",
+      "tests/kb/test_parse_isolation.py::test_a_part_the_relationships_name_must_exist_and_be_typed",
+      "tests/kb/test_parse_isolation.py::test_a_parse_past_its_wall_time_is_killed_from_outside_and_the_next_parse_works",
+      "tests/kb/test_parse_isolation.py::test_a_parse_past_its_memory_cap_is_stopped_and_the_next_parse_works",
+      "tests/kb/test_parse_isolation.py::test_a_document_whose_parse_is_killed_fails_naming_the_limit_and_the_next_is_ingested"]),
+    ("NUL bytes in admin list filters gave 500 (9 URLs: outcome, strategy, rating, status, kind, role)",
+     ["tests/api/test_admin_hostile_params.py::test_hostile_list_filters_search_and_ordering_as_a_tenant_admin",
+      "tests/api/test_admin_hostile_params.py::test_hostile_list_filters_search_and_ordering_as_an_operator",
+      "tests/api/test_admin_hostile_params.py::test_nul_in_a_query_or_form_is_a_400_naming_the_parameter",
+      "tests/api/test_admin_hostile_params.py::test_nul_in_every_json_string_field_of_the_api_is_a_4xx"]),
+    ("`manage.py mcp --http` had no rate limit (260 calls in 8 s with one key, all 200)",
+     ["tests/api/test_mcp_limits.py::test_a_key_past_its_requests_per_minute_gets_429_with_retry_after",
+      "tests/api/test_mcp_limits.py::test_ask_past_the_daily_run_budget_is_refused"]),
+    ("As the application role, set_config('app.tenant_id', <another tenant>) read that tenant's rows, and "
+     "grounded_user_tenants(<any user>) listed any user's memberships",
+     ["tests/tenants/test_db_wall.py::test_a_tenant_named_without_a_valid_proof_reads_nothing",
+      "tests/tenants/test_db_wall.py::test_the_user_look_up_answers_for_the_signed_in_user_only",
+      "tests/tenants/test_db_wall.py::test_the_application_role_cannot_read_or_change_the_key",
+      "tests/tenants/test_db_wall.py::test_a_key_the_database_does_not_hold_opens_nothing",
+      "tests/tenants/test_db_wall.py::test_the_applications_own_path_reads_its_tenant",
+      "tests/tenants/test_db_wall.py::test_migration_0007_rewrites_every_policy_and_reverses",
+      "tests/reliability/test_hostile_tenants.py::test_the_database_wall_keeps_search_paths_and_its_overhead_is_measured"]),
+    ("No lockout per account (38 wrong passwords from two addresses, then the right one signed in)",
+     ["tests/api/test_signin_lockout.py::test_failures_from_two_addresses_lock_the_account_until_the_window_ends"]),
+    ("A deleted document's ingest kept the worker busy (a 19.5 MB upload ran 2.5 minutes after its deletion)",
+     ["tests/kb/test_ingest_cancel.py::test_deleting_a_document_while_it_parses_kills_the_parse_and_frees_the_worker",
+      "tests/kb/test_ingest_cancel.py::test_deleting_a_document_while_it_embeds_stops_before_the_next_batch",
+      "tests/kb/test_ingest_cancel.py::test_a_queued_job_of_a_deleted_document_does_nothing"]),
+    ("Runs newer than the last chain digest could be deleted undetected; scripts/run wrote no digest (16 minutes, none)",
+     ["tests/agents/test_digest_schedule.py::test_beat_writes_digests_every_chain_digest_interval",
+      "tests/agents/test_digest_schedule.py::test_the_beat_task_writes_only_for_a_chain_that_moved",
+      "tests/agents/test_digest_schedule.py::test_the_loop_writes_a_digest_each_period_and_a_later_deletion_is_detected",
+      "tests/agents/test_digest_schedule.py::test_write_chain_digests_changed_only_from_the_command"]),
+]
+FINDINGS: dict[int, tuple[str, list[tuple[str, list[str]]]]] = {
+    29: ("an audit trail that survives re-uploads, deletions and truncation; fail-safe on hostile input and faults",
+         ISSUE_29),
+    47: ("hostile tenants: sources that reach only what is theirs, parse limits for any layout, a database wall "
+         "the application role cannot move", ISSUE_47),
+}
+FINDING_TESTS = [ref for _, findings in FINDINGS.values() for _, refs in findings for ref in refs]
 
 INTRO = """# Reliability and security
 
@@ -96,9 +175,9 @@ check it proves, what it tried, and what it measured on this machine.
   mid-ingest and its embedded PostgreSQL stopped, all 158 injection payloads, the detector's
   false-positive rate on the whole clean corpus, and the soak (`bench/soak.py`: gunicorn + Celery
   worker, bounded mixed traffic; `GROUNDED_SOAK_SECONDS`, default 60).
-- **Issue 29** (an audit trail that survives re-uploads, deletions and truncation; fail-safe on hostile
-  input and faults): each finding and the tests that replay it, with their result in this run, are
-  listed after the table.
+- **Issues 29 and 47** (29: an audit trail that survives re-uploads, deletions and truncation, fail-safe
+  on hostile input and faults; 47: hostile tenants): each finding and the tests that replay it, with
+  their result in this run, are listed after the table.
 - Injection data comes from `../shared/eval/` (never copied into the repository); those checks
   skip when it is absent.
 """
@@ -169,11 +248,19 @@ def _result(rows: list[dict]) -> str:
     return "pass" + (f" ({n} cases)" if n > 1 else "") + (f"; {', '.join(extra)}" if extra else "") if passed else ", ".join(extra)
 
 
-def _issue_29_rows(rows: list[dict]) -> list[str]:
-    """One line per finding: its tests and their result in this run (a parametrized test with all its cases)."""
-    lines = ["", "## Issue 29: each finding and the tests that replay it", "",
+def _findings_rows(rows: list[dict]) -> list[str]:
+    """Per issue, one line per finding: its tests and their result in this run (a parametrized test with
+    all its cases)."""
+    lines = []
+    for number, (_, findings) in FINDINGS.items():
+        lines += _issue_rows(number, findings, rows)
+    return lines
+
+
+def _issue_rows(number: int, findings: list[tuple[str, list[str]]], rows: list[dict]) -> list[str]:
+    lines = ["", f"## Issue {number}: each finding and the tests that replay it", "",
              "| Finding | Tests | Result |", "|---|---|---|"]
-    for finding, refs in ISSUE_29:
+    for finding, refs in findings:
         matched = [r for r in rows if any(r["nodeid"] == ref or r["nodeid"].startswith(ref + "[") for ref in refs)]
         tests = "<br>".join(f"`{ref}`" for ref in refs)
         lines.append(f"| {_cell(finding)} | {tests} | {_result(matched) if matched else 'not in this run'} |")
@@ -182,10 +269,10 @@ def _issue_29_rows(rows: list[dict]) -> list[str]:
 
 def render(data: dict) -> str:
     groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
-    referenced = {ref.split("::")[0] for _, refs in ISSUE_29 for ref in refs}
+    referenced = {ref.split("::")[0] for ref in FINDING_TESTS}
     for row in data["rows"]:
         outside = row["module"].rsplit(".", 1)[-1] not in AREAS and row["nodeid"].split("::")[0] in referenced
-        if not outside:  # tests outside the suite, run for issue 29's list only, get no row of their own
+        if not outside:  # tests outside the suite, run for the findings' lists only, get no row of their own
             groups[(row["module"], row["function"])].append(row)
     ordered = sorted(groups.items(), key=lambda kv: (AREAS.get(kv[0][0].rsplit(".", 1)[-1], (9, ""))[0], kv[0][0]))
     totals: dict[str, int] = defaultdict(int)
@@ -224,7 +311,7 @@ def render(data: dict) -> str:
         lines += ["", "## Failures", "", *failures]
     if gaps:
         lines += ["", "## Known gaps (strict xfail: the test fails until the gap is closed)", "", *sorted(set(gaps))]
-    lines += _issue_29_rows(data["rows"])
+    lines += _findings_rows(data["rows"])
     if details:
         lines += ["", "## Details"]
         for check, figs in details:
