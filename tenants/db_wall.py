@@ -34,7 +34,7 @@ PROOF_REUSE_S = 120
 KEY_BYTES = 32
 _BLOCK = 64  # SHA-256's block size: keys up to it are zero-padded (RFC 2104), longer ones hashed first
 
-TENANT, USER = "tenant", "user"
+TENANT, USER, GRANT = "tenant", "user", "grant"
 
 _lock = threading.Lock()
 _key: bytes | None = None
@@ -134,6 +134,13 @@ def tenant_statements(tenant_id: int | None) -> str:
 def user_statements(user_id: int | None) -> str:
     """SET LOCAL statements that let the transaction look up `user_id`'s own tenants (grounded_user_tenants); None: nobody."""
     return _statements(USER, user_id)
+
+
+def grant_statements(tenant_id: int | None) -> str:
+    """SET LOCAL statements that let the application role write `tenant_id`'s source grants (kb 0009's
+    operator-only trigger); None: no tenant's. No request path sends them: operators grant through the owner
+    connection; tests that must write grants inside their own transaction do."""
+    return _statements(GRANT, tenant_id)
 
 
 def install_key(using: str = "owner") -> bool:

@@ -37,7 +37,7 @@ def _digits(text: str, most: int) -> str:
     return f"(length({text}) BETWEEN 1 AND {most} AND ltrim({text}, '0123456789') = '')"
 
 
-def _proof_valid(purpose: str, subject: str, proof: str) -> str:
+def proof_valid_sql(purpose: str, subject: str, proof: str) -> str:
     """PL/pgSQL condition (parenthesized: IF would end at the CASE's first THEN): `proof` (text) is exactly
     `<expiry>.<hex HMAC-SHA256 of "<purpose>:<subject>:<expiry>">` under the stored key, and `expiry` (epoch
     seconds) is not before the transaction's start. Built-in sha256() only; CASE keeps the cast behind its check."""
@@ -75,7 +75,7 @@ WALL_SQL = [
                 RETURN subject::bigint;
             END IF;
             proof := current_setting('app.tenant_proof', true);
-            IF {_proof_valid("tenant", "subject", "proof")} THEN
+            IF {proof_valid_sql("tenant", "subject", "proof")} THEN
                 RETURN subject::bigint;
             END IF;
             RETURN NULL;
@@ -94,7 +94,7 @@ WALL_SQL = [
             IF subject IS DISTINCT FROM user_id::text THEN
                 RETURN false;
             END IF;
-            RETURN {_proof_valid("user", "subject", "proof")};
+            RETURN {proof_valid_sql("user", "subject", "proof")};
         END;
         $$""",
     f"REVOKE ALL ON FUNCTION {PRIVATE_SCHEMA}.user_proven(integer) FROM PUBLIC",

@@ -3,7 +3,7 @@
 import django.db.models.deletion
 from django.db import migrations, models
 
-from tenants.rls import enable_rls
+from tenants.rls import enable_rls, proof_valid_sql
 
 # Folder grants of two tenants never overlap (equal, or one inside the other), whatever connection
 # writes them: checked under the advisory lock kb.sources.grants takes too, so two concurrent grants
@@ -44,6 +44,47 @@ DISJOINT_FOLDERS = migrations.RunSQL(
     ],
 )
 
+# Grants are an operator's act: only the owner role (manage.py grant_source, migrations) writes them. The
+# application role may read its tenant's grants, but SQL it runs (a query written wrong or injected) cannot
+# grant its tenant a folder or host: a write needs a "grant" proof (tenants.db_wall.grant_statements), which no
+# request path mints. Named to fire before the disjointness trigger (PostgreSQL fires them by name).
+OPERATOR_ONLY = migrations.RunSQL(
+    sql=[
+        f"""
+        CREATE OR REPLACE FUNCTION grounded_source_grant_operator() RETURNS trigger
+        LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+        DECLARE
+            row_tenant text;
+            subject text := current_setting('app.grant_id', true);
+            proof text := current_setting('app.grant_proof', true);
+        BEGIN
+            IF TG_OP = 'DELETE' THEN
+                row_tenant := OLD.tenant_id::text;
+            ELSE
+                row_tenant := NEW.tenant_id::text;
+            END IF;
+            IF session_user = current_user
+               OR (subject IS NOT DISTINCT FROM row_tenant AND {proof_valid_sql("grant", "subject", "proof")}) THEN
+                IF TG_OP = 'DELETE' THEN
+                    RETURN OLD;
+                END IF;
+                RETURN NEW;
+            END IF;
+            RAISE EXCEPTION 'source grants are written by operators (manage.py grant_source)'
+                USING ERRCODE = 'insufficient_privilege';
+        END;
+        $$
+        """,
+        "REVOKE ALL ON FUNCTION grounded_source_grant_operator() FROM PUBLIC",
+        'CREATE TRIGGER kb_sourcegrant_by_operator BEFORE INSERT OR UPDATE OR DELETE ON "kb_sourcegrant" '
+        "FOR EACH ROW EXECUTE FUNCTION grounded_source_grant_operator()",
+    ],
+    reverse_sql=[
+        'DROP TRIGGER IF EXISTS kb_sourcegrant_by_operator ON "kb_sourcegrant"',
+        "DROP FUNCTION IF EXISTS grounded_source_grant_operator()",
+    ],
+)
+
 
 class Migration(migrations.Migration):
 
@@ -71,4 +112,5 @@ class Migration(migrations.Migration):
         ),
         enable_rls("kb_sourcegrant"),
         DISJOINT_FOLDERS,
+        OPERATOR_ONLY,
     ]

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import boto3
 import pytest
+from django.db import connection, transaction
 from moto.server import ThreadedMotoServer
 
 from kb.models import Chunk, Corpus, Document, Source, SourceChange, SourceItem, SourceSync
@@ -21,6 +22,7 @@ from kb.sources.grants import grant_source, revoke_source_grant
 from kb.sources.models import SourceGrant
 from kb.sources.services import source_create
 from kb.sources.sync import request_sync
+from tenants.db_wall import grant_statements
 from tenants.scope import Scope, activate
 from tests.factories import department, make_tenant, whole_tenant
 
@@ -30,12 +32,23 @@ S3_SECRET_KEY = "s3-secret-canary-do-not-leak-1f2e3d4c5b6a"
 
 def grant(tenant, kind: str, value: str, **extra) -> SourceGrant:
     """`tenant` granted a folder or host, as `manage.py grant_source` does, through the test's own
-    connection (the owner connection's rows are invisible inside a test transaction)."""
-    return grant_source(tenant=tenant, kind=kind, value=value, using="default", granted_by="test", **extra)
+    connection (the owner connection's rows are invisible inside a test transaction), with the grant proof
+    the operator-only trigger of kb 0009 asks of the application role."""
+    with transaction.atomic(), connection.cursor() as cur:
+        cur.execute(grant_statements(tenant.pk))
+        try:
+            return grant_source(tenant=tenant, kind=kind, value=value, using="default", granted_by="test", **extra)
+        finally:  # SET LOCAL outlives the savepoint inside a test's transaction: the proof goes at once
+            cur.execute(grant_statements(None))
 
 
 def revoke(tenant, kind: str, value: str) -> int:
-    return revoke_source_grant(tenant=tenant, kind=kind, value=value, using="default", granted_by="test")
+    with transaction.atomic(), connection.cursor() as cur:
+        cur.execute(grant_statements(tenant.pk))
+        try:
+            return revoke_source_grant(tenant=tenant, kind=kind, value=value, using="default", granted_by="test")
+        finally:
+            cur.execute(grant_statements(None))
 
 
 @pytest.fixture

@@ -5,11 +5,12 @@ the sync and removes nothing; the database refuses overlapping folder grants on 
 from __future__ import annotations
 
 import pytest
-from django.db import IntegrityError, transaction
+from django.db import DatabaseError, IntegrityError, connection, transaction
 
 from kb.sources.grants import GrantRefused, check_granted, granted_private_hosts
 from kb.sources.models import SourceGrant
 from kb.sources.services import source_create, source_update
+from tenants.db_wall import grant_statements
 from tenants.scope import NotAllowed, Scope, activate
 from tests.factories import make_tenant, whole_tenant
 from tests.kb.sources.conftest import corpus_state, grant, items, revoke
@@ -86,11 +87,38 @@ def test_overlapping_folder_grants_are_refused_by_the_service_and_by_the_databas
     for path in (tmp_path / "a", tmp_path / "a" / "inner", tmp_path):
         with pytest.raises(GrantRefused, match="overlaps|granted to tenant"):
             grant(b, "folder", str(path))
-    # Written behind the service's back (as SQL run as the application role could): the trigger refuses it.
+    # Written behind the service's back, by a writer allowed to write grants (here the application role with a
+    # grant proof): the disjointness trigger refuses it on any connection.
     with pytest.raises(IntegrityError, match="overlaps"), transaction.atomic(), activate(Scope.system(b.id)):
+        with connection.cursor() as cur:
+            cur.execute(grant_statements(b.id))
         SourceGrant.objects.create(tenant=b, kind="folder", value=str(tmp_path / "a" / "deeper"))
     with pytest.raises(GrantRefused, match="SOURCES_FOLDER_ROOTS"):
         grant(b, "folder", "/etc")
+
+
+def test_the_application_role_cannot_write_grants_not_even_its_own_tenants(two, tmp_path):
+    """Grants are an operator's act: SQL the application role runs (written wrong or injected) cannot grant its
+    tenant a folder no other tenant holds, widen a grant, or take one away; the owner connection can."""
+    a, b = two["tenant"], two["b"]
+    free = tmp_path / "unclaimed"
+    free.mkdir()
+    with pytest.raises(DatabaseError, match="written by operators"), transaction.atomic(), activate(Scope.system(b.id)):
+        SourceGrant.objects.create(tenant=b, kind="folder", value=str(free))
+    with activate(Scope.system(a.id)):
+        own = SourceGrant.objects.for_scope(Scope.system(a.id)).get(kind="folder")
+    for change in ({"value": "/"}, {"allow_private": True}):
+        with pytest.raises(DatabaseError, match="written by operators"), transaction.atomic(), activate(Scope.system(a.id)):
+            SourceGrant.objects.for_scope(Scope.system(a.id)).filter(pk=own.pk).update(**change)
+    with pytest.raises(DatabaseError, match="written by operators"), transaction.atomic(), activate(Scope.system(a.id)):
+        SourceGrant.objects.for_scope(Scope.system(a.id)).filter(pk=own.pk).delete()
+    # A grant proof for one tenant does not write another tenant's grants.
+    with pytest.raises(DatabaseError, match="written by operators"), transaction.atomic(), activate(Scope.system(b.id)):
+        with connection.cursor() as cur:
+            cur.execute(grant_statements(a.id))
+        SourceGrant.objects.create(tenant=b, kind="folder", value=str(free))
+    with activate(Scope.system(a.id)):
+        assert SourceGrant.objects.for_scope(Scope.system(a.id)).get(pk=own.pk).value == own.value
 
 
 def test_host_grants_narrow_website_and_s3_sources(world):
