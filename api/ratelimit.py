@@ -180,23 +180,32 @@ def peek(key: str, limit: int, window_seconds: int) -> Decision:
         return Decision(True, 0, 1)
 
 
-def _auth_failure_key(address: str) -> tuple[str, int, float]:
-    window_seconds = max(1, int(settings.AUTH_FAILURE_WINDOW_SECONDS))
+def _window_key(prefix: str, subject: str, window_seconds: int) -> tuple[str, int, float]:
+    """(counter key of `subject` in the current fixed window, the window's length, seconds until it ends)."""
+    window_seconds = max(1, int(window_seconds))
     now = time.time()
     window = int(now // window_seconds)
-    return f"authfail:{address}:{window}", window_seconds, (window + 1) * window_seconds - now
+    return f"{prefix}:{subject}:{window}", window_seconds, (window + 1) * window_seconds - now
+
+
+def _locked_out(limit: int, counter: tuple[str, int, float]) -> Decision | None:
+    """The lockout when the window's `counter` (see _window_key) used up `limit` (0 or less: no lockout), else None."""
+    if limit <= 0:
+        return None
+    key, window_seconds, _ = counter
+    decision = peek(key, limit, window_seconds)
+    return None if decision.allowed else decision
+
+
+def _auth_failure_key(address: str) -> tuple[str, int, float]:
+    return _window_key("authfail", address, settings.AUTH_FAILURE_WINDOW_SECONDS)
 
 
 def auth_failures_exceeded(address: str) -> Decision | None:
     """The lockout of `address` when it used up AUTH_FAILURES_PER_IP failed API-key attempts in
     this window, else None. Checked before a key is looked up, so a locked-out address cannot go
     on guessing and learn which guess was right."""
-    limit = int(settings.AUTH_FAILURES_PER_IP)
-    if limit <= 0:
-        return None
-    key, window_seconds, _ = _auth_failure_key(address)
-    decision = peek(key, limit, window_seconds)
-    return None if decision.allowed else decision
+    return _locked_out(int(settings.AUTH_FAILURES_PER_IP), _auth_failure_key(address))
 
 
 def record_auth_failure(address: str) -> None:
@@ -215,22 +224,14 @@ def account_key(username: str) -> str:
 
 
 def _account_failure_key(account: str) -> tuple[str, int, float]:
-    window_seconds = max(1, int(settings.SIGN_IN_ACCOUNT_WINDOW_SECONDS))
-    now = time.time()
-    window = int(now // window_seconds)
-    return f"signinfail:{account_key(account)}:{window}", window_seconds, (window + 1) * window_seconds - now
+    return _window_key("signinfail", account_key(account), settings.SIGN_IN_ACCOUNT_WINDOW_SECONDS)
 
 
 def account_sign_in_locked(account: str) -> Decision | None:
     """The lockout of the account named `account` when SIGN_IN_FAILURES_PER_ACCOUNT failed sign-ins
     (from any addresses) used up this window, else None. The name need not exist: an unknown name
     locks the same way, so the lockout tells nobody which accounts exist."""
-    limit = int(settings.SIGN_IN_FAILURES_PER_ACCOUNT)
-    if limit <= 0:
-        return None
-    key, window_seconds, _ = _account_failure_key(account)
-    decision = peek(key, limit, window_seconds)
-    return None if decision.allowed else decision
+    return _locked_out(int(settings.SIGN_IN_FAILURES_PER_ACCOUNT), _account_failure_key(account))
 
 
 def record_account_sign_in_failure(account: str, address: str) -> tuple[Decision, list[str]] | None:

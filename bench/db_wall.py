@@ -42,8 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kb.project.settings")
 
-from benchdb import create_database, drop_database  # noqa: E402
-from retrieval_bench import build_index, layout, load, percentiles, vectors  # noqa: E402
+from retrieval_bench import layout, on_clustered_database, percentiles, vectors  # noqa: E402
 
 FORMS = {
     "legacy": "NULLIF(current_setting('app.tenant_id', true), '')::bigint",
@@ -133,14 +132,7 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=10, help="timed searches per case, form and round")
     ap.add_argument("--rounds", type=int, default=24)
     args = ap.parse_args()
-    dbname = f"bench_db_wall_{os.getpid()}"
-    create_database(dbname)
-    try:
-        d = load("clustered", args.rows, 42)
-        build_index(d["model_key"])
-        run(args, d)
-    finally:
-        drop_database(dbname)
+    on_clustered_database("bench_db_wall", args.rows, lambda d: run(args, d))
 
 
 def run(args, d: dict) -> None:

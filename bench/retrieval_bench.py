@@ -166,6 +166,19 @@ def build_index(model_key: str, scope_indexes: bool = True) -> tuple[float, floa
 
 # --- Measurement --------------------------------------------------------------------------------
 
+def on_clustered_database(prefix: str, rows: int, body) -> None:
+    """`body(d)` on a scratch database named `<prefix>_<pid>` holding `rows` clustered vectors (seed 42)
+    with its indexes built; the database is dropped after, whatever happens."""
+    dbname = f"{prefix}_{os.getpid()}"
+    create_database(dbname)
+    try:
+        d = load("clustered", rows, 42)
+        build_index(d["model_key"])
+        body(d)
+    finally:
+        drop_database(dbname)
+
+
 def percentiles(ms: list[float]) -> tuple[float, float]:
     s = sorted(ms)
     return statistics.median(s), s[min(len(s) - 1, int(round(0.95 * (len(s) - 1))))]

@@ -34,8 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kb.project.settings")
 
-from benchdb import create_database, drop_database  # noqa: E402
-from retrieval_bench import build_index, exact_topk, layout, load, vectors  # noqa: E402
+from retrieval_bench import exact_topk, layout, on_clustered_database, vectors  # noqa: E402
 
 
 class StatementLog:
@@ -66,14 +65,7 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=20_000)
     ap.add_argument("--queries", type=int, default=200)
     args = ap.parse_args()
-    dbname = f"bench_profile_{os.getpid()}"
-    create_database(dbname)
-    try:
-        d = load("clustered", args.rows, 42)
-        build_index(d["model_key"])
-        run(args, d)
-    finally:
-        drop_database(dbname)
+    on_clustered_database("bench_profile", args.rows, lambda d: run(args, d))
 
 
 def run(args, d: dict) -> None:

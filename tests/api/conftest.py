@@ -5,11 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import pytest
+import redis
 from django.core.cache import cache
 from rest_framework.test import APIClient
 
 from kb.ingest import run_ingest_job, upload_document
 from kb.models import Corpus
+from kb.project.config import get_str
 from tenants.models import ApiKey, Department, Tenant
 from tests.factories import department, make_corpus, make_tenant, whole_tenant
 
@@ -89,3 +91,16 @@ def fixed_lockout_window(monkeypatch):
 
     window = 600 * 3_000_000  # a multiple of every window a test sets (600 s by default)
     monkeypatch.setattr(ratelimit, "time", SimpleNamespace(time=lambda: window + 1.0, monotonic=real_time.monotonic))
+
+
+@pytest.fixture(params=["cache", "redis"])
+def backend(request, settings):
+    """Where rate-limit and lockout counters live: the Django cache, or the test Redis (skipped without one)."""
+    if request.param == "redis":
+        url = get_str("GROUNDED_TEST_REDIS_URL")
+        try:
+            redis.Redis.from_url(url, socket_connect_timeout=1).ping()
+        except redis.RedisError:
+            pytest.skip("no Redis for the tests")
+        settings.RATE_LIMIT_REDIS_URL = url
+    return request.param

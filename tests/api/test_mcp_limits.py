@@ -15,7 +15,6 @@ import redis
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from kb.project.config import get_str
 from tests.api.test_mcp import http_server  # noqa: F401  (the MCP HTTP app on a loopback port)
 from tests.kb import _transactional  # noqa: F401  (flush transactional tests as owner)
 
@@ -24,18 +23,6 @@ pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "owne
 INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
               "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "limits", "version": "1"}}}
 QUESTION = "How much may employees spend on hotels per night?"
-
-
-@pytest.fixture(params=["cache", "redis"])
-def backend(request, settings):
-    if request.param == "redis":
-        url = get_str("GROUNDED_TEST_REDIS_URL")
-        try:
-            redis.Redis.from_url(url, socket_connect_timeout=1).ping()
-        except redis.RedisError:
-            pytest.skip("no Redis for the tests")
-        settings.RATE_LIMIT_REDIS_URL = url
-    return request.param
 
 
 def _posts(url: str, raw_key: str, n: int) -> list[httpx2.Response]:

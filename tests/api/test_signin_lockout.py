@@ -12,11 +12,9 @@ import uuid
 from types import SimpleNamespace
 
 import pytest
-import redis
 from django.test import Client
 
 from api import ratelimit
-from kb.project.config import get_str
 from tests.factories import make_membership, make_staff_user, make_tenant
 from tests.kb import _transactional  # noqa: F401  (flush transactional tests as owner)
 
@@ -26,18 +24,6 @@ WINDOW = 900
 PASSWORD = "the-right-password-47"
 SIGN_IN_URLS = {"admin": "/admin/login/", "chat": "/login/"}
 LOCKED = "Too many failed sign-ins for this account: try again in 15 minutes."
-
-
-@pytest.fixture(params=["cache", "redis"])
-def backend(request, settings):
-    if request.param == "redis":
-        url = get_str("GROUNDED_TEST_REDIS_URL")
-        try:
-            redis.Redis.from_url(url, socket_connect_timeout=1).ping()
-        except redis.RedisError:
-            pytest.skip("no Redis for the tests")
-        settings.RATE_LIMIT_REDIS_URL = url
-    return request.param
 
 
 @pytest.fixture
