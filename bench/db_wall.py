@@ -93,6 +93,28 @@ def explain_ranking(conn, scripts: list[tuple[str, list]]) -> list[str]:
     return out
 
 
+def statement_cost_us(expression: str, tenant_id: int, statements: int = 5000, repeats: int = 3) -> float:
+    """Microseconds a statement `SELECT <expression>` takes inside the server (a DO loop that plans and runs it
+    `statements` times, as the application role with the tenant's proof set; best of `repeats`): what a
+    policy's tenant check costs each statement that reads a tenant table, free of client round trips."""
+    from django.db import connections, transaction
+
+    from tenants.db_wall import tenant_statements
+
+    conn = connections["default"]
+    best = float("inf")
+    with transaction.atomic(), conn.cursor() as cur:
+        cur.execute(tenant_statements(tenant_id))
+        for _ in range(repeats):
+            cur.execute(f"""DO $$ DECLARE started timestamptz := clock_timestamp(); got bigint; BEGIN
+                FOR i IN 1..{int(statements)} LOOP EXECUTE 'SELECT {expression.replace("'", "''")}' INTO got; END LOOP;
+                PERFORM set_config('bench.us', (extract(epoch FROM clock_timestamp() - started) * 1e6
+                                                / {int(statements)})::text, true); END $$""")  # noqa: S608  (FORMS)
+            cur.execute("SELECT current_setting('bench.us')::float8")
+            best = min(best, float(cur.fetchone()[0]))
+    return best
+
+
 def wall_calls(run_searches) -> tuple[int, float, int]:
     """(calls, ms spent in grounded_tenant(), searches) over `run_searches()`, from pg_stat_user_functions
     (track_functions = 'pl' for the database's new sessions): the wall's own cost, free of the load's noise."""
@@ -199,7 +221,13 @@ def run(args, d: dict) -> None:
     pooled_legacy = statistics.median([ms for (_, form), v in lat.items() if form == "legacy" for ms in v])
     print(f"grounded_tenant() under `{shipped}`: {calls / n:.1f} calls per search, {1000 * fn_ms / max(calls, 1):.1f} us a call, "
           f"{1000 * fn_ms / n:.0f} us per search = {fn_ms / n / pooled_legacy:.1%} of the legacy median search "
-          f"({pooled_legacy:.3f} ms)\n")
+          f"({pooled_legacy:.3f} ms; pg_stat_user_functions, its own timing included)")
+    tenant_id = cases[0][1].tenant_id
+    extra_us = statement_cost_us(FORMS[shipped], tenant_id) - statement_cost_us(FORMS["legacy"], tenant_id)
+    per_search_ms = extra_us * calls / n / 1000
+    print(f"server-side: the wall's check costs {extra_us:.1f} us a statement more than the old expression; x {calls / n:.1f} "
+          f"calls per search = {1000 * per_search_ms:.0f} us per search = {per_search_ms / pooled_legacy:.1%} of the legacy "
+          f"median search\n")
     print("| case | policy | p50 ms | p95 ms | p50 vs legacy | p95 vs legacy | paths |")
     print("|---|---|---:|---:|---:|---:|---|")
     pooled: dict[str, list[float]] = {}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import logging
 import os
 from collections import Counter
 
@@ -168,3 +169,22 @@ def django_db_setup(django_test_environment, django_db_blocker):
             connections[alias].close()
         with connections["owner"]._nodb_cursor() as cur:
             cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def log_records():
+    """The log records of every logger, at every level, while the test runs. Unlike pytest's `caplog` it
+    works with pytest's logging plugin off (`scripts/reliability` runs `-p no:logging`)."""
+    records: list[logging.LogRecord] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    handler, root = Collect(level=logging.DEBUG), logging.getLogger()
+    saved = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG)
+    yield records
+    root.removeHandler(handler)
+    root.setLevel(saved)

@@ -46,14 +46,13 @@ def _errors(response) -> str:
 
 
 @pytest.mark.parametrize("edge", ["admin", "chat"])
-def test_failures_from_two_addresses_lock_the_account_until_the_window_ends(edge, backend, clock, settings, caplog):
+def test_failures_from_two_addresses_lock_the_account_until_the_window_ends(edge, backend, clock, settings, log_records):
     settings.SIGN_IN_FAILURES_PER_ACCOUNT = 4
     settings.SIGN_IN_ACCOUNT_WINDOW_SECONDS = WINDOW
     settings.AUTH_FAILURES_PER_IP = 20  # no address reaches its own lockout here
     tenant = make_tenant("Acme")
     name = f"victim-{uuid.uuid4().hex[:8]}"
     make_membership(make_staff_user(name, PASSWORD), tenant, "admin", all_departments=True)
-    caplog.set_level(logging.WARNING, logger="grounded.security")
 
     for address in ("10.47.0.1", "10.47.0.1", "10.47.0.2", "10.47.0.2"):
         response, signed_in = _attempt(edge, name, "wrong guess", address)
@@ -65,7 +64,8 @@ def test_failures_from_two_addresses_lock_the_account_until_the_window_ends(edge
         assert response.status_code == 200 and not signed_in
         assert _errors(response) == LOCKED
     # The audit entries: the lock, naming the account and both addresses, then each refused attempt.
-    events = [(r.event, r.account, r.addresses) for r in caplog.records if r.name == "grounded.security"]
+    events = [(r.event, r.account, r.addresses) for r in log_records
+              if r.name == "grounded.security" and r.levelno == logging.WARNING]
     assert events[0] == ("sign_in_account_locked", name, ["10.47.0.1", "10.47.0.2"]), events
     assert events[1][0] == "sign_in_refused_account_locked" and len(events) == 3
 

@@ -65,7 +65,7 @@ def test_the_database_wall_keeps_search_paths_and_its_overhead_is_measured(relia
     pooled = {m.group(1): m.group(2) for m in re.finditer(r"all cases, (wall|wall, bare call): median [\d.]+ ms \(([+-][\d.]+%)\)", out)}
     ratios = re.search(r"wall: median [\d.]+ ms \([^)]*\), mean [\d.]+ ms \(([+-][\d.]+%)\), median of the cases' p50 ratios "
                        r"([+-][\d.]+%)", out)
-    inside = re.search(r"grounded_tenant\(\) under `wall`: (.*)", out)
+    inside = re.search(r"server-side: (.*)", out)
     assert "wall" in pooled and ratios and inside, out[-3000:]
     reliability.figure("search p50, wall vs the old policy (pooled median)", pooled["wall"])
     reliability.figure("mean / median of the cases' p50 ratios", f"{ratios.group(1)} / {ratios.group(2)}")

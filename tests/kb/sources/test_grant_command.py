@@ -25,15 +25,15 @@ def run(*args: str) -> str:
     return out.getvalue()
 
 
-def test_an_operator_grants_lists_and_revokes_and_overlaps_are_refused(settings, tmp_path, caplog):
+def test_an_operator_grants_lists_and_revokes_and_overlaps_are_refused(settings, tmp_path, log_records):
     settings.SOURCES_FOLDER_ROOTS = [str(tmp_path)]
     for name in ("acme", "acme/inner", "globex"):
         (tmp_path / name).mkdir()
     (tmp_path / "link-to-acme").symlink_to(tmp_path / "acme")
     acme, globex = make_tenant("Acme"), make_tenant("Globex")
-    with caplog.at_level(logging.INFO, logger="grounded.operator"):
-        assert "granted folder" in run("--tenant", acme.slug, "--folder", str(tmp_path / "acme"))
-    assert any("grant_source" in r.getMessage() and acme.slug in r.getMessage() for r in caplog.records)
+    assert "granted folder" in run("--tenant", acme.slug, "--folder", str(tmp_path / "acme"))
+    assert any(r.name == "grounded.operator" and r.levelno == logging.INFO and "grant_source" in r.getMessage()
+               and acme.slug in r.getMessage() for r in log_records)
     assert [g.value for g in grants_of(acme.id, "folder")] == [str(tmp_path / "acme")]
     assert grants_of(globex.id) == []  # the application role sees only its tenant's grants
 
