@@ -11,7 +11,7 @@ COPY manage.py ./
 RUN pip install --no-cache-dir "torch==2.13.0" --index-url https://download.pytorch.org/whl/cpu \
  && pip install --no-cache-dir ".[local-embed]" \
  && SECRET_KEY=build DEBUG=0 DATABASE_URL=postgres://x:x@localhost/x python manage.py collectstatic --no-input
-RUN useradd --create-home grounded
+RUN useradd --create-home grounded && install -d -o grounded -g grounded /var/lib/grounded/digests
 USER grounded
 EXPOSE 8000
 ENV GUNICORN_BIND=0.0.0.0:8000

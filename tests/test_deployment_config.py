@@ -75,4 +75,8 @@ def test_docker_compose_is_valid_and_has_the_production_shape():
     assert env["DATABASE_URL"].startswith("postgres://") and "REDIS_URL" in env and "SECRET_KEY" in env
     # One database-wall key for every container (a key file each would sign proofs the database refuses).
     assert env["DATABASE_WALL_KEY"].startswith("${DATABASE_WALL_KEY:?")
-    assert set(compose["volumes"]) >= {"pgdata"}
+    # Chain digests: one signing key, written to a volume every service mounts (beat writes, any verifies).
+    assert env["CHAIN_SIGNING_KEY"].startswith("${CHAIN_SIGNING_KEY:?")
+    for name in ("web", "worker", "beat", "migrate"):
+        assert f"digests:{env['CHAIN_DIGEST_DIR']}" in services[name]["volumes"], name
+    assert set(compose["volumes"]) >= {"pgdata", "digests"}
