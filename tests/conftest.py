@@ -13,6 +13,7 @@ from django.conf import settings
 from kb.embedded.postgres import ensure_server
 from kb.project.config import get_str
 from tests import databases
+from tests.logs import every_log_record
 
 os.environ.setdefault("GROUNDED_EMBEDDER", "hash")
 # Under pytest-xdist each worker gets Redis databases of its own (tests/databases.py); set before any
@@ -176,15 +177,5 @@ def log_records():
     """The log records of every logger, at every level, while the test runs. Unlike pytest's `caplog` it
     works with pytest's logging plugin off (`scripts/reliability` runs `-p no:logging`)."""
     records: list[logging.LogRecord] = []
-
-    class Collect(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            records.append(record)
-
-    handler, root = Collect(level=logging.DEBUG), logging.getLogger()
-    saved = root.level
-    root.addHandler(handler)
-    root.setLevel(logging.DEBUG)
-    yield records
-    root.removeHandler(handler)
-    root.setLevel(saved)
+    with every_log_record(records.append):
+        yield records

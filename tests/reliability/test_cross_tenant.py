@@ -31,6 +31,7 @@ from kb.project.celery import app as celery_app
 from tenants.scope import Scope, ScopeRequired, activate
 from tests.factories import make_membership, make_staff_user
 from tests.kb import _transactional  # noqa: F401  (flush transactional tests as owner)
+from tests.logs import every_log_record
 from tests.reliability.world import B_QUESTION, E_QUESTION, CanaryWorld, Side, leaks, run_ids_of, snapshot, trace_text
 
 pytestmark = pytest.mark.django_db(databases=["default", "owner"])
@@ -286,25 +287,18 @@ def e_snapshot(w: CanaryWorld) -> str:
 
 @pytest.fixture
 def captured_logs():
-    """Every log record of every logger, formatted with its arguments, while the probes run."""
+    """Every log record of every logger, formatted with its arguments as it is emitted, while the probes run."""
     records: list[str] = []
+    formatter = logging.Formatter("%(name)s %(levelname)s %(message)s")
 
-    class Collect(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            try:
-                records.append(self.format(record))
-            except Exception as exc:  # a record that cannot be formatted is itself worth seeing
-                records.append(f"unformattable record {record.msg!r}: {exc}")
+    def collect(record: logging.LogRecord) -> None:
+        try:
+            records.append(formatter.format(record))
+        except Exception as exc:  # a record that cannot be formatted is itself worth seeing
+            records.append(f"unformattable record {record.msg!r}: {exc}")
 
-    handler = Collect(level=logging.DEBUG)
-    handler.setFormatter(logging.Formatter("%(name)s %(levelname)s %(message)s"))
-    root = logging.getLogger()
-    saved = root.level
-    root.addHandler(handler)
-    root.setLevel(logging.DEBUG)
-    yield records
-    root.removeHandler(handler)
-    root.setLevel(saved)
+    with every_log_record(collect):
+        yield records
 
 
 @pytest.fixture
