@@ -90,19 +90,23 @@ def _signed_bytes(digest: dict) -> bytes:
     return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
 
 
-def write_digest(tenant_id: int, tenant_slug: str, folder: Path | str | None = None, *, using: str = "owner") -> Path:
-    """Sign tenant `tenant_id`'s chain tip now and write it as a new file; returns its path.
+def write_digest(tenant_id: int, tenant_slug: str, folder: Path | str | None = None, *, using: str = "owner",
+                 changed_only: bool = False) -> Path | None:
+    """Sign tenant `tenant_id`'s chain tip now and write it as a new file; returns its path. With
+    `changed_only`, nothing (None) when the tenant's newest digest already signs this tip (seq and hash).
 
     Reads as the owner (a maintenance read across RLS). A tenant with no runs gets seq 0 and the
     genesis hash, so removing every run is detected too."""
     folder = Path(folder or settings.CHAIN_DIGEST_DIR)
-    key = signing_key()
     runs = Run.objects.unscoped_dangerously(using).filter(tenant_id=tenant_id)
     tip = runs.order_by("-seq").values_list("seq", "hash").first()
     seq, tip_hash = tip if tip else (0, GENESIS)
     tenant_dir = folder / str(tenant_id)
     tenant_dir.mkdir(parents=True, exist_ok=True)
     earlier = sorted(tenant_dir.glob("*.json"))
+    if changed_only and earlier and _signs(earlier[-1], seq, tip_hash):
+        return None
+    key = signing_key()
     runs_from = int(earlier[-1].name[:12]) + 1 if earlier else 1  # a digest's file name starts with its seq
     now = datetime.now(UTC)
     digest = {"version": DIGEST_VERSION, "tenant_id": tenant_id, "tenant_slug": tenant_slug, "seq": seq, "hash": tip_hash,
@@ -117,13 +121,12 @@ def write_digest(tenant_id: int, tenant_slug: str, folder: Path | str | None = N
     return path
 
 
-def _newest_signs(tenant_dir: Path, seq: int, tip_hash: str) -> bool:
-    """Whether the newest digest in `tenant_dir` already signs this tip (seq and hash)."""
-    newest = max(tenant_dir.glob("*.json"), default=None)
-    if newest is None or int(newest.name[:12]) != seq:
+def _signs(digest_file: Path, seq: int, tip_hash: str) -> bool:
+    """Whether `digest_file` signs this tip (seq and hash); its name starts with its seq."""
+    if int(digest_file.name[:12]) != seq:
         return False
     try:
-        return json.loads(newest.read_bytes()).get("hash") == tip_hash
+        return json.loads(digest_file.read_bytes()).get("hash") == tip_hash
     except ValueError:
         return False
 
@@ -133,14 +136,8 @@ def write_all_digests(folder: Path | str | None = None, *, changed_only: bool = 
     run). `changed_only`: skip a tenant whose newest digest already signs its current tip (seq and hash), so a
     schedule every few minutes adds a file only when the chain moved; a tenant with no digest yet gets one."""
     folder = Path(folder or settings.CHAIN_DIGEST_DIR)
-    written = []
-    for tenant in Tenant.objects.using("owner").order_by("id"):
-        if changed_only:
-            tip = Run.objects.unscoped_dangerously("owner").filter(tenant_id=tenant.id).order_by("-seq").values_list("seq", "hash").first()
-            if _newest_signs(folder / str(tenant.id), *(tip or (0, GENESIS))):
-                continue
-        written.append(write_digest(tenant.id, tenant.slug, folder))
-    return written
+    written = (write_digest(t.id, t.slug, folder, changed_only=changed_only) for t in Tenant.objects.using("owner").order_by("id"))
+    return [path for path in written if path is not None]
 
 
 def digest_loop(interval_s: float, stop: threading.Event, folder: Path | str | None = None,

@@ -112,18 +112,25 @@ def outbound_policy_for(tenant_id: int, source_kind: str) -> OutboundPolicy:
     """The outbound policy of `tenant_id`'s `source_kind` sources: public addresses, plus the private
     ones of the hosts its grants of that kind allow (kb.sources.outbound)."""
     kind = GRANT_KIND.get(source_kind)
-    hosts = granted_private_hosts(tenant_id, kind) if kind and kind != SourceGrant.Kind.FOLDER else frozenset()
-    return OutboundPolicy.from_settings(private_hosts=hosts)
+    return _policy(grants_of(tenant_id, kind) if kind else [])
 
 
-def check_granted(tenant_id: int, source_kind: str, config: dict) -> None:
+def _policy(grants: list[SourceGrant]) -> OutboundPolicy:
+    """The outbound policy that lets the private addresses of `grants`' allow_private hosts through (folder
+    grants have none)."""
+    return OutboundPolicy.from_settings(private_hosts=frozenset(g.value for g in grants if g.allow_private))
+
+
+def check_granted(tenant_id: int, source_kind: str, config: dict) -> OutboundPolicy:
     """Raise SourceError (naming the config field) unless the checked `config` of a `source_kind`
     source is within `tenant_id`'s grants: a folder under one of its folder grants (none: refused);
-    a website start URL or S3 endpoint on a granted host when the tenant has host grants of that kind."""
+    a website start URL or S3 endpoint on a granted host when the tenant has host grants of that kind.
+    Returns the outbound policy of that source (outbound_policy_for, from the same grants)."""
     kind = GRANT_KIND.get(source_kind)
+    found = grants_of(tenant_id, kind) if kind else []
+    policy, grants = _policy(found), [g.value for g in found]
     if kind is None:
-        return
-    grants = [g.value for g in grants_of(tenant_id, kind)]
+        return policy
     if kind == SourceGrant.Kind.FOLDER:
         path = os.path.realpath(str(config.get("path") or ""))
         if not grants:
@@ -131,14 +138,15 @@ def check_granted(tenant_id: int, source_kind: str, config: dict) -> None:
                               "manage.py grant_source, docs/sources.md)")
         if not any(is_within(path, g) for g in grants):
             raise SourceError("config.path: not under a folder granted to this tenant")
-        return
+        return policy
     if not grants:
-        return
+        return policy
     field = "config.start_url" if kind == SourceGrant.Kind.WEBSITE_HOST else "config.endpoint_url"
     url = str(config.get("start_url" if kind == SourceGrant.Kind.WEBSITE_HOST else "endpoint_url") or "")
     host = (urlsplit(url).hostname or "").lower() if kind == SourceGrant.Kind.WEBSITE_HOST else _endpoint(url)
     if not url or host not in grants:
         raise SourceError(f"{field}: this tenant's sources may reach only the hosts granted to it: {', '.join(grants)}")
+    return policy
 
 
 # --- writes (operators, through the owner connection) -------------------------------------------------------

@@ -1,21 +1,19 @@
 """Syncing a source into its corpus: incremental, idempotent, one at a time per source, resumable.
 
-- One sync per source at a time: a session advisory lock on the source id is held while a sync runs
-  (it dies with the worker's database session). `request_sync` joins a sync already queued or
-  running; a second worker that finds the lock taken refuses its sync.
-- Incremental: each upstream item's signature (ETag, size+mtime, or for pages the content hash) is
-  compared with what the last sync saw; unchanged items are not fetched, and an item whose bytes did
-  not change (same sha256) is not re-ingested. New and changed items go through
-  `kb.ingest.upload_document` (versions, jobs, progress as for uploads), and unchanged chunk texts
-  cost no embedding (the embedding cache).
-- Idempotent and resumable: each item's upload and its SourceItem row are committed together, so a
-  sync killed mid-way leaves every item either done or untouched; the next sync lists again, finds
-  the finished ones unchanged, does the rest, and resends ingest jobs the dead worker left behind.
-- Removals only after a complete listing (a crawl stopped by a limit removes nothing). A file moved
-  between prefixes (same bytes, old key gone) keeps its document and chunks: only its name and
-  department change. A department rule change moves chunks the same way.
-- A failing item is recorded (SourceItem.error, a `failed` SourceChange) and the rest go on; its
-  previous version, if any, stays searchable.
+- One sync per source at a time: a session advisory lock on the source id is held while a sync runs (it dies
+  with the worker's session). `request_sync` joins a sync queued or running; a second worker refuses its sync.
+- Incremental: each upstream item's signature (ETag, size+mtime, or for pages the content hash) is compared
+  with what the last sync saw; unchanged items are not fetched, and an item whose bytes did not change (same
+  sha256) is not re-ingested. New and changed items go through `kb.ingest.upload_document` (versions, jobs,
+  progress as for uploads), and unchanged chunk texts cost no embedding (the embedding cache).
+- Idempotent and resumable: each item's upload and its SourceItem row are committed together, so a sync
+  killed mid-way leaves every item either done or untouched; the next sync lists again, finds the finished
+  ones unchanged, does the rest, and resends ingest jobs the dead worker left behind.
+- Removals only after a complete listing (a crawl stopped by a limit removes nothing). A file moved between
+  prefixes (same bytes, old key gone) keeps its document and chunks: only its name and department change. A
+  department rule change moves chunks the same way.
+- A failing item (unreadable, or refused by the parse sandbox) is recorded (SourceItem.error, a `failed`
+  SourceChange) and the rest go on; its previous version, if any, stays searchable.
 """
 
 from __future__ import annotations
@@ -25,7 +23,6 @@ import hashlib
 import logging
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -44,7 +41,7 @@ from kb.project.celery import app as celery_app
 from kb.sources import folder, s3, website
 from kb.sources.base import Entry, ItemError, Listing, SourceError
 from kb.sources.crypto import SecretUnreadable, decrypt_secret
-from kb.sources.grants import check_granted, outbound_policy_for
+from kb.sources.grants import check_granted
 from kb.sources.models import ACTIVE_SYNC, Source, SourceChange, SourceItem, SourceKind, SourceSync, SyncStatus
 from kb.sources.rules import department_for
 from tenants.scope import NotAllowed, Scope, activate
@@ -62,14 +59,14 @@ STALE_QUEUED_SECONDS = 300  # a queued sync older than this lost its message: re
 
 
 def listing_for(source: Source) -> Listing:
-    """The connector listing of `source` (credentials decrypted here, handed only to the connector).
-    The tenant's grants are checked again first: a revoked grant fails the sync (SourceError)."""
-    check_granted(source.tenant_id, source.kind, source.config)
+    """The connector listing of `source` (credentials decrypted here, handed only to the connector), under its
+    tenant's outbound policy. The grants are checked again first: a revoked grant fails the sync (SourceError)."""
+    policy = check_granted(source.tenant_id, source.kind, source.config)  # and the tenant's outbound policy
     secret = decrypt_secret(source.secret)
     if source.kind == SourceKind.FOLDER:
         return folder.FolderListing(source.config, secret)
-    network: dict[str, Callable[..., Listing]] = {SourceKind.S3: s3.S3Listing, SourceKind.WEBSITE: website.WebsiteListing}
-    return network[source.kind](source.config, secret, policy=outbound_policy_for(source.tenant_id, source.kind))
+    listing = s3.S3Listing if source.kind == SourceKind.S3 else website.WebsiteListing
+    return listing(source.config, secret, policy=policy)
 
 
 def source_name_for_item(source: Source, key: str) -> str:
