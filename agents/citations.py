@@ -96,8 +96,12 @@ def _check_one(ordinal: int, chunk_id: int, quote: str, claim: str, retrieved: M
         return CitationCheck(ordinal, chunk_id, quote, claim, verdict, reason, chunk.document_id, chunk.content_hash)
 
     if quote:
-        if normalise(quote) in normalise(neutralise_markers(chunk.text)):
+        found = quote_in(normalise(quote), normalise(neutralise_markers(chunk.text)))
+        if found == "whole":
             return check("verified", "quoted text occurs in the chunk")
+        if found == "cut":
+            return check("quote_mismatch", "quoted text occurs in the chunk only as part of a longer word or "
+                                           "figure (it starts or ends inside one, e.g. 'EUR 4.' of 'EUR 4.50')")
         return check("quote_mismatch", "quoted text does not occur in the cited chunk")
     claim_terms = terms(claim)
     if len(claim_terms) >= 3:
@@ -105,6 +109,47 @@ def _check_one(ordinal: int, chunk_id: int, quote: str, claim: str, retrieved: M
         if support < MIN_SUPPORT:
             return check("unsupported", f"only {support:.0%} of the claim's terms occur in the chunk")
     return check("verified", "chunk retrieved in this run and supports the claim")
+
+
+# Characters that join two letters or digits into one token when nothing separates them from either:
+# "4.50", "1,000", "10:30", "a/b", "ops@corp", "state-of-the-art", "don't".
+_JOINERS = frozenset(".,:/@-_'&+=?#%~")
+# Scripts written without spaces between words: a character of theirs next to another is no token cut.
+_UNSPACED = re.compile(r"[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+
+
+def quote_in(quote: str, source: str) -> str:
+    """Where `quote` occurs in `source` (both `normalise`d): "whole" when some occurrence starts and
+    ends at token boundaries of the source, "cut" when every occurrence starts or ends inside a token
+    (a word or figure the quote cuts: "eur 4." in "eur 4.50 per day"), "" when it does not occur."""
+    if not quote:
+        return "whole"
+    found = ""
+    at = source.find(quote)
+    while at >= 0:
+        if not _joined(source, at) and not _joined(source, at + len(quote)):
+            return "whole"
+        found = "cut"
+        at = source.find(quote, at + 1)
+    return found
+
+
+def _joined(text: str, i: int) -> bool:
+    """Whether position `i` (between text[i-1] and text[i]) lies inside a token of `text`."""
+    if i <= 0 or i >= len(text):
+        return False
+    left, right = text[i - 1], text[i]
+
+    def word(ch: str) -> bool:
+        return ch.isalnum() and not _UNSPACED.match(ch)
+
+    if word(left) and word(right):
+        return True
+    if word(left) and right in _JOINERS:  # "4" | ".50"
+        return i + 1 < len(text) and word(text[i + 1])
+    if left in _JOINERS and word(right):  # "4." | "50"
+        return i >= 2 and word(text[i - 2])
+    return False
 
 
 def is_not_enough_evidence(answer: str) -> bool:

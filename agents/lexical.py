@@ -11,6 +11,8 @@ import re
 import unicodedata
 from functools import lru_cache
 
+from kb.sentence_split import split as split_sentences
+
 STOPWORDS = frozenset("""
 a about above after again against all am an and any are as at be because been before being below between both but by
 can could did do does doing down during each few for from further had has have having he her here hers herself him
@@ -79,16 +81,6 @@ def key_words(text: str) -> list[str]:
     return list(seen.values())
 
 
-# A few workplace-policy equivalences (by stem), so "what can I claim" meets "is reimbursed".
-_SYNONYM_GROUPS = (
-    {"claim", "reimburs", "refund", "pay", "paid", "cover"}, {"expens", "cost", "spend", "fee"}, {"leav", "holiday", "vacation", "absenc"},
-    {"trip", "travel", "journey"}, {"extra", "additional"}, {"hotel", "accommodation", "lodging"},
-    {"password", "passphras", "credential"}, {"laptop", "devic", "computer"}, {"allowanc", "per diem", "stipend"},
-    {"wine", "beer", "alcohol", "drink"}, {"dinner", "lunch", "breakfast", "meal"}, {"flight", "fly", "airfare", "cabin"},
-)
-SYNONYMS: dict[str, frozenset[str]] = {t: frozenset(g - {t}) for g in _SYNONYM_GROUPS for t in g}
-
-
 def shingles(text: str, n: int = 5) -> frozenset[str]:
     """The text's word n-grams (lowercased): two texts sharing most of them are copies, not two
     texts that happen to share a phrase."""
@@ -103,38 +95,39 @@ def contained_share(a: frozenset[str], b: frozenset[str]) -> float:
 
 
 def coverage(part_terms: set[str], text_terms: set[str]) -> float:
-    """Share of `part_terms` that occur in `text_terms`, directly or as a listed synonym."""
+    """Share of `part_terms` that occur in `text_terms` (both stemmed by `terms`). Words only: no
+    list of equivalent words is kept here (any such list would be one corpus's vocabulary); meaning
+    beyond shared words is the embedding search's and the relevance judge's job."""
     if not part_terms:
         return 1.0
-    hit = sum(1 for t in part_terms if t in text_terms or SYNONYMS.get(t, frozenset()) & text_terms)
-    return hit / len(part_terms)
+    return len(part_terms & text_terms) / len(part_terms)
 
 
-_BLOCK_BREAK = re.compile(r"\n\s*\n|\n(?=\s*(?:[-*+•]|\d+[.)]|#+)\s)")
-_SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s*(?=[\"'(«¿¡\d]|[^\W\d_](?<![a-zà-ÿ]))")
-_BULLET = re.compile(r"^\s*(?:[-*+•]|\d+[.)])\s*")
+_ENDS = frozenset(".!?;…。！？")
 
 
 def sentences(text: str) -> list[str]:
     """Sentences and list items of a chunk, headings dropped, hard-wrapped lines joined (a new list
     each call).
 
-    A sentence equals a span of `text` up to whitespace (citations compare with `normalise`)."""
+    Split by `kb.sentence_split.split` (never inside a figure, abbreviation, initial, URL or
+    quotation), so a sentence equals a slice of `text` up to whitespace: joining a hard-wrapped
+    sentence's lines only collapses whitespace, which `normalise` does too when a quote is checked.
+    Kept: pieces of at least 12 characters with a word of three letters that end like a sentence or
+    run to ten words."""
     return list(_sentences(text))
 
 
 @lru_cache(maxsize=1 << 12)
 def _sentences(text: str) -> tuple[str, ...]:
     out = []
-    for block in _BLOCK_BREAK.split(text):
-        block = block.strip()
-        if not block or block.startswith("#"):
+    for start, end, heading in split_sentences(text):
+        if heading:
             continue
-        block = _BULLET.sub("", " ".join(block.split()))
-        for piece in _SENTENCE_END.split(block):
-            piece = piece.strip()
-            if len(piece) >= 12 and re.search(r"[^\W\d_]{3}", piece) and (piece[-1] in ".!?;)。！？" or len(piece.split()) >= 10):
-                out.append(piece)
+        piece = " ".join(text[start:end].split())
+        ends = piece.rstrip("\"'”’»)]」』")[-1:]  # a quoted or bracketed sentence ends inside its closing marks
+        if len(piece) >= 12 and re.search(r"[^\W\d_]{3}", piece) and (piece[-1] == ")" or ends in _ENDS or len(piece.split()) >= 10):
+            out.append(piece)
     return tuple(out)
 
 

@@ -27,13 +27,26 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Protocol, TypeVar
 
-from agents.lexical import UPPER, split_question, stem, terms
+from agents.languages import month_numbers, weekday_names
+from agents.lexical import UPPER, split_question, terms
 from kb.fusion import rrf_scores
 
-_MONTHS = "January|February|March|April|May|June|July|August|September|October|November|December"
+# Month names of every language a corpus may be declared in (agents.languages: from Django's
+# translations; the scope's language does not reach the planner, so a date is read in any of them).
+# A named day is "October 31, 2023" or "31 October 2023" / "31. Oktober 2023" / "31 de octubre de
+# 2023" (a word of at most three letters on both sides of the month). The words that
+# relate a date to the question ("before", "after") are read in English only: a date in another
+# language narrows to its day.
+_MONTH_NUMBERS = month_numbers()
+_MONTHS = "|".join(re.escape(m).replace(r"\ ", r"\s+") for m in sorted(_MONTH_NUMBERS, key=len, reverse=True))
+_LINK = r"[^\W\d_]{1,3}\s+"
+_NAMED = (rf"(?P<m1>{_MONTHS})\s+(?P<d1>\d{{1,2}}),\s+(?P<y1>\d{{4}})"
+          rf"|(?P<d2>\d{{1,2}})\.?\s+(?P<m2>{_MONTHS})\s+(?P<y2>\d{{4}})"
+          rf"|(?P<d3>\d{{1,2}})\s+{_LINK}(?P<m3>{_MONTHS})\s+{_LINK}(?P<y3>\d{{4}})")
 _DATE = re.compile(rf"\b(?:(on|after|before|since|prior to|by|from|until)\s+)?"
-                   rf"(?:(?:{_MONTHS})\s+\d{{1,2}},\s+\d{{4}}|\d{{4}}-\d{{2}}-\d{{2}})\b", re.I)
-_NAMED_DAY = re.compile(rf"({_MONTHS})\s+(\d{{1,2}}),\s+(\d{{4}})", re.I)
+                   rf"(?:{_NAMED}|\d{{4}}-\d{{2}}-\d{{2}})\b", re.I)
+_NAMED_DAY = re.compile(_NAMED, re.I)
+_YEAR = re.compile(r"\d{4}")  # every date names one: texts without are not searched for dates
 _ISO_DAY = re.compile(r"(\d{4})-(\d{2})-(\d{2})")
 _SEPARATORS = (" | ", " - ", ": ")
 MAX_FACT_QUERIES = 6
@@ -170,14 +183,21 @@ def _day(match: str) -> dt.date:
     named = _NAMED_DAY.search(match)
     if named is None:
         raise ValueError(f"not a date: {match!r}")
-    month, day, year = named.groups()
-    return dt.datetime.strptime(f"{month} {day} {year}", "%B %d %Y").date()
+    form = next(i for i in "123" if named.group(f"m{i}"))
+    month = _MONTH_NUMBERS.get(" ".join(named.group(f"m{form}").split()).casefold())
+    if month is None:  # matched ignoring case but casefolded otherwise (Turkish dotless i)
+        raise ValueError(f"not a month: {named.group(f'm{form}')!r}")
+    return dt.date(int(named.group(f"y{form}")), month, int(named.group(f"d{form}")))
+
+
+def _dates(text: str) -> list[re.Match[str]]:
+    return list(_DATE.finditer(text)) if _YEAR.search(text) else []
 
 
 def date_window(clause: str) -> tuple[str | None, str | None]:
     """[after, before) from the first date named in a clause: "on D" is that day, "after D" from the
     next day, "before D" up to it."""
-    for m in _DATE.finditer(clause):
+    for m in _dates(clause):
         try:
             day = _day(m.group(0))
         except ValueError:  # "2023-02-31"
@@ -193,7 +213,7 @@ def date_window(clause: str) -> tuple[str | None, str | None]:
 
 def dated_pieces(text: str) -> list[str]:
     """`text` cut after each date it names; the text whole when it names fewer than two."""
-    ends = [m.end() for m in _DATE.finditer(text)]
+    ends = [m.end() for m in _dates(text)]
     if len(ends) < 2:
         return [text]
     starts = [0, *ends[:-1]]
@@ -204,7 +224,7 @@ def without_facets(text: str, values: Iterable[str] = ()) -> str:
     """`text` without the facet values and dates it names: filters on metadata match those, not the
     words of a chunk."""
     facets = Facets({"": {v: 1 for v in values}})
-    spans = [(m.start, m.end) for m in find_mentions(text, facets)] + [m.span() for m in _DATE.finditer(text)]
+    spans = [(m.start, m.end) for m in find_mentions(text, facets)] + [m.span() for m in _dates(text)]
     out, last = [], 0
     for s, e in sorted(spans):
         if s >= last:
@@ -297,28 +317,25 @@ def fuse(ranked_lists: Sequence[Sequence[T]], *, rrf_k: float, key: Callable[[T]
 
 
 _SEGMENT_SPLIT = re.compile(r"[,;]|\b(?:and|while|but|despite|whereas|although|whilst)\b", re.I)
-# Words that frame a question about documents rather than describe a fact in them.
-_FRAME_WORDS = ("article articles report reports reported reporting story stories piece pieces document documents "
-                "discussed discussing mentioned featured covered covering published recently respectively individual "
-                "company person platform organization entity suggest suggests suggested indicate indicates")
 
 
 def fact_segments(question: str, values: Iterable[str] = (), *, min_terms: int = FACT_MIN_TERMS) -> list[str]:
     """The question's descriptive segments: cut at commas, semicolons and conjunctions, a piece with
     fewer than `min_terms` content words joined to the next, without the facet values and dates it
-    names and not counting words that only frame it ("reported", "document"). A multi-hop question
-    describes each fact it needs in one such segment, which a search of the whole question ranks low."""
-    frame = {stem(w) for w in _FRAME_WORDS.split()}
+    names. A multi-hop question describes each fact it needs in one such segment, which a search of
+    the whole question ranks low. Every content word counts: no list of words that "only frame" a
+    question is kept (which words frame depends on the corpus's genre: "article" in news, "policy"
+    in a handbook)."""
     out: list[str] = []
     carry = ""
     for piece in _SEGMENT_SPLIT.split(without_facets(question, values)):
         piece = f"{carry} {piece}".strip(" ?.!'\"") if carry else piece.strip(" ?.!'\"")
-        if len(terms(piece) - frame) < min_terms:
+        if len(terms(piece)) < min_terms:
             carry = piece
             continue
         out.append(piece)
         carry = ""
-    if carry and out and terms(carry) - frame:
+    if carry and out and terms(carry):
         out[-1] = f"{out[-1]} {carry}"
     return out
 
@@ -344,9 +361,9 @@ def clause_facts(question: str, mentions: list[Mention], facets: Facets) -> list
 
 _NAME = re.compile(rf"(?<![\w'’])([{UPPER}]\w*(?:['’][^\W\d_]+)?)")
 _SENTENCE_START = re.compile(r"(?:^|[.?!:;\"“(]\s*)$")
-# Capitalised words that name no one: month and day names, the pronoun I.
-NOT_NAMES = frozenset(_MONTHS.lower().split("|")) | frozenset(
-    "i i'm i've monday tuesday wednesday thursday friday saturday sunday".split())
+# Capitalised words that name no one: month and weekday names (of every supported language, see
+# agents.languages), the English pronoun I.
+NOT_NAMES = frozenset(_MONTH_NUMBERS) | weekday_names() | frozenset("i i'm i've".split())
 
 
 def named_terms(question: str, values: Iterable[str] = ()) -> list[str]:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from agents.citations import RetrievedChunk
-from agents.lexical import ADJECTIVE_OF_ORIGIN, STOPWORDS, SYNONYMS, UPPER, key_words, sentences, split_question, stem, terms
+from agents.lexical import ADJECTIVE_OF_ORIGIN, STOPWORDS, UPPER, key_words, sentences, split_question, stem, terms
 from agents.messages import ContextChunk
 from agents.planning import NOT_NAMES, fact_segments, named_terms, without_facets
 from agents.quantities import quantities, quantity_fit
@@ -32,7 +32,6 @@ from agents.quantities import quantities, quantity_fit
 SUPPORTED = 0.85  # weighted share of a part's terms one sentence (with its title) must hold to answer it
 ANSWERABLE = 0.5  # below this nothing retrieved answers the part: it is declined
 MAX_HOPS = 3  # names searched per judgement
-_NONE: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -145,7 +144,7 @@ def _weights(part: str, values: Iterable[str]) -> dict[str, float]:
     return out
 
 
-def _has_kind(kind: str, sentence: str, part: str) -> bool:
+def holds_answer_kind(kind: str, sentence: str, part: str) -> bool:
     if kind == "year":
         return bool(set(_YEAR.findall(sentence)) - set(_YEAR.findall(part)))
     if kind == "number":
@@ -222,11 +221,11 @@ def _support(part: str, chunks: list[SeenChunk], values: list[str]) -> Support:
     quantity_weight = 1.0 if any(fit is not None for fit in fits) else 0.0
     total += quantity_weight
     for (chunk, sentence, held), fit in zip(evidence, fits, strict=True):
-        score = (sum(w for t, w in weights.items() if t in held or SYNONYMS.get(t, _NONE) & held)
+        score = (sum(w for t, w in weights.items() if t in held)
                  + (quantity_weight if fit else 0.0)) / total
         if fit is False:
             score *= 0.5
-        if kind and not _has_kind(kind, sentence, part):
+        if kind and not holds_answer_kind(kind, sentence, part):
             score *= 0.8  # the words fit but the answer asked for is not in it
         if 2 * len(names & held) < len(names) or (subject and not _about_subject(subject, sentence, chunk.about)):
             # a text naming little of what the part names, or not about what it asks about, does not answer it
@@ -426,9 +425,9 @@ def yes_no_verdict(question: str, chunks: list[SeenChunk], values: Iterable[str]
 
 
 def _holds(term: str, held: set[str]) -> bool:
-    """A sentence's terms hold a term: itself, a synonym, or a word it begins or that begins it
-    ("america" / "american", "argentin" / "argentinian"), five letters shared at least."""
-    if term in held or SYNONYMS.get(term, _NONE) & held:
+    """A sentence's terms hold a term: itself, or a word it begins or that begins it ("america" /
+    "american", "argentin" / "argentinian"), five letters shared at least."""
+    if term in held:
         return True
     return len(term) >= 5 and any(len(h) >= 5 and (h.startswith(term) or term.startswith(h)) for h in held)
 

@@ -17,34 +17,21 @@ re-rank", and docs/evaluation.md).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 from kb.fusion import rrf_scores
+from kb.sentence_split import split
 
-# A sentence ends at . ! ? or … (closing quotes and brackets may follow) before whitespace and a
-# capital, digit or opening quote; a line break always ends one.
-_BOUNDARY = re.compile(r"(?:(?<=[.!?\u2026])|(?<=[.!?\u2026][\"'\u201d\u2019)\]]))\s+(?=[\"'\u201c\u2018(\[]?[A-Z0-9])|\n+")
 MIN_CHARS = 16  # shorter pieces ("Photo: AP.") are kept with nothing: they match every query a little
 TOP_SENTENCES = 2  # a chunk's sentence score: the mean similarity of its nearest this-many sentences
 
 
 def sentence_spans(text: str) -> list[tuple[int, int]]:
-    """(start, end) of each sentence of `text` worth a vector, in order; the whole text when none is."""
-    spans: list[tuple[int, int]] = []
-    start = 0
-    for m in _BOUNDARY.finditer(text):
-        spans.append((start, m.start()))
-        start = m.end()
-    spans.append((start, len(text)))
-    out = []
-    for s, e in spans:
-        while s < e and text[s].isspace():
-            s += 1
-        while e > s and text[e - 1].isspace():
-            e -= 1
-        if e - s >= MIN_CHARS:
-            out.append((s, e))
+    """(start, end) of each sentence of `text` worth a vector, in order; the whole text when none is.
+
+    Sentences and headings as `kb.sentence_split.split` finds them (exact slices, never cut inside a
+    figure, abbreviation or quotation), those shorter than MIN_CHARS left out."""
+    out = [(s, e) for s, e, _ in split(text) if e - s >= MIN_CHARS]
     return out or ([(0, len(text))] if text.strip() else [])
 
 

@@ -63,10 +63,15 @@ def test_fact_segments_cut_a_question_into_the_facts_it_describes():
                 "touchdowns against the Cowboys, has accumulated significant fantasy points over recent games, but struggles "
                 "with a decreased completion rate when under pressure?")
     segments = planning.fact_segments(question, sources)
-    assert segments[1:] == ["has accumulated significant fantasy points over recent games",
-                            "struggles with a decreased completion rate when under pressure"]
-    # Pieces with too few content words join the next; publishers and framing words never count.
-    assert "threw four touchdowns against the Cowboys" in segments[0] and "Sportskeeda" not in segments[0]
+    # Every content word counts, whatever the corpus's genre ("articles" as much as "touchdowns"): no
+    # list of a genre's framing words is kept. The publishers (facet values) never count.
+    assert segments == ["Which NFL quarterback  featured in articles from", "threw four touchdowns against the Cowboys",
+                        "has accumulated significant fantasy points over recent games",
+                        "struggles with a decreased completion rate when under pressure"]
+    assert not any(s in seg for s in sources for seg in segments)
+    # Pieces with too few content words join the next.
+    assert planning.fact_segments("Who wrote it, and when was the long novel about whales published?") == [
+        "Who wrote it  when was the long novel about whales published"]
     assert planning.fact_segments("Did the TechCrunch article say so?", ["TechCrunch"]) == []
     assert len(planning.fact_segments("What did the report say about hotel costs and meal allowances?")) == 1
 
@@ -108,3 +113,32 @@ def test_clause_facts_give_each_fact_its_values_clause_and_date():
     # One publisher, or a clause that describes nothing ("reported by TechCrunch and Polygon"): none.
     assert clause_facts("Did the Polygon review praise the Steam Deck OLED screen?") == []
     assert clause_facts("Which company, as reported by TechCrunch and Polygon, makes the Steam Deck?") == []
+
+
+def test_dates_are_read_with_the_month_names_of_every_supported_language():
+    # English as before: "Month D, YYYY", ISO days, and the English words relating a date to the question.
+    assert planning.date_window("the report of October 31, 2023") == ("2023-10-31", "2023-11-01")
+    assert planning.date_window("after october 31, 2023") == ("2023-11-01", None)
+    assert planning.date_window("before 2024-01-01") == (None, "2024-01-01")
+    assert planning.date_window("on February 31, 2023") == (None, None)  # no such day
+    # Day-month-year in the languages a corpus may be declared in (names from Django's translations).
+    assert planning.date_window("Qu'a dit le rapport du 31 octobre 2023 ?") == ("2023-10-31", "2023-11-01")
+    assert planning.date_window("Was stand am 31. Oktober 2023 im Bericht?") == ("2023-10-31", "2023-11-01")
+    assert planning.date_window("¿Qué pasó el 31 de octubre de 2023?") == ("2023-10-31", "2023-11-01")
+    assert planning.date_window("Что случилось 31 октября 2023 года?") == ("2023-10-31", "2023-11-01")
+    assert planning.date_window("since 3 March 2024") == ("2024-03-03", None)
+    # A figure next to a month is not a day unless the month is between two linking words or none.
+    assert planning.date_window("the top 10 of May 2024") == (None, None)
+    # A date is taken out of the search text in any of these languages.
+    assert planning.without_facets("Was stand am 31. Oktober 2023 im Bericht?").split() == ["Was", "stand", "am", "im", "Bericht?"]
+
+
+def test_calendar_words_of_any_supported_language_are_not_names():
+    from agents.languages import month_numbers, weekday_names
+
+    assert month_numbers("french")["octobre"] == 10 and month_numbers("russian")["октября"] == 10
+    assert "octobre" not in month_numbers("german") and month_numbers("german")["oktober"] == 10
+    assert month_numbers("simple") == month_numbers("english")  # no language: English only
+    assert "montag" in weekday_names("german") and "montag" not in weekday_names("french")
+    assert planning.named_terms("Was sagte Wozniak im Oktober, am Montag?") == ["wozniak"]
+    assert planning.named_terms("Qu'a dit Wozniak en Octobre, le Lundi ?") == ["wozniak"]

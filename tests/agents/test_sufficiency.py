@@ -179,3 +179,18 @@ def test_a_part_the_answer_states_without_a_supporting_citation_is_unsupported()
     assert unsupported_parts(question, "Hotel stays are reimbursed up to EUR 180 per night.", [hotel], [hotel, leave]) == []
     assert unsupported_parts(question, both, [hotel], [hotel]) == []
     assert unsupported_parts("How many days of annual leave do employees receive?", both, [hotel], [hotel, leave]) == []
+
+
+def test_a_part_is_held_by_its_own_words_never_by_a_list_of_one_corpus_s_equivalents():
+    # The core keeps no synonym list (any such list is one corpus's vocabulary): a part's terms are
+    # held by the same stems only; meaning beyond words is the embedding search's and the judge's job.
+    from agents.lexical import coverage, terms
+    from agents.sufficiency import SeenChunk, parts_support
+
+    assert coverage(terms("hotel costs"), terms("Hotel costs are reimbursed.")) == 1.0
+    assert coverage(terms("hotel costs"), terms("Accommodation costs are reimbursed.")) == 0.5
+    assert coverage(terms("Can I claim my wine?"), terms("Alcohol is never refunded.")) == 0.0
+    lodging = SeenChunk(1, "Accommodation is reimbursed up to 120 EUR per night.", 1.0, False)
+    hotel = SeenChunk(2, "Hotel stays are reimbursed up to 120 EUR per night.", 1.0, False)
+    question = "How much is reimbursed per night for a hotel?"
+    assert parts_support(question, [hotel])[0].supported and not parts_support(question, [lodging])[0].supported
