@@ -4,11 +4,14 @@ another principal's conversation is 404, a key revoked mid-thread gets 401, bad 
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
+from rest_framework.test import APIClient
 
 from agents.chain import verify_tenant_chain
-from agents.models import Run
+from agents.demo import seed_demo
+from agents.models import Run, RunStep
 from api.views import agents as agent_views
 from tenants.models import ApiKey
 from tenants.scope import Scope, activate
@@ -123,3 +126,27 @@ def test_bad_input_is_a_400_on_its_field_and_roles_are_checked(world):
     assert reader.get("/api/v1/conversations/99999999999999999999/").status_code == 404
     assert world.client("a-auditor").post("/api/v1/conversations/", {}, format="json").status_code == 403
     assert world.client(None).get("/api/v1/conversations/").status_code == 401
+
+
+@pytest.mark.django_db(databases=["default", "owner"])
+def test_a_pronoun_follow_up_on_the_demo_resolves_to_the_hotel_not_the_currency(django_capture_on_commit_callbacks):
+    """The demo's hotel rule quotes "EUR 180 per night": the follow-up "Does it include breakfast?"
+    is about the hotel night the first turn asked about, in its stored question and in its searches."""
+    with django_capture_on_commit_callbacks(execute=True):
+        tenant = seed_demo(log=lambda line: None)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {issue(tenant, 'reader')}")
+    cid = start(client)
+    first = say(client, cid, "How much can I spend on a hotel night in a capital city?")
+    assert first.status_code == 200 and "EUR" in first.json()["answer"], first.content
+    second = say(client, cid, "Does it include breakfast?")
+    assert second.status_code == 200, second.content
+    body = second.json()
+    assert body["message"] == "Does it include breakfast?"
+    assert "hotel" in body["question"].casefold() and not re.search(r"\bEUR\b", body["question"]), body["question"]
+    system = Scope.system(tenant.id)
+    with activate(system):
+        queries = [str(s.arguments.get("query", "")) for s in RunStep.objects.for_scope(system).filter(run_id=body["id"], name="search")]
+        assert Run.objects.for_scope(system).get(pk=body["id"]).question == body["question"]
+    assert queries and any("hotel" in q.casefold() for q in queries), queries
+    assert not any(re.search(r"\bEUR\b", q) for q in queries), queries
