@@ -98,16 +98,7 @@ def load_thread(scope: Scope, conversation: Conversation, budgets: Budgets) -> T
     Failed turns are left out. Inside activate(scope)."""
     runs = list(Run.objects.for_scope(scope).filter(conversation_id=conversation.pk).exclude(outcome=Outcome.FAILED)
                 .order_by("-turn")[: budgets.history_turns])
-    history: list[tuple[str, str]] = []
-    left = budgets.history_tokens * CHARS_PER_TOKEN
-    for run in runs:  # newest first: the oldest are dropped when the budget runs out
-        answer = run.answer if len(run.answer) <= ANSWER_CHARS else run.answer[:ANSWER_CHARS] + " […]"
-        size = len(run.question) + len(answer)
-        if size > left:
-            break
-        left -= size
-        history.append((run.question, answer))
-    history.reverse()
+    history = budget_history([(run.question, run.answer) for run in reversed(runs)], budgets)
     evidence: list[int] = []
     if runs:
         last = runs[0]
@@ -116,6 +107,21 @@ def load_thread(scope: Scope, conversation: Conversation, budgets: Budgets) -> T
                  .values_list("arguments", flat=True) for cid in (args or {}).get("context_chunks", []) if isinstance(cid, int)]
         evidence = list(dict.fromkeys([*cited, *shown]))
     return Thread(conversation.pk, tuple(history), tuple(evidence))
+
+
+def budget_history(turns: list[tuple[str, str]], budgets: Budgets) -> tuple[tuple[str, str], ...]:
+    """(question, answer) turns, oldest first, cut to the history budget: at most `history_turns`,
+    each answer to ANSWER_CHARS, and `history_tokens` in all, the oldest dropped first. Pure."""
+    kept: list[tuple[str, str]] = []
+    left = budgets.history_tokens * CHARS_PER_TOKEN
+    for question, answer in reversed(turns[-budgets.history_turns:] if budgets.history_turns else []):
+        answer = answer if len(answer) <= ANSWER_CHARS else answer[:ANSWER_CHARS] + " […]"
+        size = len(question) + len(answer)
+        if size > left:
+            break
+        left -= size
+        kept.append((question, answer))
+    return tuple(reversed(kept))
 
 
 def turn_runner(thread: Thread) -> Callable[[RunState, str], LoopResult]:

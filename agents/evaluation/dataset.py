@@ -6,7 +6,16 @@ category, url, author, ...) becomes document metadata. `doc_id` defaults to the 
 Question lines: `{"qid", "question", "question_type", "answer", "evidence": [{"doc_id", "fact"}]}`
 (the MultiHop-RAG shape). Tenants may instead give `"expected_sources": ["<doc_id or title>", ...]`
 when they know which documents answer a question but not the sentences. A question with no
-evidence and no expected sources is unanswerable: the right outcome is "not enough evidence".
+evidence and no expected sources is unanswerable: the right outcome is "not enough evidence"; so
+is one marked `"answerability": "unanswerable"` or `"answerable": false`, whatever else it lists.
+
+A question may carry `"history": [{"speaker": "user" | "agent", "text"}, ...]`, the conversation's
+earlier turns, oldest first (`--history` replays them; agents.evaluation.history). Other fields are
+ignored.
+
+Halves: every question belongs to one half, `fit` or `report`, by a stable hash of its qid alone
+(`half_of`), so adding or removing questions never moves another one. Thresholds and rules are
+chosen on `fit`; figures are reported on `report`.
 """
 
 from __future__ import annotations
@@ -22,6 +31,9 @@ from agents.evaluation.metrics import GoldItem
 
 NULL_TYPE = "null_query"
 TEXT_FIELDS = ("doc_id", "title", "text", "body")
+HALVES = ("fit", "report")
+UNANSWERABLE_MARKS = frozenset({"unanswerable", "not answerable", "no", "false"})
+SPEAKERS = ("user", "agent")
 
 
 class DatasetError(ValueError):
@@ -43,12 +55,21 @@ class CorpusDoc:
 
 
 @dataclass(frozen=True)
+class Turn:
+    """One earlier turn of a question's conversation: who spoke ("user" or "agent") and what."""
+
+    speaker: str
+    text: str
+
+
+@dataclass(frozen=True)
 class Question:
     qid: str
     question: str
     question_type: str
     answer: str | None
     gold: tuple[GoldItem, ...]
+    history: tuple[Turn, ...] = ()  # earlier turns, oldest first; () for a question asked alone
 
     @property
     def answerable(self) -> bool:
@@ -110,11 +131,53 @@ def load_questions(path: Path, corpus: list[CorpusDoc]) -> list[Question]:
             if doc_key is None:
                 raise DatasetError(f"{path}:{lineno}: expected source {name!r} is not in the corpus")
             gold.append(GoldItem(doc_key=doc_key))
+        if _marked_unanswerable(row):
+            gold = []  # the set says the corpus cannot answer it: no evidence, so the right outcome is to abstain
         qtype = row.get("question_type") or ("question" if gold else NULL_TYPE)
         answer = row.get("answer")
         questions.append(Question(qid=str(row.get("qid") or f"line-{lineno}"), question=text.strip(), question_type=str(qtype),
-                                  answer=str(answer) if answer is not None else None, gold=tuple(gold)))
+                                  answer=str(answer) if answer is not None else None, gold=tuple(gold),
+                                  history=_history(row.get("history"), path, lineno)))
     return questions
+
+
+def _marked_unanswerable(row: dict) -> bool:
+    """`"answerability": "unanswerable"` (any case) or `"answerable": false`."""
+    mark = row.get("answerability")
+    return (isinstance(mark, str) and mark.strip().casefold() in UNANSWERABLE_MARKS) or row.get("answerable") is False
+
+
+def _history(value: object, path: Path, lineno: int) -> tuple[Turn, ...]:
+    """The earlier turns of a question line; empty turns are skipped, an unknown speaker is an error."""
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise DatasetError(f"{path}:{lineno}: 'history' must be a list of {{speaker, text}} turns")
+    turns = []
+    for item in value:
+        speaker = str(item.get("speaker") or item.get("role") or "").strip().casefold() if isinstance(item, dict) else ""
+        speaker = {"assistant": "agent"}.get(speaker, speaker)
+        if speaker not in SPEAKERS:
+            raise DatasetError(f"{path}:{lineno}: a history turn needs 'speaker' user or agent")
+        text = item.get("text")
+        if isinstance(text, str) and text.strip():
+            turns.append(Turn(speaker=speaker, text=text.strip()))
+    return tuple(turns)
+
+
+def half_of(qid: str) -> str:
+    """The half a question belongs to: "fit" when the first byte of sha256(qid) is even, else "report".
+    Depends on the qid alone, so it never changes when other questions are added or removed."""
+    return HALVES[hashlib.sha256(qid.encode("utf-8")).digest()[0] % 2]
+
+
+def select_half(questions: list[Question], half: str | None) -> list[Question]:
+    """The questions of one half, in file order (all of them for None); an unknown half raises ValueError."""
+    if half is None:
+        return list(questions)
+    if half not in HALVES:
+        raise ValueError(f"unknown half {half!r}: use {' or '.join(HALVES)}")
+    return [q for q in questions if half_of(q.qid) == half]
 
 
 def sample_questions(questions: list[Question], *, limit: int | None, seed: int) -> list[Question]:

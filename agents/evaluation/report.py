@@ -42,13 +42,14 @@ def markdown(report: dict, *, title: str = "# Evaluation report", level: int = 2
     meta = report["meta"]
     h = "#" * level
     lines = [
-        title, "",
+        title + _half_heading(meta.get("half")), "",
         f"- command: `{meta['command']}`",
         f"- questions: {meta['questions']} ({meta['answerable']} with gold evidence), corpus: {meta['corpus_documents']} documents, "
         f"provider: {meta['provider']}, embedder: {meta.get('embedding_model') or 'minilm-l6-v2:384'}, "
         f"final context: {meta['context_chunks']} chunks, seed {meta['seed']}",
         *([f"- tenant `{meta['tenant']}`, corpus `{meta['corpus_name']}`, profile {_profile(meta.get('corpus_profile'))}"]
           if meta.get("tenant") else []),
+        *([_half_line(meta["half"])] if meta.get("half") else []),
         f"- run at {meta['finished_at']} in {meta['elapsed_s']:.0f} s", "",
         f"{h} Retrieval (answerable questions; official MultiHop-RAG matching)", "",
         "| strategy | " + " | ".join(label for _, label in RETRIEVAL_COLUMNS) + " | null → not enough evidence |",
@@ -99,6 +100,16 @@ def markdown(report: dict, *, title: str = "# Evaluation report", level: int = 2
         lines += ["", "Each question is asked after a first turn about the thing it names (\"Tell me about <name>.\"), "
                   "with that name replaced by a pronoun; the follow-up is resolved against the thread before it is searched "
                   "(agents.evaluation.conversation)."]
+    if meta.get("history"):
+        lines += ["", f"{h} History mode: the question as its conversation's last turn", "",
+                  "| strategy | questions with history | evidence recall (history / alone) | null declined (history / alone) | "
+                  "answerable abstained (history / alone) |", "|---" * 5 + "|"]
+        lines += [f"| {s} | {c['questions']} | {_fmt(c['evidence_recall_history'], 4)} / {_fmt(c['evidence_recall_alone'], 4)} | "
+                  f"{_fmt(c['null_declined_history'])} / {_fmt(c['null_declined_alone'])} | "
+                  f"{_fmt(c['answerable_abstained_history'])} / {_fmt(c['answerable_abstained_alone'])} |"
+                  for s, c in meta["history"].items()]
+        lines += ["", "The set's earlier turns (its users' questions and the answers they were given) are the thread the "
+                  "last turn is made standalone against (agents.evaluation.history); \"alone\" is the same question without them."]
     if meta.get("paper_anchors", True):  # a suite set that is not MultiHop-RAG says False
         lines += ["", f"{h} Paper anchors (MultiHop-RAG Table 5, 256-token chunks, top-10 retrieval, all 2,255 non-null questions)", "",
                   "| embedding | MRR@10 | MAP@10 | Hits@10 | Hits@4 |", "|---|---|---|---|---|"]
@@ -108,6 +119,15 @@ def markdown(report: dict, *, title: str = "# Evaluation report", level: int = 2
     return "\n".join(lines) + "\n"
 
 
+def _half_heading(half: str | None) -> str:
+    return f" ({half} half)" if half else ""
+
+
+def _half_line(half: str) -> str:
+    return (f"- half: `{half}` of each question set (sha256 of the qid, first byte even = fit); rules and thresholds "
+            "are chosen on `fit`, figures reported on `report`")
+
+
 def _profile(profile: dict | None) -> str:
     if not profile:
         return "as stored"
@@ -115,17 +135,20 @@ def _profile(profile: dict | None) -> str:
     return f"date key `{profile.get('date_key') or '-'}`, facet keys {facets}, language {profile.get('language')}"
 
 
-SUITE_COLUMNS = [("evidence_recall", "evidence recall", 4), ("all_facts", "all facts", 3), ("hits_at_10", "Hits@10", 3),
-                 ("null_abstained", "null declined", 3), ("answer_containment", "answer containment", 3),
-                 ("answer_precision", "answer precision", 3)]
+SUITE_COLUMNS = [("evidence_recall", "evidence recall", 4), ("all_facts", "all facts", 3), ("hits_at_4", "Hits@4", 3),
+                 ("hits_at_10", "Hits@10", 3), ("null_abstained", "null declined", 3),
+                 ("answerable_abstained", "answerable abstained", 3), ("answer_containment", "answer containment", 3),
+                 ("answer_precision", "answer precision", 3), ("latency_ms_p50", "latency p50 ms", 0),
+                 ("latency_ms_p95", "p95 ms", 0)]
 
 
 def suite_markdown(suite: dict) -> str:
     """One report of a suite run: a summary table (set x strategy), then each set's tables."""
     meta = suite["meta"]
     sample = f"a sample of {meta['limit']} questions per set (seed {meta['seed']})" if meta.get("limit") else "every question"
-    lines = ["# Evaluation suite report", "", f"- command: `{meta['command']}`",
+    lines = ["# Evaluation suite report" + _half_heading(meta.get("half")), "", f"- command: `{meta['command']}`",
              f"- sets: {', '.join(meta['sets'])}; strategies: {', '.join(meta['strategies'])}; {sample}",
+             *([_half_line(meta["half"])] if meta.get("half") else []),
              f"- run at {meta['finished_at']} in {meta['elapsed_s']:.0f} s"]
     if meta.get("skipped"):
         lines += [f"- skipped: {name} ({why})" for name, why in meta["skipped"].items()]
@@ -136,8 +159,10 @@ def suite_markdown(suite: dict) -> str:
             f = figures[ALL]
             lines.append(f"| {name} | {strategy} | {f['questions']} | "
                          + " | ".join(_fmt(f.get(key), digits) for key, _, digits in SUITE_COLUMNS) + " |")
-    lines += ["", "Evidence recall, all facts and Hits@10 over answerable questions; null declined over unanswerable ones "
-              "(answering strategies only); answer containment and precision as in each set's answers table (\"–\": does "
+    lines += ["", "Evidence recall, all facts, Hits@4 and Hits@10 over answerable questions (a gold document or passage "
+              "counts when any chunk of it is in the context: for document-level gold, evidence recall is gold-passage "
+              "recall); null declined over unanswerable ones, answerable abstained over answerable ones (answering "
+              "strategies only); answer containment and precision as in each set's answers table (\"–\": does "
               "not apply, e.g. a retrieval-only baseline)."]
     for name, report in suite["sets"].items():
         body = markdown({**report, "charts": []}, title=f"## Set `{name}`", level=3)

@@ -12,6 +12,9 @@ Strategies evaluated side by side, all with a final context of at most 10 chunks
 - "conversation:<agent strategy>": the question asked as the second turn of a thread
   (agents.evaluation.conversation), through agents.conversations like the chat and the API; scored
   on the second turn.
+- "history:<agent strategy>": the question asked as the last turn of the conversation its set
+  gives it (`history`), replayed as the thread of agents.conversations' turn runner
+  (agents.evaluation.history); scored on that turn. A question without history is asked alone.
 """
 
 from __future__ import annotations
@@ -23,9 +26,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from agents import planning
-from agents.conversations import send_message, start_conversation
+from agents.budgets import Budgets, budgets_for_tenant
+from agents.conversations import Thread, budget_history, send_message, start_conversation, turn_runner
 from agents.evaluation.conversation import TwoTurns
 from agents.evaluation.dataset import CorpusDoc, Question
+from agents.evaluation.history import history_pairs
 from agents.evaluation.metrics import (
     K_CONTEXT,
     ContextChunk,
@@ -51,6 +56,7 @@ from tenants.scope import Scope, activate
 AGENT_STRATEGIES = ("classic", "pipeline", "agentic", "auto")
 SEARCH_MODES = ("keyword", "vector", "hybrid")
 CONVERSATION = "conversation"
+HISTORY = "history"
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -74,11 +80,12 @@ def check_strategies(names: Iterable[str]) -> list[str]:
     for name in names:
         kind, _, mode = name.partition(":")
         if name in AGENT_STRATEGIES or (kind in ("search", "facets") and mode in SEARCH_MODES) or \
-                (kind == CONVERSATION and mode in AGENT_STRATEGIES):
+                (kind in (CONVERSATION, HISTORY) and mode in AGENT_STRATEGIES):
             out.append(name)
         else:
             raise EvaluationError(f"unknown strategy {name!r}: use {', '.join(AGENT_STRATEGIES)}, search:<mode> or facets:<mode> "
-                                  f"with mode in {', '.join(SEARCH_MODES)}, or conversation:<{'|'.join(AGENT_STRATEGIES)}>")
+                                  f"with mode in {', '.join(SEARCH_MODES)}, or conversation:<{'|'.join(AGENT_STRATEGIES)}> "
+                                  f"or history:<{'|'.join(AGENT_STRATEGIES)}>")
     return out
 
 
@@ -250,6 +257,23 @@ def run_conversation(ev: EvalCorpus, q: Question, strategy: str, provider: str |
     return result
 
 
+def history_thread(q: Question, budgets: Budgets) -> Thread:
+    """The thread `q`'s given history makes (agents.evaluation.history), cut to `budgets`' history
+    budget like a stored conversation's; no evidence, since no turn of it was answered here."""
+    return Thread(conversation_id=0, history=budget_history(history_pairs(q.history), budgets), evidence=())
+
+
+def run_history(ev: EvalCorpus, q: Question, strategy: str, provider: str | None, generates_text: bool) -> QuestionResult:
+    """`q` as the last turn of its given conversation (`strategy` is "history:<agent strategy>"); scored on that turn."""
+    budgets = budgets_for_tenant(ev.scope.tenant_id)
+    thread = history_thread(q, budgets)
+    run = ask(scope=ev.scope, question=q.question, strategy=strategy.partition(":")[2], provider=provider, budgets=budgets,
+              runner=turn_runner(thread))
+    result = score_run(ev, q, run, strategy=strategy, generates_text=generates_text)
+    result.extra["history_turns"] = len(thread.history)  # figures only: how many earlier turns the follow-up saw
+    return result
+
+
 def score_run(ev: EvalCorpus, q: Question, run: Run, *, strategy: str, generates_text: bool) -> QuestionResult:
     """One stored Run scored against the question's gold: its final context, outcome, citations and cost."""
     with activate(ev.scope):
@@ -314,6 +338,8 @@ def run_one(ev: EvalCorpus, q: Question, strategy: str, *, provider: str | None,
             if turns is None:
                 raise EvaluationError(f"{strategy}: question {q.qid} names nothing of its gold documents to refer back to")
             return run_conversation(ev, q, strategy, provider, generates_text, turns)
+        if strategy.startswith(HISTORY + ":"):
+            return run_history(ev, q, strategy, provider, generates_text)
         return run_retrieval(ev, q, strategy, sources)
     except Exception as exc:  # noqa: BLE001 - one bad question must not lose the other 1,920
         return QuestionResult(qid=q.qid, question_type=q.question_type, strategy=strategy, answerable=q.answerable, outcome="failed",

@@ -31,6 +31,9 @@ class CorpusProfile:
 
 NEWS = CorpusProfile(date_key="published_at", facet_keys=("source", "category"), language="english")
 ENCYCLOPEDIA = CorpusProfile(language="english")
+# Product documentation and web pages: undated, enumerations discovered from the data (a manual's
+# chapter, a page's collection), English keyword search.
+DOCUMENTATION = CorpusProfile(language="english")
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,12 @@ SUITE: tuple[EvalSet, ...] = (
     EvalSet(name="hotpotqa", corpus=SHARED_EVAL / "hotpotqa" / "corpus.jsonl", questions=SHARED_EVAL / "hotpotqa" / "questions.jsonl",
             tenant="evaluation-hotpotqa", corpus_name="corpus", profile=ENCYCLOPEDIA,
             description="HotpotQA dev, distractor paragraphs pooled: Wikipedia bridge and comparison questions"),
+    EvalSet(name="emanual", corpus=SHARED_EVAL / "emanual" / "corpus.jsonl", questions=SHARED_EVAL / "emanual" / "questions.jsonl",
+            tenant="evaluation-emanual", corpus_name="corpus", profile=DOCUMENTATION,
+            description="E-Manual QA dev: a TV manual's sections; expert how-to questions, gold = the section"),
+    EvalSet(name="mtrag", corpus=SHARED_EVAL / "mtrag" / "corpus.jsonl", questions=SHARED_EVAL / "mtrag" / "questions.jsonl",
+            tenant="evaluation-mtrag", corpus_name="corpus", profile=DOCUMENTATION,
+            description="MTRAG-UN dev (govt + ibmcloud): last turns of conversations over web pages; gold = passages"),
 )
 DEFAULT_SET = SUITE[0]
 

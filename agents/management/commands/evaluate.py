@@ -12,6 +12,11 @@ evidence recall beside the standalone question's, on the same questions (agents.
 --suite runs every set of the suite registry (agents.evaluation.suite), each in its own tenant and
 corpus, into one report: a summary table (set x strategy) and each set's tables; each set's own
 report (and charts) goes to --out/<set>/.
+--half fit|report keeps one half of every question set (agents.evaluation.dataset.half_of: a stable
+hash of the qid); --limit then samples within it. Rules and thresholds are chosen on fit, figures
+reported on report; the report says which half ran.
+--history also runs each agent strategy as history:<strategy>: a question that carries `history`
+asked as the last turn of that conversation (agents.evaluation.history), beside it asked alone.
 """
 
 from __future__ import annotations
@@ -29,12 +34,14 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from tqdm import tqdm
 
 from agents.evaluation.conversation import conversation_figures, split_question
-from agents.evaluation.dataset import DatasetError, load_corpus, load_questions, sample_questions
+from agents.evaluation.dataset import HALVES, DatasetError, load_corpus, load_questions, sample_questions, select_half
+from agents.evaluation.history import history_figures
 from agents.evaluation.metrics import K_CONTEXT
 from agents.evaluation.report import write_report, write_suite_report
 from agents.evaluation.runner import (
     AGENT_STRATEGIES,
     CONVERSATION,
+    HISTORY,
     EvaluationError,
     check_strategies,
     ensure_corpus,
@@ -68,6 +75,12 @@ class Command(BaseCommand):
         parser.add_argument("--conversation", action="store_true",
                             help="also run each agent strategy as conversation:<strategy> (the question as a thread's second "
                                  "turn); only questions that can be split into two turns are evaluated")
+        parser.add_argument("--history", action="store_true",
+                            help="also run each agent strategy as history:<strategy>: a question asked as the last turn of the "
+                                 "conversation its line gives (`history`), the earlier turns replayed as the thread")
+        parser.add_argument("--half", choices=HALVES, default=None,
+                            help="keep one half of each question set, by a stable hash of the qid: fit (to choose rules and "
+                                 "thresholds on) or report (to report figures on); default: every question")
         parser.add_argument("--provider", default=None, help="agent provider (default: the configured one, offline unless set)")
         parser.add_argument("--limit", type=int, default=None, help="evaluate a seeded sample of this many questions, stratified by type")
         parser.add_argument("--seed", type=int, default=13)
@@ -133,7 +146,7 @@ class Command(BaseCommand):
         if not reports:
             raise CommandError("no set of the suite could run: " + "; ".join(f"{k} {v}" for k, v in skipped.items()))
         suite = {"meta": {"command": _command_line(), "sets": list(reports), "skipped": skipped, "strategies": strategies,
-                          "limit": opts["limit"], "seed": opts["seed"],
+                          "limit": opts["limit"], "seed": opts["seed"], "half": opts["half"],
                           "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
                           "elapsed_s": round(time.perf_counter() - started, 1)},
                  "sets": reports}
@@ -146,7 +159,11 @@ class Command(BaseCommand):
         """Ingest one corpus (reused when unchanged) and run its (sampled) questions through every strategy."""
         try:
             docs = load_corpus(corpus)
-            questions = load_questions(questions_file, docs)
+            questions = select_half(load_questions(questions_file, docs), opts["half"])
+            _check_half(self.stderr.write, questions, opts["half"])
+            if any(s.startswith(HISTORY + ":") for s in strategies):
+                self.stderr.write(f"history mode: {sum(bool(q.history) for q in questions)} of {len(questions)} questions carry "
+                                  "earlier turns; the others are asked alone under history:<strategy> too")
             turns = {}
             if any(s.startswith(CONVERSATION + ":") for s in strategies):
                 by_id = {d.doc_id: d for d in docs}
@@ -195,10 +212,13 @@ class Command(BaseCommand):
             "answerable": sum(q.answerable for q in questions), "strategies": strategies,
             "provider": f"{provider.name}/{provider.model}", "embedding_model": ev.model_key,
             "context_chunks": K_CONTEXT, "seed": opts["seed"], "limit": opts["limit"], "shard": opts["shard"],
+            "half": opts["half"], "with_history": sum(bool(q.history) for q in questions),
             "finished_at": datetime.now(UTC).isoformat(timespec="seconds"), "elapsed_s": round(time.perf_counter() - started, 1),
         }
         if turns:
             meta["conversation"] = conversation_figures(results)
+        if any(s.startswith(HISTORY + ":") for s in strategies):
+            meta["history"] = history_figures(results)
         return meta, results
 
     def _merge(self, opts: dict) -> None:
@@ -241,12 +261,26 @@ def _partial_meta(folder: Path, results: list[QuestionResult]) -> dict:
 
 
 def _strategies(opts: dict) -> list[str]:
+    """The strategies to run: --strategies, each agent strategy followed by its conversation:/history:
+    variant when --conversation/--history asks for it."""
     names = [s.strip() for s in opts["strategies"].split(",") if s.strip()]
-    if opts.get("conversation"):
-        names = [v for s in names for v in ([s, f"{CONVERSATION}:{s}"] if s in AGENT_STRATEGIES else [s])]
-        if not any(n.startswith(CONVERSATION + ":") for n in names):
-            raise EvaluationError("--conversation needs an agent strategy (" + ", ".join(AGENT_STRATEGIES) + ")")
+    for flag, kind in (("conversation", CONVERSATION), ("history", HISTORY)):
+        if not opts.get(flag):
+            continue
+        names = [v for s in names for v in ([s, f"{kind}:{s}"] if s in AGENT_STRATEGIES else [s])]
+        if not any(n.startswith(kind + ":") for n in names):
+            raise EvaluationError(f"--{flag} needs an agent strategy (" + ", ".join(AGENT_STRATEGIES) + ")")
     return check_strategies(dict.fromkeys(names))
+
+
+def _check_half(warn, questions: list, half: str | None) -> None:
+    """Say when the half run lacks answerable or unanswerable questions (its abstention figures would be empty)."""
+    if half is None:
+        return
+    answerable = sum(q.answerable for q in questions)
+    if not answerable or answerable == len(questions):
+        warn(f"half {half}: {answerable} answerable and {len(questions) - answerable} unanswerable questions; "
+             "one of its abstention figures is empty")
 
 
 def _shard(questions: list, spec: str | None) -> list:
