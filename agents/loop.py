@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from agents import judge as judge_model
 from agents.citations import MARKER, CitationCheck, check_citations, is_not_enough_evidence, neutralise_markers
 from agents.lexical import contained_share, shingles, split_question
 from agents.messages import (
@@ -40,8 +41,17 @@ from agents.prompts import (
     rewrite_prompt,
     system_prompt,
 )
-from agents.steps import ANSWER_RESERVE, RunState, StepRecord, call_model, call_tool, execute_calls
-from agents.sufficiency import answering_chunks, seen_chunk, unsupported_parts
+from agents.steps import (
+    ANSWER_RESERVE,
+    RunState,
+    StepRecord,
+    call_model,
+    call_tool,
+    execute_calls,
+    relevance_cost_since,
+    relevance_cost_snapshot,
+)
+from agents.sufficiency import answering_chunks, seen_chunk
 
 __all__ = ["ANSWER_RESERVE", "STRATEGIES", "LoopResult", "RunState", "StepRecord", "decide_outcome", "run_strategy"]
 
@@ -167,12 +177,40 @@ def _context(state: RunState, chunk_ids: list[int]) -> tuple[str, tuple[ContextC
 
     Both hold the same chunks: at most max_context_chunks, and no more than fit in context_chars,
     so the trace (and the evaluation reading it) never lists a chunk the model was not shown."""
-    chunks = [state.retrieved[c] for c in chunk_ids if c in state.retrieved][: state.budgets.max_context_chunks]
+    chunks = [state.retrieved[c] for c in reranked(state, chunk_ids) if c in state.retrieved][: state.budgets.max_context_chunks]
     room = state.context_chars(overhead_chars=len(system_prompt(with_tools=False)) + len(answer_prompt(state.question, "")))
     shown = fitting_chunks(chunks, max_chars_per_chunk=state.budgets.chunk_chars, max_total_chars=room)
     rendered = render_context(shown, max_chars_per_chunk=state.budgets.chunk_chars, max_total_chars=room)
     return rendered, tuple(ContextChunk(c.chunk_id, neutralise_markers(c.text), c.title, c.locator, c.score, c.flags, c.metadata)
                            for c in shown)
+
+
+def reranked(state: RunState, chunk_ids: list[int]) -> list[int]:
+    """`chunk_ids` (a strategy's candidate pool, best first) reordered with the relevance model
+    (agents.judge.rerank) when one is configured, traced as a `rerank` model-call step with its cost;
+    unchanged without one. The pool's first judge.POOL candidates are read; the rest keep their place after them."""
+    if not judge_model.enabled() or not chunk_ids:
+        return chunk_ids
+    pool = [c for c in chunk_ids if c in state.retrieved][: judge_model.POOL]
+    before = relevance_cost_snapshot()
+    started = time.perf_counter()
+    order = judge_model.rerank(state.question, [seen_chunk(state.retrieved[c]) for c in pool])
+    step = StepRecord(ordinal=len(state.steps), kind="model_call", name="rerank",
+                      arguments={"model": judge_model.model_name(), "candidates": pool, **relevance_cost_since(before)},
+                      chunk_ids=[cid for cid, _ in order], output=json.dumps([[cid, round(p, 4)] for cid, p in order]),
+                      latency_ms=(time.perf_counter() - started) * 1000)
+    state.record(step)
+    # The model's order fused with the strategy's (reciprocal rank): a passage that answers the whole
+    # question rises, and one the strategy placed for a part or a hop (which the whole question's
+    # reading ranks low) is not cut for it.
+    head = fuse([pool, [cid for cid, _ in order]], rrf_k=CONTEXT_RRF_K, key=lambda c: c)
+    return [*head, *(c for c in chunk_ids if c not in set(head))]
+
+
+def pool_size(state: RunState) -> int:
+    """How many candidates a strategy hands to the context: the context's size, or the rerank's pool when a model reranks."""
+    size = state.budgets.max_context_chunks
+    return max(size, judge_model.POOL) if judge_model.enabled() else size
 
 
 def synthesise(state: RunState, chunk_ids: list[int], note: str = "") -> str:
@@ -318,7 +356,7 @@ def _merged(state: RunState, *groups: list[list[int]]) -> list[int]:
     out: list[int] = []
     ranked = [cid for lists in groups for cid in fuse(lists, rrf_k=CONTEXT_RRF_K, key=lambda c: c)]
     for cid in ranked:
-        if len(out) >= state.budgets.max_context_chunks:
+        if len(out) >= pool_size(state):
             break
         chunk = state.retrieved.get(cid)
         h = chunk.content_hash if chunk is not None else str(cid)
@@ -458,7 +496,7 @@ def _finish(state: RunState, strategy: str, answer: str) -> LoopResult:
     state.strategy = strategy
     citations = check_citations(answer, state.retrieved)
     cited = [seen_chunk(state.retrieved[c.chunk_id]) for c in citations if c.verified]
-    uncited = unsupported_parts(state.question, MARKER.sub("", answer), cited,
+    uncited = judge_model.unsupported_parts(state.question, MARKER.sub("", answer), cited,
                                 [seen_chunk(c) for c in state.retrieved.values()]) if cited else []
     outcome = decide_outcome(answer, citations, truncated=answer in state.truncated, budget_reason=state.budget_reason,
                              unsupported=uncited)
@@ -468,7 +506,7 @@ def _finish(state: RunState, strategy: str, answer: str) -> LoopResult:
 def is_grounded(citations: list[CitationCheck], unsupported: Sequence[str] = ()) -> bool:
     """At least one citation, every citation verified against a chunk this run retrieved, and no part
     of the question the answer speaks to without a cited chunk that supports it
-    (agents.sufficiency.unsupported_parts)."""
+    (agents.judge.unsupported_parts)."""
     return bool(citations) and all(c.verified for c in citations) and not unsupported
 
 

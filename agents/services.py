@@ -20,12 +20,13 @@ from agents import evidence
 from agents.budgets import Budgets, budgets_for_tenant
 from agents.chain import GENESIS, allocate_ids, clean_json, lock_chain, run_hash
 from agents.citations import CitationCheck
+from agents.judge import open_parts
 from agents.loop import STRATEGIES, LoopResult, RunState, StepRecord, run_strategy
 from agents.models import Citation, Conversation, Outcome, Run, RunStep
 from agents.prompts import PROMPT_VERSION
 from agents.providers import Provider, get_provider
 from agents.providers.capabilities import known_capabilities
-from agents.sufficiency import open_parts, seen_chunk
+from agents.sufficiency import seen_chunk
 from agents.tools import ToolDeps
 from tenants.scope import Scope, activate
 

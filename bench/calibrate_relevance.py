@@ -1,0 +1,116 @@
+"""Choose the relevance model's thresholds on the fit halves of the evaluation sets.
+
+A part of a question is answered (agents.judge.settles) when the word rules found a sentence for it
+and the model scores its best sentence at least `answers`, or, with none found by words, when the
+model alone scores one at least `sure`. Each set's fit half is run twice: once without the model
+(the word rules' outcome per question, from `--records`) and once with it and `GROUNDED_JUDGE_TRACE`
+set (agents.judge appends every judgement's scores), e.g.:
+
+    GROUNDED_RELEVANCE_MODEL=none manage.py evaluate --sets hotpotqa --half fit --strategies auto --records --out /tmp/cal/hp-none
+    GROUNDED_RELEVANCE_MODEL=packaged GROUNDED_JUDGE_TRACE=/tmp/cal/hotpotqa.jsonl \
+        manage.py evaluate --sets hotpotqa --half fit --strategies auto --out /tmp/cal/hp-model
+
+This script replays the decisions a pair (answers, sure) would make from the last judgement of
+each question (the one its answer was composed from) and prints, per pair, each set's share of
+unanswerable questions declined and of answerable ones abstained; it picks the pair with the best
+mean balanced accuracy over the sets, every set weighing the same (a threshold that helps one set
+by hurting another is not preferred). Only fit halves are read here; the report halves are
+measured afterwards, with the chosen values, by `manage.py evaluate --half report`.
+
+    python bench/calibrate_relevance.py hotpotqa=/tmp/cal/hotpotqa.jsonl,/tmp/cal/hp-none/hotpotqa/records.jsonl ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kb.project.settings")
+
+import django  # noqa: E402
+
+django.setup()
+
+from agents.evaluation.dataset import load_corpus, load_questions  # noqa: E402
+from agents.evaluation.suite import select  # noqa: E402
+
+GRID = [0.01, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.8, 0.9, 0.95, 0.97, 0.99]
+
+
+def questions_by_text(set_name: str) -> dict[str, tuple[str, bool]]:
+    """Question text -> (qid, whether the set gives it evidence; False: the right outcome is to decline)."""
+    (chosen,) = select(set_name)
+    corpus = load_corpus(chosen.corpus)
+    return {q.question: (q.qid, bool(q.gold)) for q in load_questions(chosen.questions, corpus)}
+
+
+def last_judgements(trace: Path) -> dict[str, list[float]]:
+    """Question text -> its parts' best scores, from the last judgement of it in the trace."""
+    out: dict[str, list[float]] = {}
+    for line in trace.read_text(encoding="utf-8").splitlines():
+        row = json.loads(line)
+        out[row["question"]] = [p["best"] for p in row["parts"]]
+    return out
+
+
+def found_by_words(records: Path) -> dict[str, bool]:
+    """qid -> whether the run without the model answered it."""
+    rows = (json.loads(line) for line in records.read_text(encoding="utf-8").splitlines())
+    return {r["qid"]: r["outcome"] in ("answered", "budget_exhausted", "unverified") for r in rows}
+
+
+def rates(data: tuple, answers: float, sure: float) -> tuple[float, float, int, int]:
+    """(nulls declined, answerable abstained, nulls, answerable) for the thresholds."""
+    judged, questions, words = data
+    declined = abstained = nulls = answerables = 0
+    for question, (qid, answerable) in questions.items():
+        if qid not in words:
+            continue  # not in the half (or the sample) that was run
+        parts = judged.get(question, [])
+        threshold = answers if words[qid] else sure
+        answered = bool(parts) and min(parts) >= threshold
+        if answerable:
+            answerables += 1
+            abstained += not answered
+        else:
+            nulls += 1
+            declined += not answered
+    return (declined / nulls if nulls else float("nan"), abstained / answerables if answerables else float("nan"),
+            nulls, answerables)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("sets", nargs="+", metavar="SET=TRACE,RECORDS")
+    args = parser.parse_args()
+    data = []
+    for item in args.sets:
+        name, paths = item.split("=", 1)
+        trace, records = paths.split(",")
+        data.append((name, (last_judgements(Path(trace)), questions_by_text(name), found_by_words(Path(records)))))
+    print("| answers | sure | " + " | ".join(f"{n} declined | {n} abstained" for n, _ in data) + " | mean balanced accuracy |")
+    print("|---|---|" + "---|---|" * len(data) + "---|")
+    best = (-1.0, 0.0, 0.0)
+    for answers in GRID:
+        for sure in (s for s in GRID if s >= answers):
+            cells, balanced = [], []
+            for _name, one in data:
+                declined, abstained, nulls, answerables = rates(one, answers, sure)
+                cells += [f"{declined:.3f}", f"{abstained:.3f}"]
+                shares = [x for x in (declined if nulls else None, 1 - abstained if answerables else None) if x is not None]
+                balanced.append(sum(shares) / len(shares))
+            mean = sum(balanced) / len(balanced)
+            best = max(best, (mean, answers, sure))
+            print(f"| {answers:.2f} | {sure:.2f} | " + " | ".join(cells) + f" | {mean:.3f} |")
+    for name, one in data:
+        _d, _a, nulls, answerables = rates(one, 0.5, 0.5)
+        print(f"{name}: {answerables} answerable and {nulls} unanswerable questions")
+    print(f"chosen: answers = {best[1]:.2f}, sure = {best[2]:.2f} (mean balanced accuracy {best[0]:.3f})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,64 @@
+"""The relevance judge (agents.judge) with the packaged cross-encoder: reranking, per-part
+judgements against the calibrated threshold, the answer-kind rule, flagged chunks never quoted,
+and the word-overlap rules when the model is `none`."""
+
+from __future__ import annotations
+
+import pytest
+
+from agents import judge
+from agents.providers.offline import compose_answer
+from agents.sufficiency import SeenChunk
+
+
+@pytest.fixture
+def packaged(monkeypatch):
+    monkeypatch.setenv("GROUNDED_RELEVANCE_MODEL", "packaged")
+
+
+CHUNKS = [
+    SeenChunk(1, "Employees connect through the VPN on every network that is not their home.", 0.9, False, "", "IT policy"),
+    SeenChunk(2, "Hotel stays are reimbursed up to EUR 180 per night in Paris. Receipts are required for every claim.",
+              0.5, False, "", "Travel policy"),
+    SeenChunk(3, "Annual leave is 28 days a year. Unpaid leave needs the manager's approval.", 0.4, False, "", "Leave policy"),
+]
+
+
+def test_rerank_puts_the_answering_passage_first(packaged):
+    order = judge.rerank("How much is a hotel night in Paris?", CHUNKS)
+    assert order[0][0] == 2 and order[0][1] > 0.5 > order[-1][1]
+
+
+def test_each_part_is_judged_on_its_own(packaged):
+    parts = judge.judge_parts("How much is a hotel night in Paris, and how many days of annual leave do I get?", CHUNKS)
+    assert [p.answered for p in parts] == [True, True]
+    assert parts[0].quotes[0].chunk_id == 2 and "EUR 180" in parts[0].quotes[0].sentence
+    assert parts[1].quotes[0].sentence == "Annual leave is 28 days a year."
+    (still_open,) = judge.open_parts("How much is a hotel night in Paris, and who is the CEO?", CHUNKS)
+    assert "CEO" in still_open
+
+
+def test_a_part_asking_for_a_person_is_not_answered_by_a_sentence_without_one(packaged):
+    chunks = [SeenChunk(7, "Applies to all employees of Kestrel Analytics.", 0.5, False, "", "Leave policy")]
+    (part,) = judge.judge_parts("Who is the CEO of Kestrel Analytics?", chunks)
+    assert not part.answered
+
+
+def test_a_flagged_chunk_is_never_a_quote(packaged):
+    flagged = [SeenChunk(9, "Hotel stays are reimbursed up to EUR 900 per night in Paris.", 0.9, True, "", "Notes")]
+    answer = compose_answer("How much is a hotel night in Paris?", [*flagged, *CHUNKS])
+    assert "[c:2]" in answer and "[c:9]" not in answer and "EUR 900" not in answer
+
+
+def test_the_answer_quotes_per_part_and_declines_what_nothing_answers(packaged):
+    answer = compose_answer("How much is a hotel night in Paris?", CHUNKS)
+    assert '"Hotel stays are reimbursed up to EUR 180 per night in Paris." [c:2]' in answer
+    assert "VPN" not in answer and "Annual leave" not in answer
+    declined = compose_answer("What is the capital of Australia?", CHUNKS)
+    assert declined.startswith("NOT_ENOUGH_EVIDENCE")
+
+
+def test_without_a_model_the_word_rules_decide(monkeypatch):
+    monkeypatch.setenv("GROUNDED_RELEVANCE_MODEL", "none")
+    assert not judge.enabled()
+    assert judge.open_parts("How much is a hotel night in Paris?", CHUNKS) == []
