@@ -4,11 +4,16 @@ Three judgements, one model, one set of calibrated thresholds (kb.relevance.cali
 
 - `rerank`: a candidate pool (the fused results of a strategy's searches) ordered by how well each
   passage answers the whole question, before the context is cut to its size.
-- `judge_parts`: per part of the question (agents.lexical.split_question), the sentences of the
-  evidence that best answer it, each scored by the model; a part is answered when its best
-  sentence reaches the calibrated `answers` threshold. The candidates a part's sentences are drawn
-  from are the pool's best passages for the whole question and the sentences sharing most words
-  with the part (cheap, wide recall); the model decides among them (precise).
+- `judge_question`: how well the best passage of the pool answers the whole question (a question
+  of one part asking for a person, a place, a year or a number is not answered by a passage
+  without one), and per part of the question (agents.lexical.split_question) the sentences of the
+  evidence that best answer it, each scored by the model. `Judgement.settled` decides with the
+  calibrated thresholds whether the question is answered: the best passage must reach `answers`
+  for an answer the word rules found to stand, and `sure` for the model to answer on its own.
+  Calibrated on the fit halves of four question sets (docs/evaluation.md, "Relevance
+  calibration"), the whole question's best passage separated answerable from unanswerable
+  questions better than any combination of the parts' sentence scores: the parts of a long
+  question are fragments ("its performance claims") a model cannot judge alone.
 - the same scores pick what an extractive answer quotes (agents.providers.offline).
 
 A passage is read with its document's title in front ("Travel policy: Hotel stays are ..."): a
@@ -92,11 +97,10 @@ class Quote:
 
 @dataclass
 class PartJudgement:
-    """One part of a question: its candidate sentences scored, best first."""
+    """One part of a question: its candidate sentences scored against it, best first."""
 
     part: str
     quotes: list[Quote] = field(default_factory=list)
-    threshold: float = 0.5
 
     @property
     def best(self) -> float:
@@ -104,17 +108,30 @@ class PartJudgement:
 
     @property
     def answered(self) -> bool:
-        return self.best >= self.threshold
+        """Some sentence answers the part well enough to be quoted for it (the calibrated `quote` floor)."""
+        return self.best >= relevance.calibration().quote
 
 
-def settles(found_by_words: bool, judged: PartJudgement | None) -> bool:
-    """Is a part answered, the word rules' finding and the model's judgement together: a sentence
-    the words found must also reach the calibrated `answers` threshold (the model overrules word
-    overlap that answers nothing), and with none found by words, the model alone must reach `sure`."""
-    if judged is None:
-        return found_by_words
-    calibrated = relevance.calibration()
-    return judged.best >= (calibrated.answers if found_by_words else calibrated.sure)
+@dataclass
+class Judgement:
+    """A question judged against its evidence: how well the best passage answers the whole of it,
+    and each part's sentences."""
+
+    question: str
+    passage: float
+    parts: list[PartJudgement]
+
+    def settled(self, found_by_words: bool) -> bool:
+        """Is the question answered, the word rules' finding and the model's together: an answer the
+        words found stands when the best passage reaches the calibrated `answers` threshold (the
+        model overrules word overlap that answers nothing); with none found by words, the model's
+        own answer needs the best passage at `sure`."""
+        calibrated = relevance.calibration()
+        return self.passage >= (calibrated.answers if found_by_words else calibrated.sure)
+
+    @property
+    def missing(self) -> list[str]:
+        return [p.part for p in self.parts if not p.answered]
 
 
 def _quotable(sentence: str) -> bool:
@@ -147,10 +164,9 @@ def _candidates(part: str, chunks: Sequence[SeenChunk], leading: Sequence[int]) 
 
 def judge_part(part: str, chunks: Sequence[SeenChunk], leading: Sequence[int]) -> PartJudgement:
     """`part`'s candidate sentences scored by the model, best first."""
-    threshold = relevance.calibration().answers
     candidates = _candidates(part, chunks, leading)
     if not candidates:
-        return PartJudgement(part, [], threshold)
+        return PartJudgement(part, [])
     scores = relevance.score(part, [s for s, _c in candidates])
     # A part asking for a kind of answer (a person, a place, a year, a number) is not answered by a
     # sentence without one, however close its words: "Applies to all employees of <company>." to
@@ -158,23 +174,27 @@ def judge_part(part: str, chunks: Sequence[SeenChunk], leading: Sequence[int]) -
     kind = answer_kind(part)
     quotes = sorted((Quote(s, c.chunk_id, p if holds_answer_kind(kind, s, part) else 0.0)
                      for (s, c), p in zip(candidates, scores, strict=True)), key=lambda q: -q.score)
-    return PartJudgement(part, quotes, threshold)
+    return PartJudgement(part, quotes)
 
 
-def judge_parts(question: str, chunks: Sequence[SeenChunk]) -> list[PartJudgement]:
-    """Every part of `question` judged against `chunks` (the pool's order decides the leading passages)."""
+def judge_question(question: str, chunks: Sequence[SeenChunk]) -> Judgement:
+    """`question` judged against `chunks` (the pool's order decides the leading passages)."""
     ranked = rerank(question, chunks)
     leading = [cid for cid, _ in ranked[:TOP_PASSAGES]]
-    judged = [judge_part(part, chunks, leading) for part in split_question(question)]
+    parts = split_question(question)
+    top = next((c for c in chunks if ranked and c.chunk_id == ranked[0][0]), None)
+    # A question of one part asking for a kind of answer is not answered by a passage without one.
+    fits = top is not None and (len(parts) != 1 or holds_answer_kind(answer_kind(parts[0]), top.text, parts[0]))
+    judged = Judgement(question, ranked[0][1] if fits else 0.0, [judge_part(part, chunks, leading) for part in parts])
     if trace := get_str("GROUNDED_JUDGE_TRACE"):
-        _trace(trace, question, ranked, judged)
+        _trace(trace, judged)
     return judged
 
 
-def _trace(path: str, question: str, ranked: list[tuple[int, float]], judged: list[PartJudgement]) -> None:
+def _trace(path: str, judged: Judgement) -> None:
     """Append one judgement's scores to `path` (JSON lines), for calibrating thresholds on a question set."""
-    line = {"question": question, "best_passage": ranked[0][1] if ranked else 0.0,
-            "parts": [{"part": j.part, "best": j.best, "second": j.quotes[1].score if len(j.quotes) > 1 else 0.0} for j in judged]}
+    line = {"question": judged.question, "best_passage": judged.passage,
+            "parts": [{"part": j.part, "best": j.best} for j in judged.parts]}
     with open(path, "a", encoding="utf-8") as f:
         f.write(json.dumps(line) + "\n")
 
@@ -184,7 +204,7 @@ def open_parts(question: str, chunks: Sequence[SeenChunk]) -> list[str]:
     else by words (agents.sufficiency.open_parts). The run stores them as its `missing`."""
     if not enabled():
         return sufficiency.open_parts(question, list(chunks))
-    return [j.part for j in judge_parts(question, chunks) if not j.answered]
+    return judge_question(question, chunks).missing
 
 
 def unsupported_parts(question: str, answer: str, cited: Sequence[SeenChunk], retrieved: Sequence[SeenChunk]) -> list[str]:

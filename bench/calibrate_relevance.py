@@ -1,13 +1,13 @@
 """Choose the relevance model's thresholds on the fit halves of the evaluation sets.
 
-A part of a question is answered (agents.judge.settles) when the word rules found a sentence for it
-and the model scores its best sentence at least `answers`, or, with none found by words, when the
-model alone scores one at least `sure`. Each set's fit half is run twice: once without the model
-(the word rules' outcome per question, from `--records`) and once with it and `GROUNDED_JUDGE_TRACE`
-set (agents.judge appends every judgement's scores), e.g.:
+A question is answered (agents.judge.Judgement.settled) when the word rules found an answer and
+the best passage for the question scores at least `answers`, or, with none found by words, when
+the best passage scores at least `sure`. Each set's fit half is run twice: once without the model
+(the word rules' outcome per question, from `--records`) and once with it and
+`GROUNDED_JUDGE_TRACE` set (agents.judge appends every judgement's scores), e.g.:
 
     GROUNDED_RELEVANCE_MODEL=none manage.py evaluate --sets hotpotqa --half fit --strategies auto --records --out /tmp/cal/hp-none
-    GROUNDED_RELEVANCE_MODEL=packaged GROUNDED_JUDGE_TRACE=/tmp/cal/hotpotqa.jsonl \
+    GROUNDED_RELEVANCE_MODEL=packaged GROUNDED_JUDGE_TRACE=/tmp/cal/hotpotqa.jsonl \\
         manage.py evaluate --sets hotpotqa --half fit --strategies auto --out /tmp/cal/hp-model
 
 This script replays the decisions a pair (answers, sure) would make from the last judgement of
@@ -38,7 +38,7 @@ django.setup()
 from agents.evaluation.dataset import load_corpus, load_questions  # noqa: E402
 from agents.evaluation.suite import select  # noqa: E402
 
-GRID = [0.01, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.8, 0.9, 0.95, 0.97, 0.99]
+GRID = [0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.97, 0.99]
 
 
 def questions_by_text(set_name: str) -> dict[str, tuple[str, bool]]:
@@ -48,12 +48,13 @@ def questions_by_text(set_name: str) -> dict[str, tuple[str, bool]]:
     return {q.question: (q.qid, bool(q.gold)) for q in load_questions(chosen.questions, corpus)}
 
 
-def last_judgements(trace: Path) -> dict[str, list[float]]:
-    """Question text -> its parts' best scores, from the last judgement of it in the trace."""
-    out: dict[str, list[float]] = {}
+def last_judgements(trace: Path) -> dict[str, float]:
+    """Question text -> the best passage's score for it (agents.judge.Judgement.passage), from the
+    last judgement of it in the trace."""
+    out: dict[str, float] = {}
     for line in trace.read_text(encoding="utf-8").splitlines():
         row = json.loads(line)
-        out[row["question"]] = [p["best"] for p in row["parts"]]
+        out[row["question"]] = float(row["best_passage"])
     return out
 
 
@@ -70,9 +71,7 @@ def rates(data: tuple, answers: float, sure: float) -> tuple[float, float, int, 
     for question, (qid, answerable) in questions.items():
         if qid not in words:
             continue  # not in the half (or the sample) that was run
-        parts = judged.get(question, [])
-        threshold = answers if words[qid] else sure
-        answered = bool(parts) and min(parts) >= threshold
+        answered = judged.get(question, 0.0) >= (answers if words[qid] else sure)
         if answerable:
             answerables += 1
             abstained += not answered

@@ -53,7 +53,6 @@ from agents.sufficiency import (
     support,
     yes_no_verdict,
 )
-from kb.relevance import calibration as relevance_calibration
 
 __all__ = ["OfflineProvider", "SeenChunk", "compose_answer"]
 
@@ -128,10 +127,9 @@ class OfflineProvider:
         facets = Facets.from_tool({"enumerations": (request.facets or {}).get("narrow_by")})
         chunks = _chunks_from(request)
         supports = parts_support(request.question, chunks, facets.values())
-        if judge.enabled():  # the relevance model confirms or overrules each part's support (agents.judge.settles)
-            verdicts = {j.part: j for j in judge.judge_parts(request.question, chunks)}
-            supports = [replace(s, score=1.0) if judge.settles(s.supported, verdicts.get(s.part))
-                        else replace(s, score=min(s.score, SUPPORTED - 0.01)) for s in supports]
+        if judge.enabled():  # the relevance model confirms or overrules the word rules (agents.judge.Judgement.settled)
+            settled = judge.judge_question(request.question, chunks).settled(all(s.supported for s in supports))
+            supports = [replace(s, score=1.0) if settled else replace(s, score=min(s.score, SUPPORTED - 0.01)) for s in supports]
         open_ = [s for s in supports if not s.supported]
         why = "every part of the question is answered by a retrieved sentence" if not open_ else \
             f"no retrieved sentence answers: {'; '.join(s.part for s in open_)}"
@@ -236,14 +234,13 @@ def compose_answer(question: str, chunks: list[SeenChunk], values: Sequence[str]
     by_words = compose_by_words(question, chunks, values)
     if not judge.enabled():
         return by_words
-    judged = judge.judge_parts(question, chunks)
+    judged = judge.judge_question(question, chunks)
     found = not is_not_enough_evidence(by_words)
-    if all(judge.settles(found, j) for j in judged):
-        return by_words if found else _compose_judged(judged, question, chunks)
+    if judged.settled(found):
+        return by_words if found else _compose_judged(judged, chunks)
     if not found:
         return by_words
-    listed = "; ".join(f'"{j.part}"' for j in judged if not judge.settles(True, j))
-    return f"{NOT_ENOUGH_EVIDENCE}: no sentence in the documents you can see answers {listed}."
+    return f"{NOT_ENOUGH_EVIDENCE}: the documents you can see do not answer the question (the passages that come closest do not say it)."
 
 
 def compose_by_words(question: str, chunks: list[SeenChunk], values: Sequence[str] = ()) -> str:
@@ -306,28 +303,25 @@ def compose_by_words(question: str, chunks: list[SeenChunk], values: Sequence[st
     return text
 
 
-def _compose_judged(judged: list[judge.PartJudgement], question: str, chunks: list[SeenChunk]) -> str:
-    """The answer from the relevance model's picks (agents.judge): per part, the sentences it scores
-    as answering it (at least the calibrated quote threshold and JUDGED_RELATIVE of the part's best);
-    a part whose best sentence is under the calibrated answer threshold is named as not found."""
-    quote_floor = relevance_calibration().quote
+def _compose_judged(judged: judge.Judgement, chunks: list[SeenChunk]) -> str:
+    """The answer from the relevance model's picks (agents.judge), for a question it settled: per
+    part, the sentences it scores at least the calibrated quote floor and JUDGED_RELATIVE of the
+    part's best (two at most, none quoted twice); the parts without one are named as not found."""
     used: set[str] = set()
     lines: list[str] = []
-    missing: list[str] = []
-    for j in judged:
-        if not j.answered:
-            missing.append(j.part)
+    for j in judged.parts:
+        picked = [q for q in j.quotes if q.sentence not in used and q.score >= JUDGED_RELATIVE * j.best][:SENTENCES_PER_PART] \
+            if j.answered else []
+        if not picked:
             continue
-        picked = [q for q in j.quotes if q.score >= max(quote_floor, JUDGED_RELATIVE * j.best) and q.sentence not in used]
-        picked = (picked or j.quotes[:1])[:SENTENCES_PER_PART]
         used.update(q.sentence for q in picked)
         quotes = "\n".join(f'   - "{_shown(q.sentence)}" [c:{q.chunk_id}]{_source_of(q.chunk_id, chunks)}' for q in picked)
         lines.append(f"{len(lines) + 1}. {j.part.strip()}:\n{quotes}")
-    if not lines or missing:
-        listed = "; ".join(f'"{p}"' for p in missing) or "the question"
-        found = ("\n\nWhat the documents do say:\n" + "\n".join(lines)) if lines else ""
-        return f"{NOT_ENOUGH_EVIDENCE}: no sentence in the documents you can see answers {listed}.{found}"
-    verdict = yes_no_verdict(question, chunks, [])
+    if not lines:
+        return f"{NOT_ENOUGH_EVIDENCE}: no sentence in the documents you can see answers the question."
+    if judged.missing:
+        lines.append(f"{len(lines) + 1}. Not found in the documents: " + "; ".join(f'"{p}"' for p in judged.missing))
+    verdict = yes_no_verdict(judged.question, chunks, [])
     head = f"{verdict.capitalize()}, from the sentences below. " if verdict else ""
     return head + "Extractive answer (offline mode: the sentences below are quoted from the sources, not generated).\n\n" + \
         "\n".join(lines)

@@ -30,18 +30,26 @@ def test_rerank_puts_the_answering_passage_first(packaged):
 
 
 def test_each_part_is_judged_on_its_own(packaged):
-    parts = judge.judge_parts("How much is a hotel night in Paris, and how many days of annual leave do I get?", CHUNKS)
-    assert [p.answered for p in parts] == [True, True]
-    assert parts[0].quotes[0].chunk_id == 2 and "EUR 180" in parts[0].quotes[0].sentence
-    assert parts[1].quotes[0].sentence == "Annual leave is 28 days a year."
+    judged = judge.judge_question("How much is a hotel night in Paris, and how many days of annual leave do I get?", CHUNKS)
+    assert [p.answered for p in judged.parts] == [True, True] and judged.settled(found_by_words=False)
+    assert judged.parts[0].quotes[0].chunk_id == 2 and "EUR 180" in judged.parts[0].quotes[0].sentence
+    assert judged.parts[1].quotes[0].sentence == "Annual leave is 28 days a year."
     (still_open,) = judge.open_parts("How much is a hotel night in Paris, and who is the CEO?", CHUNKS)
     assert "CEO" in still_open
 
 
-def test_a_part_asking_for_a_person_is_not_answered_by_a_sentence_without_one(packaged):
+def test_a_question_asking_for_a_person_is_not_answered_by_a_passage_without_one(packaged):
     chunks = [SeenChunk(7, "Applies to all employees of Kestrel Analytics.", 0.5, False, "", "Leave policy")]
-    (part,) = judge.judge_parts("Who is the CEO of Kestrel Analytics?", chunks)
-    assert not part.answered
+    judged = judge.judge_question("Who is the CEO of Kestrel Analytics?", chunks)
+    assert judged.passage == 0.0 and not judged.parts[0].answered
+    assert not judged.settled(found_by_words=True)
+
+
+def test_the_calibrated_thresholds_decide(packaged, monkeypatch):
+    judged = judge.judge_question("How much is a hotel night in Paris?", CHUNKS)
+    assert judged.settled(found_by_words=True) and judged.settled(found_by_words=False)
+    monkeypatch.setenv("GROUNDED_RELEVANCE_THRESHOLD", "0.9999")
+    assert not judged.settled(found_by_words=True)
 
 
 def test_a_flagged_chunk_is_never_a_quote(packaged):

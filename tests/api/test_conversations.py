@@ -129,9 +129,13 @@ def test_bad_input_is_a_400_on_its_field_and_roles_are_checked(world):
 
 
 @pytest.mark.django_db(databases=["default", "owner"])
-def test_a_pronoun_follow_up_on_the_demo_resolves_to_the_hotel_not_the_currency(django_capture_on_commit_callbacks):
+@pytest.mark.parametrize("relevance_model", ["none", "packaged"])
+def test_a_pronoun_follow_up_on_the_demo_resolves_to_the_hotel_not_the_currency(django_capture_on_commit_callbacks, monkeypatch,
+                                                                                 relevance_model):
     """The demo's hotel rule quotes "EUR 180 per night": the follow-up "Does it include breakfast?"
-    is about the hotel night the first turn asked about, in its stored question and in its searches."""
+    is about the hotel night the first turn asked about, in its stored question and in its searches,
+    with the word rules alone and with the packaged cross-encoder judging."""
+    monkeypatch.setenv("GROUNDED_RELEVANCE_MODEL", relevance_model)
     with django_capture_on_commit_callbacks(execute=True):
         tenant = seed_demo(log=lambda line: None)
     client = APIClient()
