@@ -185,18 +185,17 @@ def judge_question(question: str, chunks: Sequence[SeenChunk]) -> Judgement:
     top = next((c for c in chunks if ranked and c.chunk_id == ranked[0][0]), None)
     # A question of one part asking for a kind of answer is not answered by a passage without one.
     fits = top is not None and (len(parts) != 1 or holds_answer_kind(answer_kind(parts[0]), top.text, parts[0]))
-    judged = Judgement(question, ranked[0][1] if fits else 0.0, [judge_part(part, chunks, leading) for part in parts])
-    if trace := get_str("GROUNDED_JUDGE_TRACE"):
-        _trace(trace, judged)
-    return judged
+    return Judgement(question, ranked[0][1] if fits else 0.0, [judge_part(part, chunks, leading) for part in parts])
 
 
-def _trace(path: str, judged: Judgement) -> None:
-    """Append one judgement's scores to `path` (JSON lines), for calibrating thresholds on a question set."""
-    line = {"question": judged.question, "best_passage": judged.passage,
-            "parts": [{"part": j.part, "best": j.best} for j in judged.parts]}
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(line) + "\n")
+def trace(judged: Judgement, found_by_words: bool) -> None:
+    """With GROUNDED_JUDGE_TRACE set, append the scores an answer was decided on, and whether the
+    word rules had found one (JSON lines), for calibrating the thresholds (bench/calibrate_relevance.py)."""
+    if path := get_str("GROUNDED_JUDGE_TRACE"):
+        line = {"question": judged.question, "best_passage": judged.passage, "found_by_words": found_by_words,
+                "parts": [{"part": j.part, "best": j.best} for j in judged.parts]}
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(line) + "\n")
 
 
 def open_parts(question: str, chunks: Sequence[SeenChunk]) -> list[str]:

@@ -2,22 +2,22 @@
 
 A question is answered (agents.judge.Judgement.settled) when the word rules found an answer and
 the best passage for the question scores at least `answers`, or, with none found by words, when
-the best passage scores at least `sure`. Each set's fit half is run twice: once without the model
-(the word rules' outcome per question, from `--records`) and once with it and
-`GROUNDED_JUDGE_TRACE` set (agents.judge appends every judgement's scores), e.g.:
+the best passage scores at least `sure`. Each set's fit half is run with the model and
+`GROUNDED_JUDGE_TRACE` set: the offline provider appends, for every answer it composes, the best
+passage's score and whether the word rules found an answer (agents.judge.trace), e.g.:
 
-    GROUNDED_RELEVANCE_MODEL=none manage.py evaluate --sets hotpotqa --half fit --strategies auto --records --out /tmp/cal/hp-none
     GROUNDED_RELEVANCE_MODEL=packaged GROUNDED_JUDGE_TRACE=/tmp/cal/hotpotqa.jsonl \\
-        manage.py evaluate --sets hotpotqa --half fit --strategies auto --out /tmp/cal/hp-model
+        manage.py evaluate --sets hotpotqa --half fit --strategies auto --out /tmp/cal/hotpotqa
 
-This script replays the decisions a pair (answers, sure) would make from the last judgement of
-each question (the one its answer was composed from) and prints, per pair, each set's share of
-unanswerable questions declined and of answerable ones abstained; it picks the pair with the best
-mean balanced accuracy over the sets, every set weighing the same (a threshold that helps one set
-by hurting another is not preferred). Only fit halves are read here; the report halves are
-measured afterwards, with the chosen values, by `manage.py evaluate --half report`.
+This script replays the decisions a pair (answers, sure) would make from the last answer of each
+question and prints, per pair, each set's share of unanswerable questions declined and of
+answerable ones abstained; it picks the pair with the best mean balanced accuracy over the sets,
+every set weighing the same (a threshold that helps one set by hurting another is not preferred).
+The research before the answer does not depend on the thresholds' values beyond `answers` (between
+rounds the model can only find the evidence short), so the replay is close to a run; the report
+halves are measured afterwards, with the chosen values, by `manage.py evaluate --half report`.
 
-    python bench/calibrate_relevance.py hotpotqa=/tmp/cal/hotpotqa.jsonl,/tmp/cal/hp-none/hotpotqa/records.jsonl ...
+    python bench/calibrate_relevance.py hotpotqa=/tmp/cal/hotpotqa.jsonl emanual=/tmp/cal/emanual.jsonl ...
 """
 
 from __future__ import annotations
@@ -48,30 +48,25 @@ def questions_by_text(set_name: str) -> dict[str, tuple[str, bool]]:
     return {q.question: (q.qid, bool(q.gold)) for q in load_questions(chosen.questions, corpus)}
 
 
-def last_judgements(trace: Path) -> dict[str, float]:
-    """Question text -> the best passage's score for it (agents.judge.Judgement.passage), from the
-    last judgement of it in the trace."""
-    out: dict[str, float] = {}
+def last_judgements(trace: Path) -> dict[str, tuple[float, bool]]:
+    """Question text -> (the best passage's score for it, whether the word rules found an answer),
+    from the last answer decided for it in the trace (agents.judge.trace)."""
+    out: dict[str, tuple[float, bool]] = {}
     for line in trace.read_text(encoding="utf-8").splitlines():
         row = json.loads(line)
-        out[row["question"]] = float(row["best_passage"])
+        out[row["question"]] = (float(row["best_passage"]), bool(row["found_by_words"]))
     return out
-
-
-def found_by_words(records: Path) -> dict[str, bool]:
-    """qid -> whether the run without the model answered it."""
-    rows = (json.loads(line) for line in records.read_text(encoding="utf-8").splitlines())
-    return {r["qid"]: r["outcome"] in ("answered", "budget_exhausted", "unverified") for r in rows}
 
 
 def rates(data: tuple, answers: float, sure: float) -> tuple[float, float, int, int]:
     """(nulls declined, answerable abstained, nulls, answerable) for the thresholds."""
-    judged, questions, words = data
+    judged, questions = data
     declined = abstained = nulls = answerables = 0
-    for question, (qid, answerable) in questions.items():
-        if qid not in words:
+    for question, (_qid, answerable) in questions.items():
+        if question not in judged:
             continue  # not in the half (or the sample) that was run
-        answered = judged.get(question, 0.0) >= (answers if words[qid] else sure)
+        passage, found = judged[question]
+        answered = passage >= (answers if found else sure)
         if answerable:
             answerables += 1
             abstained += not answered
@@ -84,13 +79,10 @@ def rates(data: tuple, answers: float, sure: float) -> tuple[float, float, int, 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("sets", nargs="+", metavar="SET=TRACE,RECORDS")
+    parser.add_argument("sets", nargs="+", metavar="SET=TRACE")
     args = parser.parse_args()
-    data = []
-    for item in args.sets:
-        name, paths = item.split("=", 1)
-        trace, records = paths.split(",")
-        data.append((name, (last_judgements(Path(trace)), questions_by_text(name), found_by_words(Path(records)))))
+    data = [(name, (last_judgements(Path(trace)), questions_by_text(name)))
+            for name, trace in (item.split("=", 1) for item in args.sets)]
     print("| answers | sure | " + " | ".join(f"{n} declined | {n} abstained" for n, _ in data) + " | mean balanced accuracy |")
     print("|---|---|" + "---|---|" * len(data) + "---|")
     best = (-1.0, 0.0, 0.0)

@@ -139,7 +139,8 @@ SUITE_COLUMNS = [("evidence_recall", "evidence recall", 4), ("all_facts", "all f
                  ("hits_at_10", "Hits@10", 3), ("null_abstained", "null declined", 3),
                  ("answerable_abstained", "answerable abstained", 3), ("answer_containment", "answer containment", 3),
                  ("answer_precision", "answer precision", 3), ("latency_ms_p50", "latency p50 ms", 0),
-                 ("latency_ms_p95", "p95 ms", 0)]
+                 ("latency_ms_p95", "p95 ms", 0), ("relevance_ms_p50", "relevance model p50 ms", 0),
+                 ("relevance_share", "relevance model share of latency", 3)]
 
 
 def suite_markdown(suite: dict) -> str:

@@ -274,6 +274,17 @@ def run_history(ev: EvalCorpus, q: Question, strategy: str, provider: str | None
     return result
 
 
+def relevance_ms(steps: list[dict]) -> float:
+    """What the relevance model cost a run: its rerank steps, and its scoring inside provider calls
+    (a step's `arguments.relevance`, agents.steps.relevance_cost_since)."""
+    total = 0.0
+    for step in steps:
+        spent = (step.get("arguments") or {}).get("relevance_ms")
+        inside = ((step.get("arguments") or {}).get("relevance") or {}).get("relevance_ms")
+        total += float(spent or 0.0) + float(inside or 0.0)
+    return total
+
+
 def score_run(ev: EvalCorpus, q: Question, run: Run, *, strategy: str, generates_text: bool) -> QuestionResult:
     """One stored Run scored against the question's gold: its final context, outcome, citations and cost."""
     with activate(ev.scope):
@@ -287,7 +298,8 @@ def score_run(ev: EvalCorpus, q: Question, run: Run, *, strategy: str, generates
         scores=_score(q, ctx), context_size=len(ctx), lenient=lenient, strict=strict, citations=len(verdicts),
         citations_verified=sum(v == "verified" for v in verdicts), model_calls=sum(s["kind"] == "model_call" for s in steps),
         tool_calls=run.tool_calls, input_tokens=run.input_tokens, output_tokens=run.output_tokens, latency_ms=run.latency_ms,
-        error=run.error[:500], extra={"strategy_used": run.strategy}, **judge_text(ev, q, run.answer, run.outcome))
+        relevance_ms=relevance_ms(steps), error=run.error[:500], extra={"strategy_used": run.strategy},
+        **judge_text(ev, q, run.answer, run.outcome))
 
 
 def facet_sources(ev: EvalCorpus) -> planning.Facets:

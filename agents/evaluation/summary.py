@@ -42,6 +42,7 @@ class QuestionResult:
     input_tokens: int = 0
     output_tokens: int = 0
     latency_ms: float = 0.0
+    relevance_ms: float = 0.0  # of it, the relevance model's scoring (rerank steps and inside provider calls)
     error: str = ""
     contained: bool | None = None  # gold short answer in the answer; None: not judged (no gold answer, not answerable, no answer)
     quotes: int = 0  # quotations followed by a citation, in the answer
@@ -111,6 +112,8 @@ def _figures(results: list[QuestionResult]) -> dict:
         "tokens_per_question": mean(r.input_tokens + r.output_tokens for r in results),
         "latency_ms_p50": percentile(latencies, 50),
         "latency_ms_p95": percentile(latencies, 95),
+        "relevance_ms_p50": percentile([r.relevance_ms for r in results], 50),
+        "relevance_share": sum(r.relevance_ms for r in results) / sum(latencies) if sum(latencies) else None,
         "errors": sum(1 for r in results if r.error),
     }
 

@@ -127,9 +127,12 @@ class OfflineProvider:
         facets = Facets.from_tool({"enumerations": (request.facets or {}).get("narrow_by")})
         chunks = _chunks_from(request)
         supports = parts_support(request.question, chunks, facets.values())
-        if judge.enabled():  # the relevance model confirms or overrules the word rules (agents.judge.Judgement.settled)
-            settled = judge.judge_question(request.question, chunks).settled(all(s.supported for s in supports))
-            supports = [replace(s, score=1.0) if settled else replace(s, score=min(s.score, SUPPORTED - 0.01)) for s in supports]
+        # The model may only find the evidence short (agents.judge.Judgement.settled): between rounds, a
+        # question the word rules find unanswered keeps being researched (its hops), whatever the model's
+        # score; the answer decides at the end whether the model answers it alone.
+        if judge.enabled() and all(s.supported for s in supports) and \
+                not judge.judge_question(request.question, chunks).settled(found_by_words=True):
+            supports = [replace(s, score=min(s.score, SUPPORTED - 0.01)) for s in supports]
         open_ = [s for s in supports if not s.supported]
         why = "every part of the question is answered by a retrieved sentence" if not open_ else \
             f"no retrieved sentence answers: {'; '.join(s.part for s in open_)}"
@@ -236,6 +239,7 @@ def compose_answer(question: str, chunks: list[SeenChunk], values: Sequence[str]
         return by_words
     judged = judge.judge_question(question, chunks)
     found = not is_not_enough_evidence(by_words)
+    judge.trace(judged, found)
     if judged.settled(found):
         return by_words if found else _compose_judged(judged, chunks)
     if not found:
