@@ -21,6 +21,7 @@ from typing import Literal
 
 from agents import judge as judge_model
 from agents.citations import MARKER, CitationCheck, check_citations, is_not_enough_evidence, neutralise_markers
+from agents.context_pool import CONTEXT_RRF_K, pool_size, reranked
 from agents.lexical import contained_share, shingles, split_question
 from agents.messages import (
     AssistantMessage,
@@ -41,16 +42,7 @@ from agents.prompts import (
     rewrite_prompt,
     system_prompt,
 )
-from agents.steps import (
-    ANSWER_RESERVE,
-    RunState,
-    StepRecord,
-    call_model,
-    call_tool,
-    execute_calls,
-    relevance_cost_since,
-    relevance_cost_snapshot,
-)
+from agents.steps import ANSWER_RESERVE, RunState, StepRecord, call_model, call_tool, execute_calls
 from agents.sufficiency import answering_chunks, seen_chunk
 
 __all__ = ["ANSWER_RESERVE", "STRATEGIES", "LoopResult", "RunState", "StepRecord", "decide_outcome", "run_strategy"]
@@ -183,34 +175,6 @@ def _context(state: RunState, chunk_ids: list[int]) -> tuple[str, tuple[ContextC
     rendered = render_context(shown, max_chars_per_chunk=state.budgets.chunk_chars, max_total_chars=room)
     return rendered, tuple(ContextChunk(c.chunk_id, neutralise_markers(c.text), c.title, c.locator, c.score, c.flags, c.metadata)
                            for c in shown)
-
-
-def reranked(state: RunState, chunk_ids: list[int]) -> list[int]:
-    """`chunk_ids` (a strategy's candidate pool, best first) reordered with the relevance model
-    (agents.judge.rerank) when one is configured, traced as a `rerank` model-call step with its cost;
-    unchanged without one. The pool's first judge.POOL candidates are read; the rest keep their place after them."""
-    if not judge_model.enabled() or not chunk_ids:
-        return chunk_ids
-    pool = [c for c in chunk_ids if c in state.retrieved][: judge_model.POOL]
-    before = relevance_cost_snapshot()
-    started = time.perf_counter()
-    order = judge_model.rerank(state.question, [seen_chunk(state.retrieved[c]) for c in pool])
-    step = StepRecord(ordinal=len(state.steps), kind="model_call", name="rerank",
-                      arguments={"model": judge_model.model_name(), "candidates": pool, **relevance_cost_since(before)},
-                      chunk_ids=[cid for cid, _ in order], output=json.dumps([[cid, round(p, 4)] for cid, p in order]),
-                      latency_ms=(time.perf_counter() - started) * 1000)
-    state.record(step)
-    # The model's order fused with the strategy's (reciprocal rank): a passage that answers the whole
-    # question rises, and one the strategy placed for a part or a hop (which the whole question's
-    # reading ranks low) is not cut for it.
-    head = fuse([pool, [cid for cid, _ in order]], rrf_k=CONTEXT_RRF_K, key=lambda c: c)
-    return [*head, *(c for c in chunk_ids if c not in set(head))]
-
-
-def pool_size(state: RunState) -> int:
-    """How many candidates a strategy hands to the context: the context's size, or the rerank's pool when a model reranks."""
-    size = state.budgets.max_context_chunks
-    return max(size, judge_model.POOL) if judge_model.enabled() else size
 
 
 def synthesise(state: RunState, chunk_ids: list[int], note: str = "") -> str:
@@ -375,7 +339,6 @@ def _merged(state: RunState, *groups: list[list[int]]) -> list[int]:
 _ISO_DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 MAX_SUBQUERIES = 8  # round 1's sub-queries besides the whole question (per facet value named, per fact, per part)
 MAX_FOLLOW_UPS = 3  # searches a judgement may add per round (never more than the tool calls left)
-CONTEXT_RRF_K = 60
 OTHER_TOP = 2  # results of each part, rewrite or hop search placed right after the whole question's best
 # A chunk whose word 5-grams are this share (of the smaller) inside a chunk already in the context
 # is not given one of its few slots: the same text published twice, or a short last chunk that

@@ -84,6 +84,7 @@ class OnnxCrossEncoder:
     """A BERT-style cross-encoder graph (input_ids, attention_mask, token_type_ids -> one logit)."""
 
     def __init__(self, name: str, model_file: Path, tokenizer_file: Path, max_length: int) -> None:
+        # onnxruntime and tokenizers come with the local-embed extra: imported only when the packaged model is configured
         import onnxruntime as ort
         from tokenizers import Tokenizer
 
@@ -115,7 +116,7 @@ class HubCrossEncoder:
     """A sentence-transformers CrossEncoder by name (needs the model on disk or a reachable hub)."""
 
     def __init__(self, name: str, max_length: int) -> None:
-        from sentence_transformers import CrossEncoder
+        from sentence_transformers import CrossEncoder  # torch: a slow import, only for a hub cross-encoder
 
         self.name = name
         self.model: Any = CrossEncoder(name, max_length=max_length)

