@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from agents.conversation_text import PRONOUN, names
 from agents.evaluation.dataset import CorpusDoc, Question
-from agents.evaluation.summary import QuestionResult
+from agents.evaluation.summary import QuestionResult, paired_with_base
 
 _PAREN = re.compile(r"\s*\([^)]*\)\s*$")
 _PRONOUN_FORMS = {  # subject, object and possessive forms
@@ -112,17 +112,11 @@ def conversation_figures(results: Iterable[QuestionResult]) -> dict[str, dict]:
     """Per conversation strategy, on the questions both it and its standalone strategy answered:
     evidence recall of the second turn and of the standalone question, their difference in points,
     and how often the follow-up was resolved back to the name it referred to."""
-    by_strategy: dict[str, dict[str, QuestionResult]] = {}
-    for r in results:
-        by_strategy.setdefault(r.strategy, {})[r.qid] = r
     figures = {}
-    for strategy, turns in by_strategy.items():
-        kind, _, base = strategy.partition(":")
-        if kind != "conversation" or base not in by_strategy:
-            continue
+    for strategy, both in paired_with_base(results, "conversation").items():
         # (second turn, its evidence recall, the standalone question's), for questions both scored
-        pairs = [(t, t.scores.evidence_recall, standalone.scores.evidence_recall) for qid, t in turns.items()
-                 if (standalone := by_strategy[base].get(qid)) is not None and t.scores is not None and standalone.scores is not None]
+        pairs = [(t, t.scores.evidence_recall, standalone.scores.evidence_recall) for t, standalone in both
+                 if t.scores is not None and standalone.scores is not None]
         if not pairs:
             continue
         second = sum(recall for _, recall, _ in pairs) / len(pairs)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from agents.evaluation.dataset import Turn
-from agents.evaluation.summary import ABSTAIN_OUTCOME, QuestionResult
+from agents.evaluation.summary import ABSTAIN_OUTCOME, QuestionResult, paired_with_base
 
 
 def history_pairs(turns: Iterable[Turn]) -> list[tuple[str, str]]:
@@ -38,16 +38,9 @@ def history_figures(results: Iterable[QuestionResult]) -> dict[str, dict]:
     """Per history:<strategy>, on the questions that carried earlier turns and were run both ways:
     evidence recall and abstention of the last turn replayed in its conversation and of the question
     asked alone (`<strategy>`). Figures only."""
-    by_strategy: dict[str, dict[str, QuestionResult]] = {}
-    for r in results:
-        by_strategy.setdefault(r.strategy, {})[r.qid] = r
     figures = {}
-    for strategy, replayed in by_strategy.items():
-        kind, _, base = strategy.partition(":")
-        if kind != "history" or base not in by_strategy:
-            continue
-        pairs = [(r, alone) for qid, r in replayed.items()
-                 if r.extra.get("history_turns") and (alone := by_strategy[base].get(qid)) is not None]
+    for strategy, both in paired_with_base(results, "history").items():
+        pairs = [(r, alone) for r, alone in both if r.extra.get("history_turns")]
         if not pairs:
             continue
         figures[strategy] = {"questions": len(pairs), **{

@@ -126,3 +126,18 @@ def summarise(results: Iterable[QuestionResult]) -> dict[str, dict[str, dict]]:
         by_type[ALL].append(r)
         by_type.setdefault(r.question_type, []).append(r)
     return {strategy: {qtype: _figures(rs) for qtype, rs in by_type.items()} for strategy, by_type in grouped.items()}
+
+
+def paired_with_base(results: Iterable[QuestionResult], kind: str) -> dict[str, list[tuple[QuestionResult, QuestionResult]]]:
+    """For each strategy named "<kind>:<base>" whose base strategy also ran: (its result, the base's)
+    per question both ran, in the first's order (conversation and history modes compare a question
+    asked in a thread with the same question asked alone)."""
+    by_strategy: dict[str, dict[str, QuestionResult]] = {}
+    for r in results:
+        by_strategy.setdefault(r.strategy, {})[r.qid] = r
+    out: dict[str, list[tuple[QuestionResult, QuestionResult]]] = {}
+    for strategy, mine in by_strategy.items():
+        prefix, _, base = strategy.partition(":")
+        if prefix == kind and base in by_strategy:
+            out[strategy] = [(r, alone) for qid, r in mine.items() if (alone := by_strategy[base].get(qid)) is not None]
+    return out
