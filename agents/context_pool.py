@@ -36,7 +36,8 @@ def reranked(state: RunState, chunk_ids: list[int]) -> list[int]:
     # question rises, and one the strategy placed for a part or a hop (which the whole question's
     # reading ranks low) is not cut for it.
     head = fuse([pool, [cid for cid, _ in order]], rrf_k=CONTEXT_RRF_K, key=lambda c: c)
-    return [*head, *(c for c in chunk_ids if c not in set(head))]
+    read = set(head)
+    return [*head, *(c for c in chunk_ids if c not in read)]
 
 
 def pool_size(state: RunState) -> int:

@@ -64,16 +64,17 @@ def passage(chunk: SeenChunk, query: str) -> str:
 
 
 def _best_window(said: list[str], wanted: set[str]) -> str:
+    sizes = [len(s.split()) for s in said]
+    held = [wanted & terms(s) for s in said]  # each sentence read once, not once per window holding it
     best, best_hits = "", -1
     for start in range(len(said)):
-        words, end = 0, start
-        while end < len(said) and (end == start or words + len(said[end].split()) <= PASSAGE_WORDS):
-            words += len(said[end].split())
+        words, end, hits = 0, start, set()
+        while end < len(said) and (end == start or words + sizes[end] <= PASSAGE_WORDS):
+            words += sizes[end]
+            hits |= held[end]
             end += 1
-        window = " ".join(said[start:end])
-        hits = len(wanted & terms(window))
-        if hits > best_hits:
-            best, best_hits = window, hits
+        if len(hits) > best_hits:
+            best, best_hits = " ".join(said[start:end]), len(hits)
     return " ".join(best.split()[: PASSAGE_WORDS * 2])
 
 
@@ -122,12 +123,7 @@ class Judgement:
     parts: list[PartJudgement]
 
     def settled(self, found_by_words: bool) -> bool:
-        """Is the question answered, the word rules' finding and the model's together: an answer the
-        words found stands when the best passage reaches the calibrated `answers` threshold (the
-        model overrules word overlap that answers nothing); with none found by words, the model's
-        own answer needs the best passage at `sure`."""
-        calibrated = relevance.calibration()
-        return self.passage >= (calibrated.answers if found_by_words else calibrated.sure)
+        return settles(self.passage, found_by_words)
 
     @property
     def missing(self) -> list[str]:
@@ -177,15 +173,30 @@ def judge_part(part: str, chunks: Sequence[SeenChunk], leading: Sequence[int]) -
     return PartJudgement(part, quotes)
 
 
-def judge_question(question: str, chunks: Sequence[SeenChunk]) -> Judgement:
-    """`question` judged against `chunks` (the pool's order decides the leading passages)."""
+def settles(passage: float, found_by_words: bool) -> bool:
+    """Is the question answered, the word rules' finding and the model's together: an answer the
+    words found stands when the best passage reaches the calibrated `answers` threshold (the model
+    overrules word overlap that answers nothing); with none found by words, the model's own answer
+    needs the best passage at `sure`."""
+    calibrated = relevance.calibration()
+    return passage >= (calibrated.answers if found_by_words else calibrated.sure)
+
+
+def best_passage(question: str, chunks: Sequence[SeenChunk]) -> tuple[list[tuple[int, float]], float]:
+    """The pool ranked for `question` (`rerank`) and its best passage's score; for a question of one
+    part asking for a kind of answer, 0 when that passage holds none."""
     ranked = rerank(question, chunks)
-    leading = [cid for cid, _ in ranked[:TOP_PASSAGES]]
     parts = split_question(question)
     top = next((c for c in chunks if ranked and c.chunk_id == ranked[0][0]), None)
-    # A question of one part asking for a kind of answer is not answered by a passage without one.
     fits = top is not None and (len(parts) != 1 or holds_answer_kind(answer_kind(parts[0]), top.text, parts[0]))
-    return Judgement(question, ranked[0][1] if fits else 0.0, [judge_part(part, chunks, leading) for part in parts])
+    return ranked, ranked[0][1] if fits else 0.0
+
+
+def judge_question(question: str, chunks: Sequence[SeenChunk]) -> Judgement:
+    """`question` judged against `chunks` (the pool's order decides the leading passages)."""
+    ranked, passage = best_passage(question, chunks)
+    leading = [cid for cid, _ in ranked[:TOP_PASSAGES]]
+    return Judgement(question, passage, [judge_part(part, chunks, leading) for part in split_question(question)])
 
 
 def trace(judged: Judgement, found_by_words: bool) -> None:

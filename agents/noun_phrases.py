@@ -26,6 +26,7 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
+from agents.languages import month_numbers, weekday_names
 from agents.lexical import STOPWORDS
 
 PREPOSITIONS = frozenset("in on at for to from with by of about into over under after before during than as per".split())
@@ -57,8 +58,9 @@ def _figure(tok: str) -> bool:
     return tok[:1].isdigit() or (len(tok) == 1 and unicodedata.category(tok) == "Sc")
 
 
-_CALENDAR = frozenset(w.casefold() for w in [*calendar.month_name, *calendar.month_abbr, *calendar.day_name, *calendar.day_abbr]
-                      if w)
+# Month and weekday names of every supported language (agents.languages, as the planner reads dates), and the
+# English abbreviations ("Jan", "Mon") the calendar module has.
+_CALENDAR = frozenset(month_numbers()) | weekday_names() | frozenset(w.casefold() for w in [*calendar.month_abbr, *calendar.day_abbr] if w)
 
 
 def _label_shaped(tok: str) -> bool:

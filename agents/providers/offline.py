@@ -127,11 +127,11 @@ class OfflineProvider:
         facets = Facets.from_tool({"enumerations": (request.facets or {}).get("narrow_by")})
         chunks = _chunks_from(request)
         supports = parts_support(request.question, chunks, facets.values())
-        # The model may only find the evidence short (agents.judge.Judgement.settled): between rounds, a
+        # The model may only find the evidence short (agents.judge.settles): between rounds, a
         # question the word rules find unanswered keeps being researched (its hops), whatever the model's
         # score; the answer decides at the end whether the model answers it alone.
         if judge.enabled() and all(s.supported for s in supports) and \
-                not judge.judge_question(request.question, chunks).settled(found_by_words=True):
+                not judge.settles(judge.best_passage(request.question, chunks)[1], found_by_words=True):
             supports = [replace(s, score=min(s.score, SUPPORTED - 0.01)) for s in supports]
         open_ = [s for s in supports if not s.supported]
         why = "every part of the question is answered by a retrieved sentence" if not open_ else \
@@ -286,8 +286,7 @@ def compose_by_words(question: str, chunks: list[SeenChunk], values: Sequence[st
                 picked += _hop_sentence(part, ranked[0][1], ranked[0][2], chunks, values, used | {s for s, _ in picked})
         used.update(s for s, _ in picked)
         if picked:
-            quotes = "\n".join(f'   - "{_shown(s)}" [c:{cid}]{_source_of(cid, chunks)}' for s, cid in picked)
-            lines.append(f"{len(lines) + 1}. {part.strip()}:\n{quotes}")
+            lines.append(_part_lines(len(lines) + 1, part, picked, chunks))
         else:
             missing.append(part)
     if lines and missing and choice == "property" and len(missing) < len(parts):
@@ -300,11 +299,21 @@ def compose_by_words(question: str, chunks: list[SeenChunk], values: Sequence[st
         listed = "; ".join(f'"{p}"' for p in missing) or "the question"
         found = ("\n\nWhat the documents do say:\n" + "\n".join(lines)) if lines else ""
         return f"{NOT_ENOUGH_EVIDENCE}: no sentence in the documents you can see answers {listed}.{found}"
+    return _extractive(question, lines, chunks, values)
+
+
+def _part_lines(number: int, part: str, picked: Sequence[tuple[str, int]], chunks: list[SeenChunk]) -> str:
+    """One numbered part of an extractive answer and its quotes, each cited and followed by its source."""
+    quotes = "\n".join(f'   - "{_shown(s)}" [c:{cid}]{_source_of(cid, chunks)}' for s, cid in picked)
+    return f"{number}. {part.strip()}:\n{quotes}"
+
+
+def _extractive(question: str, lines: list[str], chunks: list[SeenChunk], values: Sequence[str]) -> str:
+    """The extractive answer's text: a yes or no when the question compares things and the quotes decide it, then the parts."""
     verdict = yes_no_verdict(question, chunks, values)
     head = f"{verdict.capitalize()}, from the sentences below. " if verdict else ""
-    text = head + "Extractive answer (offline mode: the sentences below are quoted from the sources, not generated).\n\n" + \
+    return head + "Extractive answer (offline mode: the sentences below are quoted from the sources, not generated).\n\n" + \
         "\n".join(lines)
-    return text
 
 
 def _compose_judged(judged: judge.Judgement, chunks: list[SeenChunk]) -> str:
@@ -319,16 +328,12 @@ def _compose_judged(judged: judge.Judgement, chunks: list[SeenChunk]) -> str:
         if not picked:
             continue
         used.update(q.sentence for q in picked)
-        quotes = "\n".join(f'   - "{_shown(q.sentence)}" [c:{q.chunk_id}]{_source_of(q.chunk_id, chunks)}' for q in picked)
-        lines.append(f"{len(lines) + 1}. {j.part.strip()}:\n{quotes}")
+        lines.append(_part_lines(len(lines) + 1, j.part, [(q.sentence, q.chunk_id) for q in picked], chunks))
     if not lines:
         return f"{NOT_ENOUGH_EVIDENCE}: no sentence in the documents you can see answers the question."
     if judged.missing:
         lines.append(f"{len(lines) + 1}. Not found in the documents: " + "; ".join(f'"{p}"' for p in judged.missing))
-    verdict = yes_no_verdict(judged.question, chunks, [])
-    head = f"{verdict.capitalize()}, from the sentences below. " if verdict else ""
-    return head + "Extractive answer (offline mode: the sentences below are quoted from the sources, not generated).\n\n" + \
-        "\n".join(lines)
+    return _extractive(judged.question, lines, chunks, [])
 
 
 def _subject_sentence(part: str, chunks: list[SeenChunk], values: Sequence[str]) -> list[tuple[str, int]]:
