@@ -7,6 +7,7 @@ COPY kb kb
 COPY agents agents
 COPY api api
 COPY tenants tenants
+COPY bench bench
 COPY templates templates
 COPY manage.py ./
 RUN pip install --no-cache-dir "torch==2.13.0" --index-url https://download.pytorch.org/whl/cpu \
@@ -17,4 +18,4 @@ RUN useradd --create-home grounded && install -d -o grounded -g grounded /var/li
 USER grounded
 EXPOSE 8000
 ENV GUNICORN_BIND=0.0.0.0:8000
-CMD ["gunicorn", "-c", "python:kb.project.gunicorn_conf", "kb.project.wsgi:application"]
+CMD ["gunicorn", "-c", "python:api.project.gunicorn_conf", "api.project.wsgi:application"]

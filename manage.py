@@ -6,7 +6,7 @@ import sys
 
 
 def main() -> None:
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kb.project.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "api.project.settings")
     from django.core.exceptions import ImproperlyConfigured
 
     try:

@@ -19,8 +19,8 @@ from __future__ import annotations
 from django.db.models import QuerySet
 
 from agents.models import Citation, Conversation, Feedback, Run, RunStep
-from tenants.access import one, visibility_rule
-from tenants.scope import NotAllowed, Scope
+from tenants.access import follows_parent, one, role_check, visibility_rule
+from tenants.scope import Scope
 
 AUDITORS = frozenset({"auditor", "admin", "system"})
 ASKERS = frozenset({"reader", "editor", "admin", "system"})
@@ -34,28 +34,17 @@ def visible_runs(scope: Scope) -> QuerySet:
     return qs
 
 
-@visibility_rule(RunStep)
-def visible_run_steps(scope: Scope) -> QuerySet:
-    return RunStep.objects.for_scope(scope).filter(run__in=visible_runs(scope))
-
-
-@visibility_rule(Citation)
-def visible_citations(scope: Scope) -> QuerySet:
-    return Citation.objects.for_scope(scope).filter(run__in=visible_runs(scope))
+# Steps and citations follow their run (tenants.access.follows_parent).
+visible_run_steps = follows_parent(RunStep, "run", visible_runs)
+visible_citations = follows_parent(Citation, "run", visible_runs)
 
 
 def access_run(scope: Scope, run_id: object) -> Run:
     return one(visible_runs(scope), run_id, "run")
 
 
-def check_may_audit(scope: Scope) -> None:
-    if scope.role not in AUDITORS:
-        raise NotAllowed("your role does not allow reading runs")
-
-
-def check_may_ask(scope: Scope) -> None:
-    if scope.role not in ASKERS:
-        raise NotAllowed("your role does not allow asking")
+check_may_audit = role_check(AUDITORS, "your role does not allow reading runs")
+check_may_ask = role_check(ASKERS, "your role does not allow asking")
 
 
 @visibility_rule(Conversation)
@@ -72,7 +61,4 @@ def access_own_run(scope: Scope, run_id: object) -> Run:
     """One of the runs the caller itself asked (for feedback on its answer); NotVisible otherwise."""
     return one(Run.objects.for_scope(scope).filter(principal=scope.principal), run_id, "run")
 
-
-@visibility_rule(Feedback)
-def visible_feedback(scope: Scope) -> QuerySet:
-    return Feedback.objects.for_scope(scope).filter(run__in=visible_runs(scope))
+visible_feedback = follows_parent(Feedback, "run", visible_runs)

@@ -25,19 +25,20 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
-from agents import evidence
 from agents.admin_base import ReadOnlyAuditAdmin, csv_cell
 from agents.chain import GENESIS, run_hash, verify_tenant_chain
+from agents.citations import for_citations
 from agents.feedback_admin import RunFeedbackFilter
 from agents.loop import STRATEGIES
 from agents.models import Citation, Feedback, Outcome, Run, RunStep, Verdict
-from agents.providers.capabilities import provider_report
+from agents.providers import provider_report
 from agents.review import principal_names, search_runs
 from agents.services import InvalidQuestion, ask
 from kb.models import Chunk, SourceChange
 from kb.sources.selectors import version_origins
 from tenants.access import ROLE_GRANTS, visible_api_keys, visible_memberships
 from tenants.admin_base import admin_role, admin_scope, scoped, scoped_filter, scoped_queryset, scoped_view
+from tenants.counters import RetryLater
 from tenants.models import ApiKey, Department, Membership, Tenant
 from tenants.scope import Scope, activate
 
@@ -122,7 +123,7 @@ def trace_context(request, run: Run) -> dict:
     # A superuser reads every tenant: the run's whole tenant, as the audit reader of that run.
     reader = admin_scope(request) or Scope(tenant_id=run.tenant_id, all_departments=True, role="auditor", principal="superuser")
     with activate(reader):
-        kept = evidence.for_citations(reader, [(c.chunk_id, c.content_hash) for c in citations])
+        kept = for_citations(reader, [(c.chunk_id, c.content_hash) for c in citations])
     # Which source sync produced each cited version (documents that came from a source).
     versions = {(e.document_id, e.document_version) for e in kept.values()} | {
         (ch.document_id, ch.document.version) for ch in chunks.values()}
@@ -316,6 +317,8 @@ class RunAdmin(ReadOnlyAuditAdmin):
                     run = ask(scope=scope, question=form.cleaned_data["question"], strategy=form.cleaned_data["strategy"])
                 except InvalidQuestion as exc:
                     form.add_error("question", str(exc))
+                except RetryLater as exc:  # the tenant's daily run budget is used up (or cannot be counted)
+                    form.add_error(None, f"{exc}; retry in {exc.retry_after} s")
                 else:
                     with scoped(request):
                         run = scoped_queryset(request, Run).get(pk=run.pk)

@@ -1,73 +1,68 @@
-"""Per-run budgets: defaults here, per-tenant overrides in Tenant.settings.
+"""A tenant's budgets: per run (`Budgets`, every run's caps) and per UTC day (the daily run budget).
 
-Tenant.settings may hold the keys directly or under "budgets", e.g.
-{"budgets": {"max_tool_calls": 6}, "strict_citations": true}. Unknown keys are ignored;
-values are clamped to sane ranges so a bad setting cannot disable a limit.
+Both come from the tenant's settings, read through their one schema (tenants.tenant_settings: the
+keys, defaults, ranges; a stored value that cannot be used falls back to its default, a number out of
+range is clamped so a bad setting cannot disable a limit).
+
+The daily run budget is spent by agents.services.ask itself, so every caller gets it (the REST and MCP
+edges, conversation turns, the admin's playground, `manage.py ask`): `spend_daily_run` raises
+`BudgetExceeded` once the day's runs are used up (the REST API answers 429, MCP a tool error), and
+tenants.counters.CounterUnavailable when nothing can count them (it fails closed: it caps spending).
+An edge that must refuse before it answers (a stream's 200 goes out first) spends it itself and tells
+ask so (`spend_budget=False`).
 """
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from tenants.models import Tenant
+from tenants import counters, tenant_settings
+from tenants.counters import Decision, RetryLater
+from tenants.tenant_settings import Budgets
+
+__all__ = ["Budgets", "BudgetExceeded", "budgets_from_settings", "budgets_for_tenant", "daily_run_limit", "spend_daily_run",
+           "consume_daily_run"]
 
 
-@dataclass(frozen=True)
-class Budgets:
-    max_tool_calls: int = 12
-    max_iterations: int = 6  # model turns in the agentic loop; search rounds in the pipeline
-    max_context_chunks: int = 10  # chunks in the final context of classic/pipeline answers
-    max_tokens: int = 60_000  # input + output tokens over all model calls of one run
-    max_wall_seconds: float = 90.0  # no model call outlives it: a call still running then is abandoned
-    max_output_tokens: int = 2_048  # one model reply's cap (lower when less of max_tokens is left)
-    max_k: int = 10  # largest k a search tool call may ask for
-    tool_output_chars: int = 6_000  # what one tool result may put in front of the model
-    chunk_chars: int = 1_500  # one chunk's text in a tool result or context
-    # What the answer and judge calls may show: room for max_context_chunks whole chunks and their tags.
-    context_chars: int = 20_000
-    pipeline_rounds: int = 3
-    # A conversation turn sees at most this many earlier turns, and no more of them than fit in
-    # history_tokens (about 4 characters a token; the oldest go first; agents.conversations).
-    history_turns: int = 6
-    history_tokens: int = 1_500
-    strict_citations: bool = False
+class BudgetExceeded(RetryLater):
+    """The tenant's daily run budget is used up: no run until `retry_after` seconds from now (UTC midnight)."""
 
-    def as_dict(self) -> dict:
-        return dataclasses.asdict(self)
+    def __init__(self, retry_after: int):
+        super().__init__("the tenant's daily agent-run budget is used up", retry_after)
 
 
-_LIMITS: dict[str, tuple[float, float]] = {
-    "max_tool_calls": (0, 100), "max_iterations": (1, 30), "max_context_chunks": (1, 50), "max_tokens": (1_000, 2_000_000),
-    "max_wall_seconds": (1, 900), "max_k": (1, 50), "tool_output_chars": (500, 100_000), "chunk_chars": (200, 20_000),
-    "context_chars": (1_000, 200_000),
-    "pipeline_rounds": (1, 6), "max_output_tokens": (64, 32_000), "history_turns": (0, 50), "history_tokens": (0, 50_000),
-}
-
-
-def budgets_from_settings(tenant_settings: dict | None, **overrides: Any) -> Budgets:
-    raw = dict(tenant_settings or {})
-    raw.update(raw.pop("budgets", {}) if isinstance(raw.get("budgets"), dict) else {})
-    raw.update({k: v for k, v in overrides.items() if v is not None})
-    values: dict = {}
-    for f in dataclasses.fields(Budgets):
-        if f.name not in raw:
-            continue
-        value = raw[f.name]
-        if f.name == "strict_citations":
-            values[f.name] = bool(value)
-            continue
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            continue
-        lo, hi = _LIMITS[f.name]
-        number = min(max(number, lo), hi)
-        values[f.name] = number if f.type in ("float", float) else int(number)
-    return Budgets(**values)
+def budgets_from_settings(stored: dict | None, **overrides: Any) -> Budgets:
+    """The run budgets of stored tenant settings, with `overrides` (budget keys; None: not set) on top."""
+    return tenant_settings.read(stored, **overrides).budgets
 
 
 def budgets_for_tenant(tenant_id: int, **overrides: Any) -> Budgets:
-    tenant_settings = Tenant.objects.filter(pk=tenant_id).values_list("settings", flat=True).first()
-    return budgets_from_settings(tenant_settings, **overrides)
+    """Tenant `tenant_id`'s run budgets (its stored settings), with `overrides` on top."""
+    return tenant_settings.for_tenant(tenant_id, **overrides).budgets
+
+
+def daily_run_limit(stored: dict | None) -> int:
+    """The agent runs per UTC day stored tenant settings allow (`daily_runs`, else DEFAULT_DAILY_RUNS; 0: unlimited)."""
+    return tenant_settings.read(stored).daily_runs
+
+
+def spend_daily_run(tenant_id: int) -> Decision:
+    """Count one agent run against tenant `tenant_id`'s budget for today (UTC) and return the count.
+    BudgetExceeded once it is used up (retry_after: seconds to UTC midnight), CounterUnavailable when
+    nothing can count it. agents.services.ask calls it for every run it is not told was counted."""
+    decision = consume_daily_run(tenant_id, tenant_settings.for_tenant(tenant_id).daily_runs)
+    if not decision.allowed:
+        raise BudgetExceeded(decision.retry_after)
+    return decision
+
+
+def consume_daily_run(tenant_id: int, limit: int) -> Decision:
+    """Take one of the `limit` runs (0 or less: unlimited) of tenant `tenant_id`'s budget for today (UTC);
+    not allowed once they are used up. Fails closed: CounterUnavailable when nothing can count it."""
+    if limit <= 0:
+        return Decision(True, 0, 0)
+    now = datetime.now(UTC)
+    midnight = datetime(now.year, now.month, now.day, tzinfo=UTC) + timedelta(days=1)
+    return counters.consume(f"runs:{tenant_id}:{now:%Y%m%d}", limit, 86400, reset_in=(midnight - now).total_seconds(),
+                            fail_open=False)

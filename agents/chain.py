@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from django.conf import settings
 from django.db import connections, models
 
 from agents.models import Citation, Run, RunStep
+from tenants.conf import product_settings
 
 GENESIS = "0" * 64
 CHAIN_LOCK_CLASS = 0x6167  # first key of pg_advisory_xact_lock(int4, int4); the second is the tenant id
@@ -160,7 +160,7 @@ def verify_tenant_chain(tenant_id: int, *, using: str = "owner", batch: int = 50
 
 def revoke_changes_on_trace_tables(using: str) -> None:
     """APPEND_ONLY_HOOKS entry: the app role may INSERT and SELECT trace and evidence rows, nothing more."""
-    role = settings.DATABASE_APP_USER
+    role = product_settings.DATABASE_APP_USER
     with connections[using].cursor() as cur:
         for table in (*TRACE_TABLES, "agents_evidence"):
             cur.execute(f'REVOKE UPDATE, DELETE, TRUNCATE ON "{table}" FROM "{role}"')

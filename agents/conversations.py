@@ -24,15 +24,15 @@ from typing import Any
 from django.utils import timezone
 
 from agents.access import access_conversation, check_may_ask, visible_conversations
-from agents.budgets import Budgets, budgets_for_tenant
+from agents.budgets import Budgets, budgets_for_tenant, spend_daily_run
 from agents.citations import RetrievedChunk, is_not_enough_evidence
-from agents.loop import LoopResult, RunState, StepRecord, _context, _finish, parse_json_object, run_strategy
+from agents.loop import LoopResult, RunState, StepRecord, answer_context, finish_run, parse_json_object, run_strategy
 from agents.messages import UserMessage
 from agents.models import Citation, Conversation, Outcome, Run, RunStep
 from agents.prompts import followup_prompt, thread_answer_prompt
 from agents.providers import Provider
 from agents.selectors import CHUNK_FIELDS
-from agents.services import MAX_QUESTION_CHARS, ask
+from agents.services import MAX_QUESTION_CHARS, ask, check_question
 from agents.steps import call_model
 from kb.access import visible_chunks
 from tenants.scope import Scope, activate
@@ -75,22 +75,28 @@ def conversation_turns(scope: Scope, conversation: Conversation) -> list[Run]:
 
 def send_message(*, scope: Scope, conversation_id: object, message: str, strategy: str = "auto",
                  provider: Provider | str | None = None, on_step: Callable[[StepRecord], Any] | None = None,
-                 budgets: Budgets | None = None) -> Run:
+                 budgets: Budgets | None = None, spend_budget: bool = True) -> Run:
     """Ask `message` as the conversation's next turn and return its stored Run.
 
     NotVisible when the caller does not own the conversation (another tenant's, another principal's,
     a deleted one); NotAllowed for a role that may not ask; agents.services.InvalidQuestion for an
-    empty or overlong message or an unknown strategy. Like `ask`, a provider failure is a stored
-    failed run, not an exception."""
+    empty or overlong message or an unknown strategy. Then the turn is counted against the tenant's
+    daily run budget like any run (`ask`; agents.budgets.BudgetExceeded, before the thread is read or
+    titled; `spend_budget=False` when the caller counted it). Like `ask`, a provider failure is a
+    stored failed run, not an exception."""
     check_may_ask(scope)
     budgets = budgets or budgets_for_tenant(scope.tenant_id)
     with activate(scope):
         conversation = access_conversation(scope, conversation_id)
+    check_question(message, strategy)  # an invalid turn is refused before it is counted, as by ask
+    if spend_budget:
+        spend_daily_run(scope.tenant_id)
+    with activate(scope):
         thread = load_thread(scope, conversation, budgets)
         if not conversation.title and message.strip():
             visible_conversations(scope).filter(pk=conversation.pk, title="").update(title=_clean(message)[:TITLE_CHARS])
     return ask(scope=scope, question=message, strategy=strategy, provider=provider, on_step=on_step, budgets=budgets,
-               runner=turn_runner(thread), conversation_id=conversation.pk)
+               runner=turn_runner(thread), conversation_id=conversation.pk, spend_budget=False)
 
 
 def load_thread(scope: Scope, conversation: Conversation, budgets: Budgets) -> Thread:
@@ -136,7 +142,7 @@ def turn_runner(thread: Thread) -> Callable[[RunState, str], LoopResult]:
             if not retrieve and thread.evidence:
                 ids = reread_evidence(state, thread.evidence)
                 if ids:
-                    result = _finish(state, "thread", answer_from_thread(state, ids, message))
+                    result = finish_run(state, "thread", answer_from_thread(state, ids, message))
                     if result.outcome != Outcome.NOT_ENOUGH_EVIDENCE and not is_not_enough_evidence(result.answer):
                         return result
         return run_strategy(state, strategy)
@@ -183,7 +189,7 @@ def answer_from_thread(state: RunState, chunk_ids: list[int], message: str) -> s
     """An answer call over the thread's evidence, told what the follow-up asks for."""
     state.strategy = "thread"
     state.iterations += 1
-    rendered, structured = _context(state, chunk_ids)
+    rendered, structured = answer_context(state, chunk_ids)
     turn = call_model(state, "answer", [UserMessage(thread_answer_prompt(state.question, message, rendered))],
                       tools_enabled=False, context=structured)
     return turn.text

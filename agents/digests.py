@@ -42,12 +42,12 @@ from pathlib import Path
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
-from django.conf import settings
 from django.db import close_old_connections
 from django.db.models import QuerySet
 
 from agents.chain import GENESIS
 from agents.models import Run
+from tenants.conf import product_settings
 from tenants.models import Tenant
 
 DIGEST_VERSION = 2
@@ -56,9 +56,9 @@ logger = logging.getLogger(__name__)
 
 def signing_key() -> Ed25519PrivateKey:
     """The configured private key: CHAIN_SIGNING_KEY, else CHAIN_SIGNING_KEY_FILE (created once, 0600)."""
-    if settings.CHAIN_SIGNING_KEY:
-        return Ed25519PrivateKey.from_private_bytes(base64.b64decode(settings.CHAIN_SIGNING_KEY))
-    path = Path(settings.CHAIN_SIGNING_KEY_FILE)
+    if product_settings.CHAIN_SIGNING_KEY:
+        return Ed25519PrivateKey.from_private_bytes(base64.b64decode(product_settings.CHAIN_SIGNING_KEY))
+    path = Path(product_settings.CHAIN_SIGNING_KEY_FILE)
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         raw = Ed25519PrivateKey.generate().private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
@@ -97,7 +97,7 @@ def write_digest(tenant_id: int, tenant_slug: str, folder: Path | str | None = N
 
     Reads as the owner (a maintenance read across RLS). A tenant with no runs gets seq 0 and the
     genesis hash, so removing every run is detected too."""
-    folder = Path(folder or settings.CHAIN_DIGEST_DIR)
+    folder = Path(folder or product_settings.CHAIN_DIGEST_DIR)
     runs = Run.objects.unscoped_dangerously(using).filter(tenant_id=tenant_id)
     tip = runs.order_by("-seq").values_list("seq", "hash").first()
     seq, tip_hash = tip if tip else (0, GENESIS)
@@ -135,7 +135,7 @@ def write_all_digests(folder: Path | str | None = None, *, changed_only: bool = 
     """A digest for every tenant (what `manage.py write_chain_digests`, the beat schedule and the digest loop
     run). `changed_only`: skip a tenant whose newest digest already signs its current tip (seq and hash), so a
     schedule every few minutes adds a file only when the chain moved; a tenant with no digest yet gets one."""
-    folder = Path(folder or settings.CHAIN_DIGEST_DIR)
+    folder = Path(folder or product_settings.CHAIN_DIGEST_DIR)
     written = (write_digest(t.id, t.slug, folder, changed_only=changed_only) for t in Tenant.objects.using("owner").order_by("id"))
     return [path for path in written if path is not None]
 

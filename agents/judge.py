@@ -1,4 +1,5 @@
-"""The relevance judge: the learned model (kb.relevance) applied to a run's evidence. Pure but for the model.
+"""The relevance judge: the learned model (kb.relevance) applied to a run's evidence. Pure but for the
+model, except `reranked`, which records its model call as a step of the run.
 
 Three judgements, one model, one set of calibrated thresholds (kb.relevance.calibration):
 
@@ -16,6 +17,12 @@ Three judgements, one model, one set of calibrated thresholds (kb.relevance.cali
   question are fragments ("its performance claims") a model cannot judge alone.
 - the same scores pick what an extractive answer quotes (agents.providers.offline).
 
+A strategy's candidate pool made into a context (the judge's first use): `pool_size` is how many
+candidates a strategy hands over (the context's size, or the rerank's POOL when a model reranks);
+`reranked` is their order after the model has read them (`rerank`), fused with the strategy's own
+order (reciprocal rank, CONTEXT_RRF_K) and traced as a `rerank` model-call step with its cost.
+Without a relevance model the pool is the context's size and its order is the strategy's own.
+
 A passage is read with its document's title in front ("Travel policy: Hotel stays are ..."): a
 ranking may lean on it. A sentence is judged on its own words: with the title in front, a header
 line ("Owner: Security Team.") under a title naming the company reads as an answer to "Who is the
@@ -27,20 +34,24 @@ callers keep their word-overlap rules.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from agents import sufficiency
 from agents.lexical import looks_like_instructions, sentences, split_question, terms
-from agents.sufficiency import SeenChunk, answer_kind, holds_answer_kind
+from agents.planning import fuse
+from agents.steps import RunState, StepRecord, relevance_cost_since, relevance_cost_snapshot
+from agents.sufficiency import SeenChunk, answer_kind, holds_answer_kind, seen_chunk
 from kb import relevance
-from kb.project.config import get_str
+from tenants.conf import product_settings
 
 POOL = 12  # candidates a rerank reads (the context keeps the best max_context_chunks of them)
 PASSAGE_WORDS = 80  # words of a chunk a rerank reads at most (the window that holds most of the query's terms)
 TOP_PASSAGES = 3  # the whole question's best passages whose every sentence a part's judgement reads
 WORD_CANDIDATES = 6  # besides them, the sentences sharing most words with the part
 MAX_CANDIDATES = 16  # sentences scored per part at most
+CONTEXT_RRF_K = 60  # reciprocal-rank constant of every fusion of a context's lists
 
 
 def enabled() -> bool:
@@ -202,7 +213,7 @@ def judge_question(question: str, chunks: Sequence[SeenChunk]) -> Judgement:
 def trace(judged: Judgement, found_by_words: bool) -> None:
     """With GROUNDED_JUDGE_TRACE set, append the scores an answer was decided on, and whether the
     word rules had found one (JSON lines), for calibrating the thresholds (bench/calibrate_relevance.py)."""
-    if path := get_str("GROUNDED_JUDGE_TRACE"):
+    if path := product_settings.GROUNDED_JUDGE_TRACE:
         line = {"question": judged.question, "best_passage": judged.passage, "found_by_words": found_by_words,
                 "parts": [{"part": j.part, "best": j.best} for j in judged.parts]}
         with open(path, "a", encoding="utf-8") as f:
@@ -226,3 +237,32 @@ def unsupported_parts(question: str, answer: str, cited: Sequence[SeenChunk], re
         return lexical
     leading = [c.chunk_id for c in cited]
     return [part for part in lexical if not judge_part(part, cited, leading).answered]
+
+
+def reranked(state: RunState, chunk_ids: list[int]) -> list[int]:
+    """`chunk_ids` (a strategy's candidate pool, best first) reordered with the relevance model
+    (`rerank`) when one is configured, traced as a `rerank` model-call step with its cost;
+    unchanged without one. The pool's first POOL candidates are read; the rest keep their place after them."""
+    if not enabled() or not chunk_ids:
+        return chunk_ids
+    pool = [c for c in chunk_ids if c in state.retrieved][:POOL]
+    before = relevance_cost_snapshot()
+    started = time.perf_counter()
+    order = rerank(state.question, [seen_chunk(state.retrieved[c]) for c in pool])
+    step = StepRecord(ordinal=len(state.steps), kind="model_call", name="rerank",
+                      arguments={"model": model_name(), "candidates": pool, **relevance_cost_since(before)},
+                      chunk_ids=[cid for cid, _ in order], output=json.dumps([[cid, round(p, 4)] for cid, p in order]),
+                      latency_ms=(time.perf_counter() - started) * 1000)
+    state.record(step)
+    # The model's order fused with the strategy's (reciprocal rank): a passage that answers the whole
+    # question rises, and one the strategy placed for a part or a hop (which the whole question's
+    # reading ranks low) is not cut for it.
+    head = fuse([pool, [cid for cid, _ in order]], rrf_k=CONTEXT_RRF_K, key=lambda c: c)
+    read = set(head)
+    return [*head, *(c for c in chunk_ids if c not in read)]
+
+
+def pool_size(state: RunState) -> int:
+    """How many candidates a strategy hands to the context: the context's size, or the rerank's pool when a model reranks."""
+    size = state.budgets.max_context_chunks
+    return max(size, POOL) if enabled() else size

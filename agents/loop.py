@@ -21,7 +21,7 @@ from typing import Literal
 
 from agents import judge as judge_model
 from agents.citations import MARKER, CitationCheck, check_citations, is_not_enough_evidence, neutralise_markers
-from agents.context_pool import CONTEXT_RRF_K, pool_size, reranked
+from agents.judge import CONTEXT_RRF_K, pool_size, reranked
 from agents.lexical import contained_share, shingles, split_question
 from agents.messages import (
     AssistantMessage,
@@ -53,18 +53,24 @@ STRATEGIES: tuple[str, ...] = ("auto", "classic", "agentic", "pipeline")
 
 # --- Step outcomes (closed union) -----------------------------------------------------------------
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CallTools:
+    """The model asked for these tools: run them (execute_calls), then take another step."""
+
     calls: tuple[ToolCall, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class FinalAnswer:
+    """The model answered in text (possibly empty, possibly before any search: run_agentic decides)."""
+
     text: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class BudgetSpent:
+    """A budget ran out before the step (`reason` names which); no model call was made."""
+
     reason: str
 
 
@@ -164,8 +170,9 @@ def final_without_tools(state: RunState, reason: str) -> str:
     return turn.text or f"NOT_ENOUGH_EVIDENCE: no answer could be produced ({reason})."
 
 
-def _context(state: RunState, chunk_ids: list[int]) -> tuple[str, tuple[ContextChunk, ...]]:
-    """The context shown to an answer or judge call, rendered and as the chunk list recorded with the call.
+def answer_context(state: RunState, chunk_ids: list[int]) -> tuple[str, tuple[ContextChunk, ...]]:
+    """The context shown to an answer or judge call (of the loop, or of a conversation turn answered from
+    its thread), rendered and as the chunk list recorded with the call (call_model's `context`).
 
     Both hold the same chunks: at most max_context_chunks, and no more than fit in context_chars,
     so the trace (and the evaluation reading it) never lists a chunk the model was not shown."""
@@ -178,7 +185,7 @@ def _context(state: RunState, chunk_ids: list[int]) -> tuple[str, tuple[ContextC
 
 
 def synthesise(state: RunState, chunk_ids: list[int], note: str = "") -> str:
-    rendered, structured = _context(state, chunk_ids)
+    rendered, structured = answer_context(state, chunk_ids)
     turn = call_model(state, "answer", [UserMessage(answer_prompt(state.question, rendered, missing_note=note))],
                       tools_enabled=False, context=structured)
     return turn.text
@@ -394,7 +401,7 @@ def _parsed_queries(items: list, facets: Facets) -> list[tuple[str, dict | None]
 
 
 def judge(state: RunState, chunk_ids: list[int], facets: Facets) -> dict:
-    rendered, structured = _context(state, chunk_ids)
+    rendered, structured = answer_context(state, chunk_ids)
     turn = call_model(state, "judge", [UserMessage(judge_prompt(state.question, rendered, facets))], tools_enabled=False,
                       context=structured, facets=facets)
     data = {} if turn.truncated else parse_json_object(turn.text)  # a cut-off verdict is no verdict
@@ -434,28 +441,31 @@ def run_strategy(state: RunState, strategy: str) -> LoopResult:
     if strategy == "agentic" and not state.tools_ok:
         # A provider found to ignore tool declarations never runs the agentic strategy: the pipeline needs no tool calls.
         state.strategy = "pipeline"
-        return _finish(state, "pipeline", run_pipeline(state))
+        return finish_run(state, "pipeline", run_pipeline(state))
     runner = {"classic": run_classic, "agentic": run_agentic, "pipeline": run_pipeline}.get(strategy)
     if runner is None:
         raise ValueError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
     state.strategy = strategy
-    return _finish(state, strategy, runner(state))
+    return finish_run(state, strategy, runner(state))
 
 
 def run_auto(state: RunState) -> LoopResult:
     state.strategy = "pipeline"  # the strategy running: a failed run is stored with it
     if is_multi_part(state.question):
-        return _finish(state, "pipeline", run_pipeline(state))
+        return finish_run(state, "pipeline", run_pipeline(state))
     first = strategy_search(state, state.question, min(state.budgets.max_k, state.budgets.max_context_chunks), "auto")
     state.iterations += 1
     verdict = judge(state, first, Facets())
     if verdict.get("sufficient") or state.spent():
         state.strategy = "classic"
-        return _finish(state, "classic", synthesise(state, first))
-    return _finish(state, "pipeline", run_pipeline(state, first=first))
+        return finish_run(state, "classic", synthesise(state, first))
+    return finish_run(state, "pipeline", run_pipeline(state, first=first))
 
 
-def _finish(state: RunState, strategy: str, answer: str) -> LoopResult:
+def finish_run(state: RunState, strategy: str, answer: str) -> LoopResult:
+    """The result of a run that produced `answer` with `strategy` (recorded on `state`): its citations
+    checked against the chunks the run retrieved, parts the cited chunks do not support found by the
+    judge model, and the outcome decided from both."""
     state.strategy = strategy
     citations = check_citations(answer, state.retrieved)
     cited = [seen_chunk(state.retrieved[c.chunk_id]) for c in citations if c.verified]

@@ -40,6 +40,13 @@ class Verdict(models.TextChoices):
     UNSUPPORTED = "unsupported"  # retrieved, but the claim shares almost no terms with it
 
 
+class Rating(models.TextChoices):
+    """A Feedback's thumbs up or down."""
+
+    UP = "up"
+    DOWN = "down"
+
+
 class Conversation(models.Model):
     """A thread of questions by one principal (a user or a key); each turn is a Run linked to it.
 
@@ -128,7 +135,7 @@ class RunStep(models.Model):
     input_tokens = models.PositiveIntegerField(default=0)
     output_tokens = models.PositiveIntegerField(default=0)
     model_input = models.JSONField(default=dict, blank=True, help_text=(
-        "What a model call was sent, compacted against the run's earlier calls (agents.model_inputs.rebuild expands it)."))
+        "What a model call was sent, compacted against the run's earlier calls (agents.prompts.rebuild expands it)."))
 
     objects = TenantScopedManager()
 
@@ -180,11 +187,6 @@ class Evidence(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["tenant", "chunk_id", "content_hash"], name="uniq_evidence_chunk_content")]
-
-
-class Rating(models.TextChoices):
-    UP = "up"
-    DOWN = "down"
 
 
 class Feedback(models.Model):

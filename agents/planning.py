@@ -13,7 +13,7 @@ turn each such mention into a narrowing filter on its sub-query:
 A question that names no facet value is split into its parts (clauses, list items, several
 questions, both sides of a comparison), one sub-query each. Nothing here knows a dataset: which
 keys are enumerations and which key is "the date" come from the corpus (kb.models.Corpus
-`facet_keys`, `date_key`) or from the data itself (kb.facets).
+`facet_keys`, `date_key`) or from the data itself (kb.metadata.scope_facets).
 
 `Planner` is the interface the strategies use; `GeneralPlanner` is the default.
 """
@@ -65,7 +65,7 @@ class Facets:
 
     @classmethod
     def from_tool(cls, content: Mapping | None) -> Facets:
-        """From the `facets` tool's output (kb.facets.scope_facets): {"enumerations": {key: {value:
+        """From the `facets` tool's output (kb.metadata.scope_facets): {"enumerations": {key: {value:
         count}}, "dates": {"earliest", "latest"} | None}. Anything malformed is left out."""
         content = content or {}
         enums = content.get("enumerations")
@@ -115,7 +115,7 @@ class Planner(Protocol):
         ...
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Mention:
     """A facet value named in a text: its span, its metadata key and the stored values it denotes."""
 

@@ -7,7 +7,7 @@ from django.db.models import Count, Q
 
 from agents.access import visible_citations, visible_run_steps
 from kb.access import visible_chunks, visible_corpora
-from kb.facets import scope_facets
+from kb.metadata import scope_facets
 from kb.models import DocumentStatus
 from tenants.scope import Scope
 
@@ -43,7 +43,7 @@ def corpus_overview(scope: Scope) -> list[dict]:
 
 
 def metadata_facets(scope: Scope, corpus_ids: list[int] | None = None, max_values: int = 50) -> dict:
-    """What the scope's ready documents can be narrowed by (kb.facets.scope_facets):
+    """What the scope's ready documents can be narrowed by (kb.metadata.scope_facets):
 
         {"enumerations": {key: {value: document count}}, "dates": {"key", "earliest", "latest"} | None,
          "other_keys": [...]}

@@ -16,16 +16,15 @@ from typing import Any
 
 from django.utils import timezone
 
-from agents import evidence
-from agents.budgets import Budgets, budgets_for_tenant
+from agents.budgets import Budgets, budgets_for_tenant, spend_daily_run
 from agents.chain import GENESIS, allocate_ids, clean_json, lock_chain, run_hash
 from agents.citations import CitationCheck
+from agents.citations import keep as keep_evidence
 from agents.judge import open_parts
 from agents.loop import STRATEGIES, LoopResult, RunState, StepRecord, run_strategy
 from agents.models import Citation, Conversation, Outcome, Run, RunStep
 from agents.prompts import PROMPT_VERSION
-from agents.providers import Provider, get_provider
-from agents.providers.capabilities import known_capabilities
+from agents.providers import Provider, get_provider, known_capabilities
 from agents.sufficiency import seen_chunk
 from agents.tools import ToolDeps
 from tenants.scope import Scope, activate
@@ -48,8 +47,15 @@ class InvalidQuestion(ValueError):
 
 def ask(*, scope: Scope, question: str, strategy: str = "auto", provider: Provider | str | None = None,
         on_step: Callable[[StepRecord], Any] | None = None, budgets: Budgets | None = None,
-        runner: Callable[[RunState, str], LoopResult] = run_strategy, conversation_id: int | None = None) -> Run:
+        runner: Callable[[RunState, str], LoopResult] = run_strategy, conversation_id: int | None = None,
+        spend_budget: bool = True) -> Run:
     """Answer `question` within `scope` and return the stored Run (outcome, answer, grounded).
+
+    The run is first counted against the tenant's daily run budget (agents.budgets.spend_daily_run;
+    a question refused as invalid is not): agents.budgets.BudgetExceeded once it is used up,
+    tenants.counters.CounterUnavailable when nothing can count it, both before any work.
+    `spend_budget=False` only when the caller counted this run itself (an edge that must refuse
+    before it answers, such as a stream's, or a conversation turn, agents.conversations).
 
     `runner` replaces the strategy runner (a conversation turn first makes its follow-up standalone,
     agents.conversations); with `conversation_id` the run is that conversation's next turn, `question`
@@ -62,6 +68,8 @@ def ask(*, scope: Scope, question: str, strategy: str = "auto", provider: Provid
     an answer is never handed out without its record.
     """
     question = check_question(question, strategy)
+    if spend_budget:
+        spend_daily_run(scope.tenant_id)
     model = provider if provider is not None and not isinstance(provider, str) else get_provider(provider)
     budgets = budgets or budgets_for_tenant(scope.tenant_id)
     found = known_capabilities(model)  # cached probe results only: a run never probes
@@ -136,7 +144,7 @@ def record_run(*, scope: Scope, state: RunState, result: LoopResult | None, erro
         Run.objects.bulk_create([run])
         RunStep.objects.bulk_create(steps)
         Citation.objects.bulk_create(citations)
-        evidence.keep(scope, state.retrieved.values(), created_at)
+        keep_evidence(scope, state.retrieved.values(), created_at)
     run._state.adding = False
     return run
 

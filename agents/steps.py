@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from agents.budgets import Budgets
 from agents.citations import RetrievedChunk
@@ -31,13 +31,13 @@ from agents.messages import (
     ToolResultMessage,
     UserMessage,
 )
-from agents.model_inputs import as_recorded, compact
 from agents.planning import Facets, GeneralPlanner, Planner
-from agents.prompts import system_prompt, truncated_note
-from agents.providers import Provider
-from agents.providers.capabilities import CHARS_PER_TOKEN
+from agents.prompts import CHARS_PER_TOKEN, as_recorded, compact, system_prompt, truncated_note
 from agents.tools import TOOL_SPECS, ToolDeps, ToolOutcome, run_tool
 from kb import relevance
+
+if TYPE_CHECKING:  # only annotated here: the offline provider imports agents.judge, which imports this module
+    from agents.providers import Provider
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ class StepRecord:
     latency_ms: float = 0.0
     input_tokens: int = 0
     output_tokens: int = 0
-    model_input: dict = field(default_factory=dict)  # a model call's request, compacted (agents.model_inputs)
+    model_input: dict = field(default_factory=dict)  # a model call's request, compacted (agents.prompts.compact)
 
     def as_dict(self) -> dict:
         """The step as streamed: everything but the (large) recorded model input, which stays in the record."""

@@ -194,7 +194,7 @@ def search(deps: ToolDeps, *, query: str, k: int = 5, mode: str = "hybrid", corp
         department_ids=tuple(department_ids) if department_ids is not None else None, metadata=metadata or None,
         date_after=date_after or None, date_before=date_before or None)
     # Not inside activate(): search() sets the RLS tenant on every statement itself, and outside a
-    # transaction it may run its two hybrid rankings at once on two connections (kb.retrieval.side_connections).
+    # transaction it may run its two hybrid rankings at once on two connections (kb.retrieval.retrieve).
     result = retrieval.search(scope, query, k=clamped, mode=mode, filters=filters, rerank=True,  # type: ignore[arg-type]
                               rerank_query=_sentence_query(deps, query, metadata, date_after, date_before))
     extra: dict = {"query": query}

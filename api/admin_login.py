@@ -1,9 +1,9 @@
-"""The sign-in lockout of the admin and the chat page (one form mixin, api.ratelimit's counters).
+"""The sign-in lockout of the admin and the chat page (one form mixin, tenants.limits' counters).
 
 Two locks, both checked before the password is:
 - per client address: an address that failed AUTH_FAILURES_PER_IP times in the window is refused,
   right password or not, until the window ends (the API's failed-key lockout, the same counter);
-- per account: a username (as typed, normalised: api.ratelimit.account_key) that failed
+- per account: a username (as typed, normalised: tenants.limits.account_key) that failed
   SIGN_IN_FAILURES_PER_ACCOUNT times within SIGN_IN_ACCOUNT_WINDOW_SECONDS, from any addresses, is
   refused the same way, so spreading guesses over many addresses does not help.
 An unknown username counts and locks exactly like a real one (same message, and no password check
@@ -20,11 +20,12 @@ import math
 from typing import Any
 
 from django import forms
-from django.conf import settings
 from django.contrib.admin.forms import AdminAuthenticationForm
 from django.contrib.auth.forms import AuthenticationForm
 
 from api import ratelimit
+from tenants import limits
+from tenants.conf import product_settings
 
 security_log = logging.getLogger("grounded.security")
 
@@ -41,20 +42,20 @@ class SignInLockout(AuthenticationForm):
     def clean(self) -> dict[str, Any]:
         address = ratelimit.client_address(self.request) if self.request is not None else "unknown"
         account = self.cleaned_data.get("username") or ""
-        locked = ratelimit.auth_failures_exceeded(address)
+        locked = limits.auth_failures_exceeded(address)
         if locked is not None:
             raise forms.ValidationError(f"Too many failed sign-ins from this address: try again in {locked.retry_after} s.",
                                         code="locked")
-        account_locked = ratelimit.account_sign_in_locked(account) if account else None
+        account_locked = limits.account_sign_in_locked(account) if account else None
         if account_locked is not None:
-            self._audit("sign_in_refused_account_locked", account, address, ratelimit.failed_addresses(account))
+            self._audit("sign_in_refused_account_locked", account, address, limits.failed_addresses(account))
             raise forms.ValidationError(account_locked_message(account_locked.retry_after), code="account_locked")
         try:
             return super().clean()
         except forms.ValidationError:
-            ratelimit.record_auth_failure(address)
-            counted = ratelimit.record_account_sign_in_failure(account, address) if account else None
-            if counted is not None and counted[0].allowed and counted[0].count >= int(settings.SIGN_IN_FAILURES_PER_ACCOUNT):
+            limits.record_auth_failure(address)
+            counted = limits.record_account_sign_in_failure(account, address) if account else None
+            if counted is not None and counted[0].allowed and counted[0].count >= int(product_settings.SIGN_IN_FAILURES_PER_ACCOUNT):
                 self._audit("sign_in_account_locked", account, address, counted[1])
             raise
 

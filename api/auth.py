@@ -17,6 +17,7 @@ from rest_framework import authentication, exceptions
 from rest_framework.request import Request
 
 from api import ratelimit
+from tenants import limits
 from tenants.models import ApiKey
 from tenants.principals import TenantChoiceRequired, authenticate_key, choose_tenant, user_scope
 from tenants.scope import Scope
@@ -57,12 +58,12 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         if not raw:
             return None
         address = ratelimit.client_address(request)
-        locked = ratelimit.auth_failures_exceeded(address)
+        locked = limits.auth_failures_exceeded(address)
         if locked is not None:
             raise exceptions.Throttled(wait=locked.retry_after, detail="too many failed API-key attempts from this address")
         found = authenticate_key(raw)
         if found is None:
-            ratelimit.record_auth_failure(address)
+            limits.record_auth_failure(address)
             raise exceptions.AuthenticationFailed("invalid or revoked API key")
         key, scope = found
         return Principal(scope=scope, api_key=key), key

@@ -17,15 +17,30 @@ from django.core.signals import got_request_exception
 from django.http import HttpRequest, HttpResponse, HttpResponsePermanentRedirect, JsonResponse
 from django.urls import Resolver404, resolve
 from django.views import defaults
-from rest_framework.exceptions import NotFound, ParseError, PermissionDenied, ValidationError
+from rest_framework import status
+from rest_framework.exceptions import APIException, NotFound, ParseError, PermissionDenied, Throttled, ValidationError
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 from rest_framework.views import set_rollback
 
+from agents.budgets import BudgetExceeded
 from agents.services import RunNotRecorded
+from tenants.counters import CounterUnavailable
 from tenants.scope import NotAllowed, NotVisible
 
 logger = logging.getLogger("django.request")
+
+
+class RateLimitUnavailable(APIException):
+    """A fail-closed limit could not be counted (tenants.counters.CounterUnavailable): 503 with Retry-After."""
+
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_detail = "rate-limit storage is unavailable, retry shortly"
+    default_code = "rate_limit_unavailable"
+
+    def __init__(self, detail=None, code=None, wait: int = 30):
+        super().__init__(detail, code)
+        self.wait = wait
 
 
 def _flatten(detail, prefix: str = "") -> dict[str, list[str]]:
@@ -53,7 +68,9 @@ def error_body(code: str, message: str, fields: dict[str, list[str]] | None = No
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
     """DRF's handler in the one error format; the domain's access errors (tenants.scope) mapped:
     NotVisible -> 404, NotAllowed -> 400 on the field it names, else 403; a run that could not be
-    stored (agents.services.RunNotRecorded) -> 503 `run_not_recorded`. Any other exception is a
+    stored (agents.services.RunNotRecorded) -> 503 `run_not_recorded`; the daily run budget used up
+    (agents.budgets.BudgetExceeded) -> 429 `throttled` with Retry-After, its counter unavailable
+    (tenants.counters.CounterUnavailable) -> 503 `rate_limit_unavailable` with Retry-After. Any other exception is a
     500 `server_error` with no detail: logged (with the traceback) and signalled like Django's own
     500s, but never rendered, so DEBUG cannot turn it into a page of settings and SQL."""
     if isinstance(exc, SuspiciousOperation):  # Django's request limits (fields, size) and the like: 400, as Django does
@@ -63,6 +80,10 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
         unavailable = Response(error_body("run_not_recorded", str(exc)), status=503)
         unavailable["Retry-After"] = "30"
         return unavailable
+    elif isinstance(exc, BudgetExceeded):
+        exc = Throttled(wait=exc.retry_after, detail=str(exc))
+    elif isinstance(exc, CounterUnavailable):
+        exc = RateLimitUnavailable(str(exc), wait=exc.retry_after)
     elif isinstance(exc, NotVisible):
         exc = NotFound(str(exc))
     elif isinstance(exc, NotAllowed):

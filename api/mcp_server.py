@@ -14,7 +14,8 @@ Transports:
 - the same as a server of its own (`manage.py mcp --http`, uvicorn; `http_app` below).
 Over HTTP a request without a valid key gets 401 before it reaches the protocol, and a key past
 RATE_LIMIT_PER_MINUTE gets 429 with Retry-After (both HTTP transports, one window shared with the REST API);
-every transport's `ask` spends the tenant's daily run budget like the REST ask (api.ratelimit).
+every transport's `ask` spends the tenant's daily run budget like the REST ask (agents.services.ask
+spends it; past it the tool answers an error saying when to retry).
 
 Each `ask` is a Run in the tenant's hash chain whose principal is the key's, followed by " via mcp".
 """
@@ -39,8 +40,9 @@ from agents.loop import STRATEGIES
 from agents.models import Citation
 from agents.selectors import chunks_around, corpus_overview
 from agents.services import InvalidQuestion, ask
-from api import ratelimit
 from kb import retrieval
+from tenants import limits
+from tenants.counters import RetryLater
 from tenants.principals import authenticate_key
 from tenants.scope import NotAllowed, Scope, activate
 
@@ -127,17 +129,13 @@ def ask_for(scope: Scope, question: str, strategy: str) -> dict:
         raise ToolError(str(exc)) from None
     if strategy not in STRATEGIES:
         raise ToolError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
-    try:
-        budget = ratelimit.spend_daily_run(scope.tenant_id)  # the REST API's budget, the same counter
-    except ratelimit.RateLimitUnavailable as exc:
-        raise ToolError(f"{exc.detail}; retry in {exc.wait} s") from None
-    if not budget.allowed:
-        raise ToolError(f"the tenant's daily agent-run budget is used up; retry in {budget.retry_after} s")
     via = dataclasses.replace(scope, principal=f"{scope.principal}{VIA}"[:200])
     try:
-        run = ask(scope=via, question=question, strategy=strategy)
+        run = ask(scope=via, question=question, strategy=strategy)  # spends the REST API's daily budget, the same counter
     except InvalidQuestion as exc:
         raise ToolError(str(exc)) from None
+    except RetryLater as exc:  # the daily run budget used up, or nothing could count it
+        raise ToolError(f"{exc}; retry in {exc.retry_after} s") from None
     with activate(scope):
         citations = [{"chunk_id": c.chunk_id, "document_id": c.document_id, "quoted_text": c.quoted_text, "verdict": c.verdict}
                      for c in Citation.objects.for_scope(scope).filter(run_id=run.id).order_by("ordinal")]
@@ -208,7 +206,7 @@ def http_app(allowed_hosts: list[str] | None = None):
     and counts towards the address's sign-in lockout like the API's (429 once locked out; the address
     is the connection's: run it behind a proxy that connects from the client's address, or none). A
     valid key's request counts against the key's per-minute limit, the REST API's own window
-    (api.ratelimit.consume_request): 429 + Retry-After past it. `ask` spends the tenant's daily run budget
+    (tenants.limits.consume_request): 429 + Retry-After past it. `ask` spends the tenant's daily run budget
     (ask_for), as the REST ask does."""
     security = TransportSecuritySettings(enable_dns_rebinding_protection=bool(allowed_hosts),
                                          allowed_hosts=list(allowed_hosts or []), allowed_origins=[])
@@ -217,16 +215,16 @@ def http_app(allowed_hosts: list[str] | None = None):
 
     def check(raw: str, address: str) -> JSONResponse | None:
         """None to serve the request; else the refusal: 401 (no valid key; a failed attempt is counted), 429 (the
-        address is locked out, or the key used up its requests this minute: api.ratelimit, as on the REST API)."""
-        locked = ratelimit.auth_failures_exceeded(address)
+        address is locked out, or the key used up its requests this minute: tenants.limits, as on the REST API)."""
+        locked = limits.auth_failures_exceeded(address)
         if locked is not None:
             return _refusal(429, "throttled", "too many failed API-key attempts from this address", locked.retry_after)
         found = authenticate_key(raw) if raw else None
         if found is None:
             if raw:
-                ratelimit.record_auth_failure(address)
+                limits.record_auth_failure(address)
             return _refusal(401, "not_authenticated", "invalid or revoked API key")
-        decision = ratelimit.consume_request(found[1].principal)
+        decision = limits.consume_request(found[1].principal)
         if not decision.allowed:
             return _refusal(429, "throttled", f"request was throttled: expected available in {decision.retry_after} seconds",
                             decision.retry_after)

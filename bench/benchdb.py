@@ -23,15 +23,12 @@ def create_database(dbname: str) -> None:
 def drop_database(dbname: str) -> None:
     from django.db import connections
 
-    from kb.retrieval import side_connections
+    from kb.retrieval.retrieve import close_side_connections
 
     for alias in ("owner", "default"):
         connections[alias].close()
     # Hybrid searches' side connections (worker threads, each with its own connection) would
     # point at the dropped database: a fresh pool connects anew for the next one.
-    with side_connections._lock:
-        pool, side_connections._pool = side_connections._pool, None
-    if pool is not None:
-        pool[1].shutdown(wait=True)
+    close_side_connections()
     with connections["owner"]._nodb_cursor() as cur:
         cur.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')

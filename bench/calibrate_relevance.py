@@ -29,14 +29,14 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kb.project.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "api.project.settings")
 
 import django  # noqa: E402
 
 django.setup()
 
-from agents.evaluation.dataset import load_corpus, load_questions  # noqa: E402
-from agents.evaluation.suite import select  # noqa: E402
+from bench.evaluation.dataset import load_corpus, load_questions  # noqa: E402
+from bench.evaluation.suite import select  # noqa: E402
 
 GRID = [0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.97, 0.99]
 

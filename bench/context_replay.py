@@ -28,7 +28,7 @@ from types import SimpleNamespace
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kb.project.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "api.project.settings")
 EVAL = ROOT.parent / "shared" / "eval"
 K_CONTEXT = 10
 _OVERFLOW = re.compile(r"past the output budget: ([^;]*)")
@@ -98,9 +98,9 @@ def main() -> int:
     import django
 
     django.setup()
-    from agents.evaluation.dataset import load_corpus, load_questions
-    from agents.evaluation.metrics import strip_spaces
     from agents.models import Run, RunStep
+    from bench.evaluation.dataset import load_corpus, load_questions
+    from bench.evaluation.metrics import strip_spaces
     from kb.models import Chunk
     from tenants.models import Tenant
     from tenants.scope import Scope, activate

@@ -40,7 +40,7 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kb.project.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "api.project.settings")
 
 from retrieval_bench import layout, on_clustered_database, percentiles, vectors  # noqa: E402
 
@@ -120,17 +120,14 @@ def wall_calls(run_searches) -> tuple[int, float, int]:
     (track_functions = 'pl' for the database's new sessions): the wall's own cost, free of the load's noise."""
     from django.db import connections
 
-    from kb.retrieval import side_connections
+    from kb.retrieval.retrieve import close_side_connections
 
     owner = connections["owner"]
     with owner.cursor() as cur:
         cur.execute("SELECT current_database()")
         cur.execute(f'ALTER DATABASE "{cur.fetchone()[0]}" SET track_functions = \'pl\'')
     connections["default"].close()  # new sessions take the setting; so do the hybrid side connections
-    with side_connections._lock:
-        pool, side_connections._pool = side_connections._pool, None
-    if pool is not None:
-        pool[1].shutdown(wait=True)
+    close_side_connections()
 
     def stats() -> tuple[int, float]:
         time.sleep(1.5)  # idle backends flush their function statistics at most once a second

@@ -82,7 +82,7 @@ def seed(docs: int) -> tuple[str, int]:
     for var in ("REDIS_URL", "CELERY_BROKER_URL", "DATABASE_URL"):
         os.environ.pop(var, None)
     os.environ.update(GROUNDED_DB_NAME=DB_NAME, GROUNDED_EMBEDDER="local", CELERY_TASK_ALWAYS_EAGER="1",
-                      DJANGO_SETTINGS_MODULE="kb.project.settings")
+                      DJANGO_SETTINGS_MODULE="api.project.settings")
     import django
 
     django.setup()
@@ -135,7 +135,7 @@ def server_env(warm: bool, redis_dir: str) -> dict[str, str]:
                SECRET_KEY="bench-" + "k" * 60, ALLOWED_HOSTS="127.0.0.1", SECURE_COOKIES="0", RATE_LIMIT_PER_MINUTE="1000000",
                CELERY_TASK_ALWAYS_EAGER="0", GROUNDED_REDIS_DIR=redis_dir, GROUNDED_WARMUP="1" if warm else "0",
                LOG_LEVEL="ERROR", GUNICORN_ACCESS_LOG="/dev/null", GUNICORN_LOG_LEVEL="warning", WEB_CONCURRENCY="2",
-               PYTHONPATH=str(ROOT), DJANGO_SETTINGS_MODULE="kb.project.settings", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+               PYTHONPATH=str(ROOT), DJANGO_SETTINGS_MODULE="api.project.settings", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                TOKENIZERS_PARALLELISM="false")
     return env
 
@@ -190,7 +190,7 @@ def wait_healthy(port: int, proc: subprocess.Popen, timeout: float = 300) -> flo
 def cold_start(key: str, warm: bool, searches: int, redis_dir: str, logdir: Path) -> dict:
     port = free_port()
     env = server_env(warm, redis_dir) | {"GUNICORN_BIND": f"127.0.0.1:{port}"}
-    web = start([str(BIN / "gunicorn"), "-c", "python:kb.project.gunicorn_conf", "kb.project.wsgi:application"], env,
+    web = start([str(BIN / "gunicorn"), "-c", "python:api.project.gunicorn_conf", "api.project.wsgi:application"], env,
                 logdir / f"web-{warm}.log")
     try:
         ready_s = wait_healthy(port, web)
@@ -210,7 +210,7 @@ def uploads(key: str, corpus: int, n: int, docs_offset: int, redis_dir: str, log
     """`n` distinct 78 KB files of articles from `docs_offset` on (not the seeded ones: no cache hits)."""
     port = free_port()
     env = server_env(True, redis_dir) | {"GUNICORN_BIND": f"127.0.0.1:{port}"}
-    web = start([str(BIN / "gunicorn"), "-c", "python:kb.project.gunicorn_conf", "kb.project.wsgi:application"], env,
+    web = start([str(BIN / "gunicorn"), "-c", "python:api.project.gunicorn_conf", "api.project.wsgi:application"], env,
                 logdir / "web-upload.log")
     try:
         wait_healthy(port, web)
@@ -254,7 +254,7 @@ def main() -> None:
     from kb.embedded import redis_broker
 
     redis_broker.start(owner=os.getpid())
-    worker = start([str(BIN / "celery"), "-A", "kb", "worker", "--concurrency", "1", "-l", "info", "--without-gossip",
+    worker = start([str(BIN / "celery"), "-A", "api.project", "worker", "--concurrency", "1", "-l", "info", "--without-gossip",
                     "--without-mingle", "-n", f"bench-{uuid.uuid4().hex[:6]}@%h"], server_env(True, redis_dir), logdir / "worker.log")
     try:
         deadline = time.monotonic() + 180  # ready, and its pool process warm, before anything is timed

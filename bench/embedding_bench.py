@@ -28,7 +28,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kb.project.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "api.project.settings")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
@@ -58,7 +58,7 @@ def main() -> None:
     from kb.chunking import chunk_document
     from kb.embedding import RUNTIMES, LocalMiniLMEmbedder
     from kb.parsing import parse
-    from kb.project.config import get_int
+    from tenants.conf.environment import get_int
 
     if args.model == "mpnet":
         from kb.mpnet import MPNetEmbedder as cls

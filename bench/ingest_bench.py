@@ -34,7 +34,7 @@ def setup_django() -> None:
     os.environ["CELERY_TASK_ALWAYS_EAGER"] = "1"
     os.environ["GROUNDED_DB_NAME"] = DB_NAME
     os.environ["GROUNDED_EMBEDDER"] = "local"
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kb.project.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "api.project.settings")
     import django
 
     django.setup()

@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchdb import create_database, drop_database  # noqa: E402  (bench/ is on sys.path when run as a script)
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kb.project.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "api.project.settings")
 EVAL = ROOT.parent / "shared" / "eval"
 MODEL_KEY = "minilm-l6-v2:384"
 _SENT = re.compile(r"(?<=[.!?])\s+|\n+")
@@ -373,7 +373,7 @@ def run(args, name: str, chunks: list[BenchChunk], questions: list[dict], query_
         return r, lists, text
 
     from kb.retrieval import DEFAULTS
-    from kb.retrieval.rank import _rrf
+    from kb.retrieval.retrieve import rrf
 
     share, cap = DEFAULTS["RETRIEVAL_BM25_CANDIDATE_SHARE"], DEFAULTS["RETRIEVAL_BM25_MAX_CANDIDATES"]
     results.append(ours(f"**ours: keyword, default** (`search(mode=\"keyword\")`, candidates from the rarest lexemes, share "
@@ -391,7 +391,7 @@ def run(args, name: str, chunks: list[BenchChunk], questions: list[dict], query_
     # Hybrid weights: the same fusion function the product uses, over the two candidate lists above.
     texts_by_id = {**kw_text, **vec_text}
     for w in (float(x) for x in args.weights.split(",") if x.strip()):
-        fused = [_rrf([(v, w), (kk, 1.0)], DEFAULTS["RETRIEVAL_RRF_K"])[:10] for kk, v in zip(kw_lists, vec_lists, strict=True)]
+        fused = [rrf([(v, w), (kk, 1.0)], DEFAULTS["RETRIEVAL_RRF_K"])[:10] for kk, v in zip(kw_lists, vec_lists, strict=True)]
         results.append(evaluate(f"RRF fusion: keyword 1 / vector {w:g} (k={DEFAULTS['RETRIEVAL_RRF_K']})",
                                 [[texts_by_id[c] for c, _ in rows] for rows in fused], questions))
         show(results[-1])

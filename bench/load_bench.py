@@ -3,7 +3,7 @@
     .venv/bin/python bench/load_bench.py [--docs 150] [--duration 15] [--concurrency 10 50] [--embedder local]
 
 Builds a scratch database on the embedded PostgreSQL (news articles from ../shared/eval/corpus.jsonl,
-ingested through kb.ingest), starts gunicorn with kb/project/gunicorn_conf.py on 127.0.0.1 only, and drives
+ingested through kb.ingest), starts gunicorn with api/project/gunicorn_conf.py on 127.0.0.1 only, and drives
 POST /api/v1/search/ and POST /api/v1/ask/ (offline provider) from N client threads, each with its
 own keep-alive connection, for a bounded time per cell. Rate limiting stays on (Redis DB 4 when
 reachable, with a limit high enough never to trigger) so its cost is in the figures. The server is
@@ -47,7 +47,7 @@ def server_env(embedder: str) -> dict[str, str]:
     env.update(GROUNDED_DB_NAME=DB_NAME, GROUNDED_EMBEDDER=embedder, GROUNDED_PROVIDER="offline", DEBUG="0",
                SECRET_KEY="bench-" + "k" * 60, ALLOWED_HOSTS="127.0.0.1", SECURE_COOKIES="0", RATE_LIMIT_PER_MINUTE="1000000",
                RATE_LIMIT_REDIS_URL=RATE_REDIS if _redis_up() else "", OMP_NUM_THREADS="1", LOG_LEVEL="ERROR",
-               GUNICORN_ACCESS_LOG="/dev/null", DJANGO_SETTINGS_MODULE="kb.project.settings", CELERY_TASK_ALWAYS_EAGER="1")
+               GUNICORN_ACCESS_LOG="/dev/null", DJANGO_SETTINGS_MODULE="api.project.settings", CELERY_TASK_ALWAYS_EAGER="1")
     return env
 
 
@@ -111,7 +111,7 @@ def free_port() -> int:
 def start_server(port: int, embedder: str, workers: int, threads: int) -> subprocess.Popen:
     env = server_env(embedder) | {"GUNICORN_BIND": f"127.0.0.1:{port}", "WEB_CONCURRENCY": str(workers),
                                   "GUNICORN_THREADS": str(threads)}
-    proc = subprocess.Popen([str(ROOT / ".venv/bin/gunicorn"), "-c", "python:kb.project.gunicorn_conf", "kb.project.wsgi:application"],
+    proc = subprocess.Popen([str(ROOT / ".venv/bin/gunicorn"), "-c", "python:api.project.gunicorn_conf", "api.project.wsgi:application"],
                             cwd=ROOT, env=env, start_new_session=True)
     if not wait_healthy(port, [proc], timeout_s=60):
         stop_server(proc)

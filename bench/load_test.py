@@ -4,7 +4,7 @@
                                         [--duration 30] [--cpu-requests 100] [--embedder local] [--keep] [--reuse]
 
 What it runs, as `scripts/run` does: the embedded PostgreSQL (GROUNDED_DATA_DIR) and the embedded
-Redis (broker, rate limits), a Celery worker, and gunicorn (kb/project/gunicorn_conf.py: warm-up before the
+Redis (broker, rate limits), a Celery worker, and gunicorn (api/project/gunicorn_conf.py: warm-up before the
 first request, /healthz ready only after it) on 127.0.0.1, with the offline answer provider. Its own
 scratch database (grounded_bench_locust): news articles from ../shared/eval/corpus.jsonl ingested
 through kb.ingest, a tenant and a reader key. Questions: ../shared/eval/questions-dev.jsonl.
@@ -71,11 +71,11 @@ def stack_env(embedder: str) -> dict[str, str]:
 
 def start_stack(env: dict[str, str], port: int, workers: int, threads: int) -> list[subprocess.Popen]:
     """A Celery worker and gunicorn, each in a session of its own; returns once /healthz answers 200."""
-    worker = subprocess.Popen([str(ROOT / ".venv/bin/celery"), "-A", "kb", "worker", "--concurrency", "1", "-l", "warning",
+    worker = subprocess.Popen([str(ROOT / ".venv/bin/celery"), "-A", "api.project", "worker", "--concurrency", "1", "-l", "warning",
                                "--without-gossip", "--without-mingle", "-n", f"load-test-{os.getpid()}@%h"],
                               cwd=ROOT, env=env, start_new_session=True)
     web_env = env | {"GUNICORN_BIND": f"127.0.0.1:{port}", "WEB_CONCURRENCY": str(workers), "GUNICORN_THREADS": str(threads)}
-    web = subprocess.Popen([str(ROOT / ".venv/bin/gunicorn"), "-c", "python:kb.project.gunicorn_conf", "kb.project.wsgi:application"],
+    web = subprocess.Popen([str(ROOT / ".venv/bin/gunicorn"), "-c", "python:api.project.gunicorn_conf", "api.project.wsgi:application"],
                            cwd=ROOT, env=web_env, start_new_session=True)
     procs = [web, worker]
     if not load_bench.wait_healthy(port, procs, timeout_s=300):

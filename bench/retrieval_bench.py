@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchdb import create_database, drop_database  # noqa: E402  (bench/ is on sys.path when run as a script)
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kb.project.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "api.project.settings")
 
 DIM = 384
 N_SMALL_TENANTS = 20

@@ -32,7 +32,7 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kb.project.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "api.project.settings")
 
 from retrieval_bench import exact_topk, layout, on_clustered_database, vectors  # noqa: E402
 
@@ -122,7 +122,7 @@ def explain(conn, tenant_id: int, dept_ids: list[int], model_key: str, q: np.nda
     """EXPLAIN ANALYZE of the exact ranking over the scope, under the scope's RLS tenant."""
     from django.db import transaction
 
-    from kb.retrieval.vector import _vec_literal
+    from kb.retrieval.prepare import vector_literal
     from tenants.db_wall import tenant_statements
 
     sql = ("EXPLAIN (ANALYZE, BUFFERS, SUMMARY) SELECT id, score FROM (SELECT c.id, (c.embedding::vector(384)) <=> "
@@ -131,7 +131,7 @@ def explain(conn, tenant_id: int, dept_ids: list[int], model_key: str, q: np.nda
     with transaction.atomic(), conn.cursor() as cur:
         cur.execute(tenant_statements(tenant_id))
         for _ in range(3):
-            cur.execute(sql, [_vec_literal(q), tenant_id, dept_ids, model_key])
+            cur.execute(sql, [vector_literal(q), tenant_id, dept_ids, model_key])
             plan = [re.sub(r"'\[[^']*\]'", "'[...]'", r[0]) for r in cur.fetchall()]
         print("\n    " + "\n    ".join(plan) + "\n")
 

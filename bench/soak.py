@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from kb.project.config import get_str  # noqa: E402  (after the checkout is on sys.path)
+from tenants.conf.environment import get_str  # noqa: E402  (after the checkout is on sys.path)
 
 REDIS_URL = get_str("GROUNDED_SOAK_REDIS_URL")
 EVAL_CORPUS = ROOT.parent / "shared" / "eval" / "corpus.jsonl"
@@ -99,7 +99,7 @@ def rss_mb(pid: int) -> float:
 def setup_database(db_name: str, n_docs: int) -> dict:
     """Create and migrate the soak database, seed one tenant, return keys and ids."""
     os.environ["GROUNDED_DB_NAME"] = db_name
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kb.project.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "api.project.settings")
     os.environ["GROUNDED_EMBEDDER"] = "hash"
     import django
 
@@ -149,14 +149,14 @@ def start_processes(db_name: str, port: int, queue: str, logdir: Path, web_worke
     env = {k: v for k, v in os.environ.items() if k not in {"GEMINI_API_KEY", "OPENAI_COMPAT_BASE_URL"}}
     env.update({"GROUNDED_DB_NAME": db_name, "REDIS_URL": REDIS_URL, "CELERY_QUEUE": queue, "GROUNDED_EMBEDDER": "hash",
                 "RATE_LIMIT_PER_MINUTE": "1000000", "DEBUG": "0", "SECRET_KEY": "soak-" + uuid.uuid4().hex,
-                "PYTHONPATH": str(ROOT), "DJANGO_SETTINGS_MODULE": "kb.project.settings"})
+                "PYTHONPATH": str(ROOT), "DJANGO_SETTINGS_MODULE": "api.project.settings"})
     bin_dir = Path(sys.executable).parent
     web_log = open(logdir / "gunicorn.log", "wb")  # noqa: SIM115 - closed when the process is stopped
-    web = subprocess.Popen([str(bin_dir / "gunicorn"), "kb.project.wsgi:application", "-b", f"127.0.0.1:{port}", "-w", str(web_workers),
+    web = subprocess.Popen([str(bin_dir / "gunicorn"), "api.project.wsgi:application", "-b", f"127.0.0.1:{port}", "-w", str(web_workers),
                             "-k", "gthread", "--threads", "4", "--timeout", "120", "--graceful-timeout", "10"],
                            cwd=ROOT, env=env, stdout=web_log, stderr=subprocess.STDOUT, start_new_session=True)
     worker_log = open(logdir / "worker.log", "wb")  # noqa: SIM115
-    worker = subprocess.Popen([sys.executable, "-m", "celery", "-A", "kb", "worker", "--pool=solo", "-Q", queue, "-l", "warning",
+    worker = subprocess.Popen([sys.executable, "-m", "celery", "-A", "api.project", "worker", "--pool=solo", "-Q", queue, "-l", "warning",
                                "--without-gossip", "--without-mingle", "--without-heartbeat", "-n", f"{queue}@%h"],
                               cwd=ROOT, env=env, stdout=worker_log, stderr=subprocess.STDOUT, start_new_session=True)
     return web, worker

@@ -45,7 +45,7 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="grounded-sources-bench-"))
     os.environ.update({"GROUNDED_DB_NAME": DB_NAME, "GROUNDED_EMBEDDER": "hash", "SOURCES_FOLDER_ROOTS": str(tmp),
                        "CELERY_TASK_ALWAYS_EAGER": "1",  # no broker: each job runs here, as one worker would
-                       "DJANGO_SETTINGS_MODULE": "kb.project.settings"})
+                       "DJANGO_SETTINGS_MODULE": "api.project.settings"})
     from bench.benchdb import create_database, drop_database
 
     create_database(DB_NAME)

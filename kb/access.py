@@ -16,7 +16,7 @@ from __future__ import annotations
 from django.db.models import QuerySet
 
 from kb.models import Chunk, ChunkSentence, Corpus, Document, IngestJob, Source, SourceChange, SourceItem, SourceSync
-from tenants.access import one, visibility_rule
+from tenants.access import follows_parent, one, role_check, visibility_rule
 from tenants.scope import NotAllowed, Scope
 
 EDITORS = frozenset({"admin", "editor", "system"})
@@ -28,47 +28,19 @@ def visible_corpora(scope: Scope) -> QuerySet:
     return Corpus.objects.for_scope(scope)
 
 
-@visibility_rule(Document)
-def visible_documents(scope: Scope) -> QuerySet:
-    return Document.objects.for_scope(scope).filter(corpus__in=visible_corpora(scope))
-
-
-@visibility_rule(Chunk)
-def visible_chunks(scope: Scope) -> QuerySet:
-    return Chunk.objects.for_scope(scope).filter(corpus__in=visible_corpora(scope))
-
-
-@visibility_rule(ChunkSentence)
-def visible_chunk_sentences(scope: Scope) -> QuerySet:
-    return ChunkSentence.objects.for_scope(scope).filter(chunk__in=visible_chunks(scope))
-
-
-@visibility_rule(IngestJob)
-def visible_jobs(scope: Scope) -> QuerySet:
-    """Jobs carry no department: they are visible through their corpus."""
-    return IngestJob.objects.for_scope(scope).filter(corpus__in=visible_corpora(scope))
-
-
-@visibility_rule(Source)
-def visible_sources(scope: Scope) -> QuerySet:
-    """A source is visible through its corpus (its credentials never are: no rule returns them)."""
-    return Source.objects.for_scope(scope).filter(corpus__in=visible_corpora(scope))
-
-
-@visibility_rule(SourceSync)
-def visible_source_syncs(scope: Scope) -> QuerySet:
-    return SourceSync.objects.for_scope(scope).filter(source__in=visible_sources(scope))
-
-
-@visibility_rule(SourceItem)
-def visible_source_items(scope: Scope) -> QuerySet:
-    """Items carry their document's department: another department's file names stay hidden."""
-    return SourceItem.objects.for_scope(scope).filter(source__in=visible_sources(scope))
-
-
-@visibility_rule(SourceChange)
-def visible_source_changes(scope: Scope) -> QuerySet:
-    return SourceChange.objects.for_scope(scope).filter(sync__source__in=visible_sources(scope))
+# Each rule below is Model.objects.for_scope(scope) (the row's own department, where it has one)
+# filtered to rows whose parent is visible (tenants.access.follows_parent).
+visible_documents = follows_parent(Document, "corpus", visible_corpora)
+visible_chunks = follows_parent(Chunk, "corpus", visible_corpora)
+visible_chunk_sentences = follows_parent(ChunkSentence, "chunk", visible_chunks)
+# Jobs carry no department: they are visible through their corpus.
+visible_jobs = follows_parent(IngestJob, "corpus", visible_corpora)
+# A source is visible through its corpus (its credentials never are: no rule returns them).
+visible_sources = follows_parent(Source, "corpus", visible_corpora)
+visible_source_syncs = follows_parent(SourceSync, "source", visible_sources)
+# Items carry their document's department: another department's file names stay hidden.
+visible_source_items = follows_parent(SourceItem, "source", visible_sources)
+visible_source_changes = follows_parent(SourceChange, "sync__source", visible_sources)
 
 
 def access_source(scope: Scope, source_id: object) -> Source:
@@ -87,14 +59,8 @@ def access_job(scope: Scope, job_id: object) -> IngestJob:
     return one(visible_jobs(scope), job_id, "job")
 
 
-def check_may_edit_documents(scope: Scope) -> None:
-    if scope.role not in EDITORS:
-        raise NotAllowed("your role does not allow changing documents")
-
-
-def check_may_manage_corpora(scope: Scope) -> None:
-    if scope.role not in CORPUS_MANAGERS:
-        raise NotAllowed("your role does not allow managing corpora")
+check_may_edit_documents = role_check(EDITORS, "your role does not allow changing documents")
+check_may_manage_corpora = role_check(CORPUS_MANAGERS, "your role does not allow managing corpora")
 
 
 def check_may_change(scope: Scope, obj: Corpus | Document, what: str) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any, cast
 
 from django import forms
-from django.conf import settings
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count, OuterRef, QuerySet, Subquery
@@ -25,16 +24,12 @@ from kb.ingest.dates import document_date
 from kb.metadata import MetadataRejected, parse_metadata, text_problem
 from kb.models import DEFAULT_EMBEDDING_DIM, DEFAULT_EMBEDDING_MODEL, DEFAULT_LANGUAGE, Chunk, Corpus, Document, DocumentStatus, IngestJob
 from kb.retrieval import MODES, SearchFilters, search, search_mode
-from tenants.admin_base import TenantScopedAdmin, admin_scope, scoped_filter, scoped_queryset, scoped_view
+from tenants.admin_base import TenantScopedAdmin, acting_scope, admin_scope, scoped_filter, scoped_queryset, scoped_view
+from tenants.conf import product_settings
 from tenants.models import Department
 from tenants.scope import NotAllowed, Scope
 
 EDITORS = frozenset({"admin", "editor"})
-
-
-def _acting_scope(request, tenant_id: int) -> Scope:
-    """The admin user's scope, or a whole-tenant system scope for a superuser acting on `tenant_id`."""
-    return admin_scope(request) or Scope.system(tenant_id, principal=f"admin:user:{request.user.pk}")
 
 
 def progress_bar(job: IngestJob | None) -> str:
@@ -106,7 +101,7 @@ class CorpusAdmin(TenantScopedAdmin):
         if not change:
             return super().save_model(request, obj, form, change)
         try:  # a changed date key or language is applied to the corpus's documents and chunks
-            save_corpus(scope=_acting_scope(request, obj.tenant_id), corpus=obj, changed=form.changed_data)
+            save_corpus(scope=acting_scope(request, obj.tenant_id), corpus=obj, changed=form.changed_data)
         except NotAllowed as exc:
             raise PermissionDenied(str(exc)) from None
 
@@ -128,7 +123,7 @@ class CorpusAdmin(TenantScopedAdmin):
             else:
                 for corpus in queryset:
                     try:
-                        job = start_reembed(scope=_acting_scope(request, corpus.tenant_id), corpus=corpus, model_key=key)
+                        job = start_reembed(scope=acting_scope(request, corpus.tenant_id), corpus=corpus, model_key=key)
                     except NotAllowed as exc:
                         messages.error(request, f"{corpus.name}: {exc}")
                         continue
@@ -166,7 +161,7 @@ class MultiFileField(forms.FileField):
 class UploadForm(forms.Form):
     corpus = forms.ModelChoiceField(queryset=Corpus.objects.unscoped_dangerously().none())
     # The stubs see BaseForm.files (the bound upload dict); Django's form metaclass takes declared fields out of the class.
-    files = MultiFileField(help_text=f"Up to {settings.MAX_FILES_PER_UPLOAD} files (txt, md, html, pdf, docx).")  # type: ignore[assignment]
+    files = MultiFileField(help_text=f"Up to {product_settings.MAX_FILES_PER_UPLOAD} files (txt, md, html, pdf, docx).")  # type: ignore[assignment]
     title = forms.CharField(required=False, max_length=500, help_text="Optional, single file only.")
     metadata = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 3}),
                                help_text='JSON object, e.g. {"category": "travel", "effective_date": "2025-01-01"}; '
@@ -209,7 +204,7 @@ class DocumentAdmin(TenantScopedAdmin):
 
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         if "metadata" in form.changed_data:
-            obj.dated_at = document_date(obj.metadata, Corpus.objects.for_scope(_acting_scope(request, obj.tenant_id))
+            obj.dated_at = document_date(obj.metadata, Corpus.objects.for_scope(acting_scope(request, obj.tenant_id))
                                          .values_list("date_key", flat=True).get(pk=obj.corpus_id))
         super().save_model(request, obj, form, change)
 
@@ -255,9 +250,9 @@ class DocumentAdmin(TenantScopedAdmin):
         if request.method == "POST" and form.is_valid():
             files = form.cleaned_data["files"]
             corpus = form.cleaned_data["corpus"]
-            scope = _acting_scope(request, corpus.tenant_id)
-            if len(files) > settings.MAX_FILES_PER_UPLOAD:
-                form.add_error("files", f"at most {settings.MAX_FILES_PER_UPLOAD} files")
+            scope = acting_scope(request, corpus.tenant_id)
+            if len(files) > product_settings.MAX_FILES_PER_UPLOAD:
+                form.add_error("files", f"at most {product_settings.MAX_FILES_PER_UPLOAD} files")
             elif form.cleaned_data["title"] and len(files) > 1:
                 form.add_error("title", "only with a single file")
             else:
@@ -285,7 +280,7 @@ class DocumentAdmin(TenantScopedAdmin):
         n = 0
         for doc in queryset:
             try:
-                service(scope=_acting_scope(request, doc.tenant_id), document=doc)
+                service(scope=acting_scope(request, doc.tenant_id), document=doc)
             except NotAllowed as exc:
                 messages.error(request, f"{doc.title}: {exc}")
                 continue
@@ -345,7 +340,7 @@ class ChunkAdmin(TenantScopedAdmin):
                 error = "Superusers: pick a corpus (search runs in one tenant)."
             else:
                 filters = SearchFilters(corpus_ids=(corpus.pk,) if corpus else None)
-                result = search(_acting_scope(request, tenant_id), query, k=10, mode=mode, filters=filters)
+                result = search(acting_scope(request, tenant_id), query, k=10, mode=mode, filters=filters)
         context = {**self.admin_site.each_context(request), "opts": self.model._meta, "title": "Search preview", "query": query,
                    "mode": mode, "corpora": corpora, "corpus_id": corpus_id, "result": result, "error": error}
         return TemplateResponse(request, "admin/kb/chunk/search.html", context)
@@ -363,7 +358,10 @@ class IngestJobAdmin(TenantScopedAdmin):
         return progress_bar(obj)
 
     def get_readonly_fields(self, request, obj=None):
-        return [f.name for f in self.model._meta.fields]
+        # Every field, lifecycle last as before the BackgroundJob base (whose fields Django lists first).
+        lifecycle = ("error", "attempts", "created_at", "started_at", "heartbeat_at", "finished_at")
+        names = [f.name for f in self.model._meta.fields]
+        return [n for n in names if n not in lifecycle] + [n for n in lifecycle if n in names]
 
 
 from kb.sources import admin as _sources_admin  # noqa: E402,F401  (registers SourceAdmin)

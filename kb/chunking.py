@@ -73,14 +73,8 @@ def chunk_document(
     return chunks
 
 
-def chunk_text(
-    text: str,
-    *,
-    target_tokens: int = 200,
-    overlap_tokens: int = 30,
-    max_tokens: int = 256,
-    count_tokens: CountTokens,
-) -> list[tuple[int, int]]:
+def chunk_text(text: str, *, target_tokens: int = 200, overlap_tokens: int = 30, max_tokens: int = 256,
+               count_tokens: CountTokens) -> list[tuple[int, int]]:
     """(start, end) spans over `text`, strictly increasing in start and end, each <= `max_tokens`.
 
     Chunks are packed up to `target_tokens`, end preferably at a paragraph or sentence end, and

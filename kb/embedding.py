@@ -28,13 +28,12 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import httpx
 import numpy as np
-from django.conf import settings
 
 from kb import onnx_embed
 from kb.chunking import chunk_text
-from kb.project.config import get_list, get_str
 from kb.sentence_models import load_sentence_transformer
 from kb.vector_index import HALFVEC_MAX_DIM
+from tenants.conf import product_settings
 
 Task = Literal["document", "query"]
 
@@ -118,7 +117,7 @@ _torch_models: dict[str, Any] = {}  # model directory -> (SentenceTransformer, t
 
 def fp32_runtime() -> Runtime:
     """The runtime of the local fp32 models from GROUNDED_EMBED_BACKEND: "onnx-fp32" or "torch"."""
-    return "onnx-fp32" if get_str("GROUNDED_EMBED_BACKEND") == "onnx" else "torch"
+    return "onnx-fp32" if product_settings.GROUNDED_EMBED_BACKEND == "onnx" else "torch"
 
 
 class SentenceTransformerEmbedder:
@@ -240,8 +239,8 @@ class GeminiEmbedder:
             from google import genai
             from google.genai import types
 
-            api_key = self._api_key or get_str("GEMINI_API_KEY") or settings.GEMINI_API_KEY
-            base_url = self._base_url or settings.GEMINI_BASE_URL or None
+            api_key = self._api_key or product_settings.GEMINI_API_KEY
+            base_url = self._base_url or product_settings.GEMINI_BASE_URL or None
             if not api_key:
                 raise EmbeddingError("GEMINI_API_KEY is not set: the Gemini embedder cannot be used")
             # No retry_options: the SDK then makes exactly one attempt; retries are ours (below).
@@ -314,8 +313,8 @@ def _is_network_error(exc: Exception) -> bool:
 # --- Registry -------------------------------------------------------------------------------------
 
 def default_model_key() -> str:
-    """Model key for new corpora from settings.DEFAULT_EMBEDDER ("local", "hash", "gemini:<model>[:dim]")."""
-    choice = settings.DEFAULT_EMBEDDER
+    """Model key for new corpora from product_settings.DEFAULT_EMBEDDER ("local", "hash", "gemini:<model>[:dim]")."""
+    choice = product_settings.DEFAULT_EMBEDDER
     if choice in ("local", "hash", ""):
         return LOCAL_MODEL_KEY
     if choice.startswith("gemini:"):
@@ -354,7 +353,8 @@ def checked_model_key(model: str, dim: int) -> str:
 
 def get_embedder(model_key: str) -> Embedder:
     """Resolve a stored model key to an embedder instance (cached per process)."""
-    return _resolve(model_key, settings.DEFAULT_EMBEDDER, ",".join(get_list("GROUNDED_EMBEDDER_PLUGINS")), fp32_runtime())
+    return _resolve(model_key, product_settings.DEFAULT_EMBEDDER, ",".join(product_settings.GROUNDED_EMBEDDER_PLUGINS),
+                    fp32_runtime())
 
 
 @lru_cache(maxsize=32)

@@ -14,6 +14,7 @@ from django.contrib.postgres.search import SearchVectorField
 from django.db import models
 from pgvector.django import VectorField
 
+from kb.model_bases import BackgroundJob
 from tenants.models import Department, Tenant
 from tenants.scope import TenantScopedManager
 
@@ -42,7 +43,7 @@ class Corpus(models.Model):
         default=False, help_text="Also embed every sentence of every chunk, so searches can re-rank candidates by their "
                                  "best-matching sentences (more precise; about doubles embedding work). Applies to "
                                  "documents ingested after it is set.")
-    # What a corpus declares about its documents (kb.facets, kb.retrieval, ingestion read these).
+    # What a corpus declares about its documents (kb.metadata's facets, kb.retrieval, ingestion read these).
     date_key = models.CharField(
         max_length=100, blank=True,
         help_text="Metadata key holding the date of each document (e.g. effective_date). Empty: undated.")
@@ -206,14 +207,13 @@ class JobStatus(models.TextChoices):
     FAILED = "failed"
 
 
-class IngestJob(models.Model):
+class IngestJob(BackgroundJob):
     """One unit of background work with its progress, readable by API and admin."""
 
     class Kind(models.TextChoices):
         INGEST = "ingest"
         REEMBED = "reembed"
 
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
     corpus = models.ForeignKey(Corpus, on_delete=models.CASCADE, related_name="jobs")
     document = models.ForeignKey(Document, null=True, blank=True, on_delete=models.CASCADE, related_name="jobs")
     kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.INGEST)
@@ -221,14 +221,8 @@ class IngestJob(models.Model):
     stage = models.CharField(max_length=32, blank=True)
     chunks_total = models.PositiveIntegerField(default=0)
     chunks_done = models.PositiveIntegerField(default=0)
-    error = models.TextField(blank=True)
     attempts = models.PositiveIntegerField(default=0)
-    created_at = models.DateTimeField(auto_now_add=True)
-    started_at = models.DateTimeField(null=True, blank=True)
-    heartbeat_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
-
-    objects = TenantScopedManager()
+    # tenant, error, created_at, started_at, heartbeat_at, finished_at and `objects`: BackgroundJob.
 
     class Meta:
         indexes = [models.Index(fields=["status", "heartbeat_at"])]

@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kb.embedding import Runtime, SentenceTransformerEmbedder, fp32_runtime
-from kb.project.config import get_str
+from tenants.conf import product_settings
 
 MODEL_NAME = "all-mpnet-base-v2"
 MODEL_KEY = f"{MODEL_NAME}:768"
@@ -27,7 +27,7 @@ MODEL_KEY = f"{MODEL_NAME}:768"
 
 def model_dir() -> Path:
     """Where the unzipped model lives: GROUNDED_MPNET_PATH, else .data/models/ in the checkout."""
-    return Path(get_str("GROUNDED_MPNET_PATH"))
+    return Path(product_settings.GROUNDED_MPNET_PATH)
 
 
 class MPNetEmbedder(SentenceTransformerEmbedder):

@@ -32,8 +32,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from kb.project.config import get_int, get_str
 from kb.sentence_models import load_sentence_transformer
+from tenants.conf import product_settings
 
 Variant = Literal["fp32", "int8"]
 VARIANTS: tuple[Variant, ...] = ("fp32", "int8")
@@ -60,7 +60,7 @@ def source_hash(source: Path) -> str:
 
 def cache_dir(source: Path) -> Path:
     """The folder holding this model's exported graphs: GROUNDED_ONNX_DIR/<model dir name>-<hash>."""
-    return Path(get_str("GROUNDED_ONNX_DIR")) / f"{source.name}-{source_hash(source)[:16]}"
+    return Path(product_settings.GROUNDED_ONNX_DIR) / f"{source.name}-{source_hash(source)[:16]}"
 
 
 def ensure_exported(source: Path, variant: Variant) -> Path:
@@ -157,7 +157,7 @@ def _open(source: Path, variant: Variant) -> tuple[Any, Any, Any, dict]:
     folder = ensure_exported(source, variant)
     meta = json.loads((folder / "meta.json").read_text())
     options = ort.SessionOptions()
-    options.intra_op_num_threads = get_int("GROUNDED_ONNX_THREADS") or os.cpu_count() or 1
+    options.intra_op_num_threads = product_settings.GROUNDED_ONNX_THREADS or os.cpu_count() or 1
     options.inter_op_num_threads = 1
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     # No busy-waiting between ops: on a machine shared with a web server, a database and other

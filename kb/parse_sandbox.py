@@ -40,9 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from django.conf import settings
-
 from kb.parsing import ParsedDocument, ParseError, ParseLimitExceeded, ParseLimits, Section, parse
+from tenants.conf import product_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 GRACE_SECONDS = 1.0  # past the parse's own time limit before it is killed
@@ -68,10 +67,10 @@ def parse_document(data: bytes, filename: str, mime_type: str | None = None, *,
                    cancelled: Callable[[], bool] | None = None) -> ParsedDocument:
     """`kb.parsing.parse` under the configured limits (PARSE_MAX_SECONDS, PARSE_MAX_MEMORY_MB), in a child
     process unless PARSE_ISOLATED is off. Raises ParseError (ParseLimitExceeded over a limit) or ParseCancelled."""
-    limits = ParseLimits(max_seconds=float(settings.PARSE_MAX_SECONDS))
-    if not settings.PARSE_ISOLATED:
+    limits = ParseLimits(max_seconds=float(product_settings.PARSE_MAX_SECONDS))
+    if not product_settings.PARSE_ISOLATED:
         return parse(data, filename, mime_type, limits=limits)
-    return parse_isolated(data, filename, mime_type, limits=limits, max_memory_mb=settings.PARSE_MAX_MEMORY_MB,
+    return parse_isolated(data, filename, mime_type, limits=limits, max_memory_mb=product_settings.PARSE_MAX_MEMORY_MB,
                           cancelled=cancelled)[0]
 
 
@@ -189,7 +188,7 @@ _helper: _Helper | None = None
 def start_helper() -> None:
     """Start this process's helper now (a worker's warm-up), so its first document does not wait for it;
     nothing when parses are not isolated."""
-    if settings.PARSE_ISOLATED:
+    if product_settings.PARSE_ISOLATED:
         with _lock:
             _helper_for_this_process()
 

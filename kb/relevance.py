@@ -39,7 +39,7 @@ from typing import Any, Protocol
 import numpy as np
 from django.core.exceptions import ImproperlyConfigured
 
-from kb.project.config import get_float, get_int, get_str
+from tenants.conf import product_settings
 
 PACKAGED = "packaged"
 PACKAGED_NAME = "ms-marco-MiniLM-L-12-v2-int8"
@@ -93,7 +93,7 @@ class OnnxCrossEncoder:
         self.tokenizer.enable_truncation(max_length=max_length, strategy="only_second")
         self.tokenizer.no_padding()  # the packaged tokenizer.json pads every pair to 512 tokens: batches are padded here, to their longest
         options = ort.SessionOptions()
-        options.intra_op_num_threads = get_int("GROUNDED_ONNX_THREADS") or min(os.cpu_count() or 1, 2)
+        options.intra_op_num_threads = product_settings.GROUNDED_ONNX_THREADS or min(os.cpu_count() or 1, 2)
         options.inter_op_num_threads = 1
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.session = ort.InferenceSession(str(model_file), options, providers=["CPUExecutionProvider"])
@@ -152,7 +152,7 @@ _cache: OrderedDict[tuple[str, str, str], float] = OrderedDict()
 
 def configured() -> str:
     """The setting as given: "none", "packaged" or "cross-encoder:<name>"."""
-    value = get_str("GROUNDED_RELEVANCE_MODEL").strip() or "none"
+    value = product_settings.GROUNDED_RELEVANCE_MODEL.strip() or "none"
     if value not in ("none", PACKAGED) and not value.startswith("cross-encoder:"):
         raise ImproperlyConfigured(f"GROUNDED_RELEVANCE_MODEL={value!r}: use none, packaged or cross-encoder:<name>")
     return value
@@ -163,7 +163,7 @@ def model() -> RelevanceModel | None:
     key = configured()
     with _lock:
         if key not in _models:
-            max_length = get_int("GROUNDED_RELEVANCE_MAX_TOKENS")
+            max_length = product_settings.GROUNDED_RELEVANCE_MAX_TOKENS
             if key == "none":
                 _models[key] = None
             elif key == PACKAGED:
@@ -181,7 +181,7 @@ def calibration() -> Calibration:
     """The configured model's thresholds (GROUNDED_RELEVANCE_THRESHOLD overrides `answers`)."""
     current = model()
     found = CALIBRATIONS.get(current.name, UNCALIBRATED) if current is not None else UNCALIBRATED
-    override = get_float("GROUNDED_RELEVANCE_THRESHOLD")
+    override = product_settings.GROUNDED_RELEVANCE_THRESHOLD
     return replace(found, answers=override, chosen_on="GROUNDED_RELEVANCE_THRESHOLD") if override > 0 else found
 
 

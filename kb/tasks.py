@@ -9,10 +9,8 @@ from __future__ import annotations
 from typing import TypedDict
 
 from celery import shared_task
-from celery.signals import worker_process_init
 
 from kb import ingest
-from kb.project import warmup
 from kb.sources.sync import run_sync, schedule_due_sources
 
 
@@ -60,11 +58,3 @@ def sync_source_task(sync_id: int, tenant_id: int) -> str:
 @shared_task(name="kb.schedule_source_syncs", acks_late=True)
 def schedule_source_syncs_task() -> int:
     return len(schedule_due_sources())
-
-
-@worker_process_init.connect
-def _warm_up_pool_process(**kwargs) -> None:
-    """Each pool process loads the embedding model and opens its database connection before its
-    first job (kb/project/warmup.py), not inside it. (The solo pool, used by tests, has no pool processes.)"""
-    if warmup.enabled():
-        warmup.warm_up(web=False)

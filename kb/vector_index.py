@@ -19,9 +19,9 @@ import math
 import re
 import time
 
-from django.conf import settings
 from django.db import DatabaseError, OperationalError, connections, transaction
 
+from tenants.conf import product_settings
 from tenants.db_wall import tenant_statements
 
 logger = logging.getLogger(__name__)
@@ -108,10 +108,9 @@ def ensure_vector_index(model_key: str, dim: int, *, using: str = "owner", lock_
 # A filtered scan of the model's index visits about k / selectivity tuples and checks each against
 # the heap, so a scope holding a tenth of the index costs about ten unfiltered scans (docs/retrieval.md,
 # "Scope indexes"). A scope with its own partial index is scanned unfiltered.
-# kb.retrieval finds these indexes by their predicate and chooses per query among them.
+# kb.retrieval finds these indexes by their predicate and chooses per query among them. Which scopes get one:
+# VECTOR_SCOPE_INDEX_MIN_ROWS and VECTOR_SCOPE_INDEX_MAX_SHARE (product settings, tenants/conf/product.py).
 
-SCOPE_INDEX_MIN_ROWS = 4000  # smaller scopes are scanned exactly (RETRIEVAL_EXACT_MAX_ROWS)
-SCOPE_INDEX_MAX_SHARE = 0.5  # a scope holding more than this share of its parent is served by the parent's index
 SCOPE_CHECK_INTERVAL_S = 300
 _scope_checked: dict[tuple[str, str], float] = {}
 
@@ -131,10 +130,6 @@ def scope_predicate(model_key: str, tenant_id: int, department_id: int | None | 
     if department_id == "all":
         return pred
     return pred + (" AND department_id IS NULL" if department_id is None else f" AND department_id = {int(department_id)}")
-
-
-def _setting(name: str, default):
-    return getattr(settings, name, default)
 
 
 def scope_sizes(model_key: str, using: str = "owner") -> dict[tuple[int, int | None], int]:
@@ -205,8 +200,8 @@ def ensure_scope_indexes(model_key: str, dim: int, *, using: str = "owner", forc
     _scope_checked[key] = now
     typ = cast_type(dim)
     opclass = "vector_cosine_ops" if typ.startswith("vector") else "halfvec_cosine_ops"
-    min_rows = int(_setting("VECTOR_SCOPE_INDEX_MIN_ROWS", SCOPE_INDEX_MIN_ROWS))
-    max_share = float(_setting("VECTOR_SCOPE_INDEX_MAX_SHARE", SCOPE_INDEX_MAX_SHARE))
+    min_rows = int(product_settings.VECTOR_SCOPE_INDEX_MIN_ROWS)
+    max_share = float(product_settings.VECTOR_SCOPE_INDEX_MAX_SHARE)
     built: list[str] = []
     try:
         wanted = wanted_scope_indexes(scope_sizes(model_key, using), min_rows, max_share)
@@ -251,7 +246,7 @@ if __name__ == "__main__":  # python -m kb.vector_index ensure-scopes MODEL:DIM 
 
     import django
 
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kb.project.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "api.project.settings")
     django.setup()
     if len(sys.argv) < 3 or sys.argv[1] != "ensure-scopes":
         sys.exit("usage: python -m kb.vector_index ensure-scopes MODEL:DIM [MODEL:DIM ...]")

@@ -58,7 +58,7 @@ def main() -> int:
         return 0
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kb.project.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "api.project.settings")
     import django
 
     django.setup()
@@ -66,8 +66,7 @@ def main() -> int:
 
     from agents.budgets import budgets_for_tenant
     from agents.demo import TENANT_SLUG, demo_scope
-    from agents.providers import get_provider
-    from agents.providers.capabilities import probe
+    from agents.providers import get_provider, probe
     from agents.selectors import run_citations
     from agents.services import ask
     from tenants.models import Tenant

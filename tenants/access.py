@@ -12,18 +12,20 @@ the tenant's settings. The one home of these rules; the API (api.views) and the 
 - kb.access and agents.access hold the same for their models. Every model the admin shows has a
   visibility rule registered with `@visibility_rule(Model)`; `visible(scope, Model)` looks it up and
   refuses a model without one (fail closed), so a new model admin cannot fall back to "all rows".
+  A row seen through its parent (a document through its corpus, a step through its run) registers
+  its rule with `follows_parent(Model, "parent", parent_rule)`, the one shape of that rule.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from django.contrib.auth import get_user_model
 from django.db.models import Model, Q, QuerySet
 
 from tenants.models import ApiKey, Department, Membership, Role, Tenant, TenantUser
-from tenants.scope import ROLES, NotAllowed, NotVisible, Scope
+from tenants.scope import ROLES, NotAllowed, NotVisible, Scope, TenantScopedManager
 
 # Roles a principal of each role may give to a key or member: never more than its own.
 ROLE_GRANTS: dict[str, frozenset[str]] = {
@@ -50,6 +52,32 @@ def visibility_rule(model: type[Model]) -> Callable[[Callable[[Scope], QuerySet]
         return fn
 
     return register
+
+
+def follows_parent(model: type[Model], parent: str, parent_rule: Callable[[Scope], QuerySet]) -> Callable[[Scope], QuerySet]:
+    """Register, and return, the rule of a row that is visible through its parent: the rows of `model`
+    in the scope (`Model.objects.for_scope`, its own tenant and department columns) whose `parent`
+    lookup ("corpus", "run", "sync__source", ...) is among `parent_rule(scope)`'s rows."""
+    lookup = f"{parent}__in"
+
+    def rule(scope: Scope) -> QuerySet:
+        manager = cast(TenantScopedManager, model._default_manager)  # `objects`: a tenant model's one manager
+        return manager.for_scope(scope).filter(**{lookup: parent_rule(scope)})
+
+    rule.__qualname__ = rule.__name__ = f"visible_{model._meta.model_name}"
+    rule.__doc__ = f"{model.__name__} rows visible through their {parent} ({parent_rule.__name__})."
+    return visibility_rule(model)(rule)
+
+
+def role_check(roles: frozenset[str], message: str) -> Callable[[Scope], None]:
+    """A write check by role alone: `check(scope)` raises NotAllowed(message) unless the scope's role is
+    one of `roles`."""
+
+    def check(scope: Scope) -> None:
+        if scope.role not in roles:
+            raise NotAllowed(message)
+
+    return check
 
 
 def has_visibility_rule(model: type[Model]) -> bool:

@@ -22,7 +22,7 @@ from django.shortcuts import redirect
 from django.urls import URLPattern, path
 from django.utils.html import format_html
 
-from tenants import access, services
+from tenants import access, services, tenant_settings
 from tenants.admin_base import (
     SESSION_TENANT,
     TenantScopedAdmin,
@@ -37,14 +37,22 @@ from tenants.scope import NotAllowed, NotVisible, Scope
 
 
 class TenantSettingsForm(forms.ModelForm):
+    """A tenant's name, slug and settings; the settings validated by their one schema
+    (tenants.tenant_settings.parse): a bad value is a form error naming its key. Stored as typed."""
+
     class Meta:
         model = Tenant
         fields = ["name", "slug", "settings"]
+        help_texts = {"settings": "A JSON object of: " + ", ".join(tenant_settings.TOP_KEYS) + " (all optional)."}
 
     def clean_settings(self):
         value = self.cleaned_data.get("settings")
         if not isinstance(value, dict):
             raise forms.ValidationError("must be a JSON object")
+        try:
+            tenant_settings.parse(value)
+        except tenant_settings.TenantSettingsError as exc:
+            raise forms.ValidationError(str(exc), code="invalid_setting") from None
         return value
 
 
@@ -139,10 +147,7 @@ class GrantForm(forms.ModelForm):
         return data
 
 
-class MembershipForm(GrantForm):
-    class Meta:
-        model = Membership
-        fields = ["user", "tenant", "role", "all_departments", "departments"]
+MembershipForm = forms.modelform_factory(Membership, form=GrantForm, fields=["user", "tenant", "role", "all_departments", "departments"])
 
 
 @admin.register(Membership)
@@ -202,10 +207,7 @@ class MembershipAdmin(TenantScopedAdmin):
             self.delete_model(request, obj)
 
 
-class ApiKeyForm(GrantForm):
-    class Meta:
-        model = ApiKey
-        fields = ["tenant", "name", "role", "all_departments", "departments"]
+ApiKeyForm = forms.modelform_factory(ApiKey, form=GrantForm, fields=["tenant", "name", "role", "all_departments", "departments"])
 
 
 @admin.register(ApiKey)

@@ -83,6 +83,12 @@ def admin_scope(request: HttpRequest) -> Scope | None:
     return cache.scope
 
 
+def acting_scope(request: HttpRequest, tenant_id: int) -> Scope:
+    """The scope an admin action on `tenant_id`'s rows runs in: the staff user's own (admin_scope), or for
+    a superuser a whole-tenant system scope naming the user ("admin:user:<id>")."""
+    return admin_scope(request) or Scope.system(tenant_id, principal=f"admin:user:{request.user.pk}")
+
+
 def admin_role(request: HttpRequest) -> str | None:
     if request.user.is_active and request.user.is_superuser:
         return "superuser"

@@ -1,6 +1,8 @@
 from django.apps import AppConfig
 from django.db.models.signals import post_migrate
 
+from tenants.conf import product
+
 
 class TenantsConfig(AppConfig):
     name = "tenants"
@@ -11,3 +13,5 @@ class TenantsConfig(AppConfig):
         from tenants.rls import grant_app_role
 
         post_migrate.connect(grant_app_role, dispatch_uid="tenants.grant_app_role")
+        # Every product setting the settings module defines is of its declared type, and none is undeclared.
+        product.check()

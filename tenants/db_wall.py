@@ -26,8 +26,9 @@ import threading
 import time
 from pathlib import Path
 
-from django.conf import settings
 from django.db import DatabaseError, connections
+
+from tenants.conf import product_settings
 
 PROOF_LIFETIME_S = 300
 PROOF_REUSE_S = 120
@@ -57,9 +58,9 @@ def _parse_key(text: str, where: str) -> bytes:
 
 def _read_key() -> bytes:
     """DATABASE_WALL_KEY, else the file DATABASE_WALL_KEY_FILE, created with a random key (mode 0600) if missing."""
-    if settings.DATABASE_WALL_KEY:
-        return _parse_key(settings.DATABASE_WALL_KEY, "DATABASE_WALL_KEY")
-    path = Path(settings.DATABASE_WALL_KEY_FILE)
+    if product_settings.DATABASE_WALL_KEY:
+        return _parse_key(product_settings.DATABASE_WALL_KEY, "DATABASE_WALL_KEY")
+    path = Path(product_settings.DATABASE_WALL_KEY_FILE)
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         try:

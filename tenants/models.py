@@ -75,13 +75,7 @@ class Membership(models.Model):
         return f"{self.user} @ {self.tenant.slug} ({self.role})"
 
     def scope(self) -> Scope:
-        return Scope(
-            tenant_id=self.tenant_id,
-            department_ids=frozenset(self.departments.values_list("id", flat=True)),
-            all_departments=self.all_departments,
-            role=self.role,
-            principal=f"user:{self.user_id}",
-        )
+        return principal_scope(self, f"user:{self.user_id}")
 
 
 KEY_PREFIX = "gk_"
@@ -148,13 +142,19 @@ class ApiKey(models.Model):
         return self.revoked_at is None
 
     def scope(self) -> Scope:
-        return Scope(
-            tenant_id=self.tenant_id,
-            department_ids=frozenset(self.departments.values_list("id", flat=True)),
-            all_departments=self.all_departments,
-            role=self.role,
-            principal=f"key:{self.public_id}",
-        )
+        return principal_scope(self, f"key:{self.public_id}")
+
+
+def principal_scope(principal: Membership | ApiKey, label: str) -> Scope:
+    """The one scope builder for any principal (a member or a key): its tenant, role and departments
+    as granted, acting as `label` ("user:<id>", "key:<public id>")."""
+    return Scope(
+        tenant_id=principal.tenant_id,
+        department_ids=frozenset(principal.departments.values_list("id", flat=True)),
+        all_departments=principal.all_departments,
+        role=principal.role,
+        principal=label,
+    )
 
 
 def _active_tenant(using: str) -> str:

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
 from django.db import connections
 from django.db.migrations.operations import RunSQL
 
+from tenants.conf import product_settings
 from tenants.db_wall import install_key
 
 # What policies compared tenant_id with before the wall (0007 rewrites policies from it, and back).
@@ -164,8 +164,8 @@ def grant_app_role(sender: object, using: str = "default", **kwargs: Any) -> Non
     """
     if using != "owner" or getattr(sender, "name", "") != "tenants":
         return
-    role = settings.DATABASE_APP_USER
-    password = settings.DATABASE_APP_PASSWORD
+    role = product_settings.DATABASE_APP_USER
+    password = product_settings.DATABASE_APP_PASSWORD
     with connections[using].cursor() as cur:
         cur.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [role])
         if not cur.fetchone():

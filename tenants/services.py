@@ -17,7 +17,7 @@ from django.contrib.auth.validators import UnicodeUsernameValidator
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError, transaction
 
-from tenants import access
+from tenants import access, tenant_settings
 from tenants.models import ApiKey, Department, Membership, Tenant, TenantUser
 from tenants.scope import NotAllowed, Scope
 
@@ -141,10 +141,15 @@ def remove_member(scope: Scope, member: Membership, *, actor_user_id: int | None
 
 
 def update_tenant_settings(scope: Scope, settings: dict) -> Tenant:
-    """Replace the tenant's settings (tenant-wide admins only)."""
+    """Replace the tenant's settings (tenant-wide admins only), validated by their schema
+    (tenants.tenant_settings.parse): NotAllowed on the field `settings` naming the bad key (the API's 400)."""
     access.check_may_change_tenant_settings(scope)
     if not isinstance(settings, dict):
         raise NotAllowed("must be a JSON object", field="settings")
+    try:
+        tenant_settings.parse(settings)
+    except tenant_settings.TenantSettingsError as exc:
+        raise NotAllowed(str(exc), field="settings") from None
     tenant = Tenant.objects.get(pk=scope.tenant_id)
     tenant.settings = settings
     tenant.save(update_fields=["settings"])

@@ -13,7 +13,7 @@ def reset_celery_pools(*, close: bool = False) -> None:
     """Forget every cached broker connection; with close=True, close the app's open ones first."""
     from kombu import pools
 
-    from kb.project.celery import app
+    from api.project.celery import app
 
     if close and app._pool is not None:
         app._pool.force_close_all()

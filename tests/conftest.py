@@ -11,7 +11,7 @@ import pytest
 from django.conf import settings
 
 from kb.embedded.postgres import ensure_server
-from kb.project.config import get_str
+from tenants.conf.environment import get_str
 from tests import databases
 from tests.logs import every_log_record
 
@@ -124,7 +124,7 @@ def _eager_celery_by_default():
     """Jobs run in the test process after commit (CELERY_TASK_ALWAYS_EAGER, on here unless the
     environment says 0) unless a test sends them to a real worker (tests/kb/test_ingest_worker.py).
     In this process only: worker, gunicorn and soak subprocesses keep their own settings."""
-    from kb.project.celery import app
+    from api.project.celery import app
 
     eager = os.environ.get("CELERY_TASK_ALWAYS_EAGER", "1").lower() in {"1", "true", "yes", "on"}
     settings.CELERY_TASK_ALWAYS_EAGER = eager

@@ -1,11 +1,11 @@
-"""kb.project.config: each setting declared once, parsed and validated through one accessor, unknown names refused."""
+"""tenants.conf.environment: each setting declared once, parsed and validated through one accessor, unknown names refused."""
 
 from __future__ import annotations
 
 import pytest
 
-from kb.project import config
-from kb.project.config import ConfigError
+from tenants.conf import environment as config
+from tenants.conf.environment import ConfigError
 
 
 def test_an_unset_or_empty_variable_means_its_default():
@@ -70,7 +70,7 @@ def test_a_secret_value_is_never_repeated_in_a_message(monkeypatch):
 def test_undeclared_product_variables_are_refused_with_the_closest_declared_name():
     found = config.problems({"GROUNDED_EMBEDER": "hash", "GROUNDED_ZZZ": "1", "UNRELATED": "x", "GROUNDED_EMBEDDER": "hash"})
     assert found == ["unknown setting GROUNDED_EMBEDER (did you mean GROUNDED_EMBEDDER?)",
-                     "unknown setting GROUNDED_ZZZ (see python -m kb.project.config_docs --list)"]
+                     "unknown setting GROUNDED_ZZZ (see python -m tenants.conf.docs --list)"]
     with pytest.raises(ConfigError, match="GROUNDED_EMBEDER.*GROUNDED_ZZZ"):
         config.check_environment({"GROUNDED_EMBEDER": "hash", "GROUNDED_ZZZ": "1"})
     config.check_environment({"GROUNDED_EMBEDDER": "hash", "UNRELATED": "x"})

@@ -1,4 +1,4 @@
-"""kb/project/config.py is the one place configuration is declared (issue 30): the README's and
+"""tenants/conf/environment.py is the one place configuration is declared (issue 30): the README's and
 docs/configuration.md's tables are generated from it, code reads the environment only through it,
 every declared setting is read by someone, and nothing we ship or run sets a GROUNDED_* name it
 does not declare (start-up would refuse it)."""
@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kb.project import config, config_docs
+from tenants.conf import docs as config_docs
+from tenants.conf import environment as config
+from tenants.conf import product as product_conf
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("agents", "api", "kb", "tenants")
@@ -19,9 +21,11 @@ PACKAGES = ("agents", "api", "kb", "tenants")
 RAW_READ = re.compile(r"""(?:environ\.get|getenv)\(\s*["']([A-Z][A-Z0-9_]+)["']|environ\[\s*["']([A-Z][A-Z0-9_]+)["']\](?!\s*=[^=])""")
 # A read through the accessor: get("X"), get_int("X"), config.get_str("X") ...
 ACCESSOR_READ = re.compile(r"""(?:(?<![\w.])|\bconfig\.)get(?:_str|_int|_float|_bool|_list)?\(\s*["']([A-Z][A-Z0-9_]+)["']""")
+# A read of a product setting (tenants/conf/product.py): product_settings.X, or a tunable's name in quotes (kb/retrieval/tunables.py).
+PRODUCT_READ = re.compile(r"""\bproduct_settings\.([A-Z][A-Z0-9_]+)\b|["']([A-Z][A-Z0-9_]+)["']""")
 SHELL_READ = re.compile(r"\$\{([A-Z][A-Z0-9_]+)")
 PRODUCT_NAME = re.compile(r"\bGROUNDED_[A-Z0-9_]*[A-Z0-9]\b")
-# Raw reads still to move to kb.project.config, each with its reason. The test fails when one goes, too.
+# Raw reads still to move to tenants.conf.environment, each with its reason. The test fails when one goes, too.
 KNOWN_RAW_READS: dict[tuple[str, str], str] = {}  # (file, name) -> why it must read os.environ itself
 # Set for third-party code, not read by ours.
 THIRD_PARTY = {"HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "TOKENIZERS_PARALLELISM", "DJANGO_SETTINGS_MODULE"}
@@ -33,6 +37,15 @@ def _python_files(*folders: str) -> list[Path]:
     return [path for folder in folders for path in (ROOT / folder).rglob("*.py")]
 
 
+def _product_settings_read() -> set[str]:
+    """The product settings the apps read (outside tenants/conf, which declares them)."""
+    names = set()
+    for path in _python_files(*PACKAGES):
+        if path.relative_to(ROOT).parts[:2] != ("tenants", "conf"):
+            names |= {a or b for a, b in PRODUCT_READ.findall(path.read_text())}
+    return names & set(product_conf.DECLARED)
+
+
 def _scripts() -> list[Path]:
     return [p for p in (ROOT / "scripts").iterdir() if p.is_file()] + [ROOT / ".ci" / "run"]
 
@@ -41,7 +54,7 @@ def _scripts() -> list[Path]:
 def test_the_committed_tables_are_the_generated_ones(path):
     committed = config_docs.generated_block((ROOT / path).read_text(), path)
     assert committed == config_docs.render(config_docs.TARGETS[path]), (
-        f"{path} differs from kb/project/config.py: run `python -m kb.project.config_docs --write`")
+        f"{path} differs from tenants/conf/environment.py: run `python -m tenants.conf.docs --write`")
 
 
 def test_the_readme_table_lists_the_main_settings_and_links_into_docs():
@@ -56,16 +69,17 @@ def test_product_code_reads_the_environment_only_through_kb_config():
     raw = set()
     for path in _python_files(*PACKAGES):
         rel = path.relative_to(ROOT).as_posix()
-        if rel == "kb/project/config.py":
+        if rel == "tenants/conf/environment.py":
             continue
         for match in RAW_READ.finditer(path.read_text()):
             raw.add((rel, match.group(1) or match.group(2)))
-    assert raw == set(KNOWN_RAW_READS), f"read past kb.project.config: {sorted(raw - set(KNOWN_RAW_READS))}; " \
+    assert raw == set(KNOWN_RAW_READS), f"read past tenants.conf.environment: {sorted(raw - set(KNOWN_RAW_READS))}; " \
                                         f"no longer raw (drop from KNOWN_RAW_READS): {sorted(set(KNOWN_RAW_READS) - raw)}"
 
 
 def test_every_name_read_is_declared_and_every_declared_name_is_read_by_whom_it_says():
     product = {n for path in _python_files(*PACKAGES) for n in ACCESSOR_READ.findall(path.read_text())}
+    product |= {product_conf.FROM_ENVIRONMENT[name] for name in _product_settings_read() if name in product_conf.FROM_ENVIRONMENT}
     product |= {name for _, name in KNOWN_RAW_READS}
     scripts = {n for path in _scripts() for n in SHELL_READ.findall(path.read_text())}
     tests = {n for path in _python_files("tests", "bench") for n in PRODUCT_NAME.findall(path.read_text())}
@@ -75,7 +89,12 @@ def test_every_name_read_is_declared_and_every_declared_name_is_read_by_whom_it_
     assert not scripts - set(declared) - script_locals, f"read by scripts, not declared: {sorted(scripts - set(declared) - script_locals)}"
     unread = {name for name, by in declared.items()
               if name not in {"product": product, "scripts": scripts, "tests": tests | scripts}[by]}
-    assert not unread, f"declared but not read by whom kb/project/config.py says (read_by): {sorted(unread)}"
+    assert not unread, f"declared but not read by whom tenants/conf/environment.py says (read_by): {sorted(unread)}"
+
+
+def test_every_declared_product_setting_is_read_by_the_apps():
+    unread = set(product_conf.DECLARED) - _product_settings_read()
+    assert not unread, f"declared in tenants/conf/product.py but read by no app (as product_settings.NAME): {sorted(unread)}"
 
 
 def test_scripts_tests_benches_and_docs_name_only_declared_grounded_variables():

@@ -31,7 +31,7 @@ def run_manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     ({"DEBUG": "0"}, "SECRET_KEY"),
     ({"DEBUG": "maybe"}, "DEBUG"),
     ({"REDIS_URL": "http://wrong", "DEBUG": "1"}, "REDIS_URL"),
-    # Declared in kb/project/config.py: a value that does not parse, a GROUNDED_* name nothing declares (the closest is named).
+    # Declared in tenants/conf/environment.py: a value that does not parse, a GROUNDED_* name nothing declares (the closest is named).
     ({"GROUNDED_EMBED_BATCH": "abc"}, "GROUNDED_EMBED_BATCH must be an integer, got 'abc'"),
     ({"GROUNDED_EMBEDER": "hash"}, "unknown setting GROUNDED_EMBEDER (did you mean GROUNDED_EMBEDDER?)"),
 ])
@@ -45,12 +45,12 @@ def test_bad_configuration_fails_with_one_line_naming_the_setting(env, needle):
 
 def _gunicorn_check_config(**env: str) -> subprocess.CompletedProcess:
     base = {k: v for k, v in os.environ.items() if not k.startswith("GROUNDED_") or k == "GROUNDED_DATA_DIR"}
-    return subprocess.run([str(Path(sys.executable).parent / "gunicorn"), "--check-config", "-c", "python:kb.project.gunicorn_conf",
-                           "kb.project.wsgi:application"], cwd=ROOT, capture_output=True, text=True, timeout=120, env={**base, **env})
+    return subprocess.run([str(Path(sys.executable).parent / "gunicorn"), "--check-config", "-c", "python:api.project.gunicorn_conf",
+                           "api.project.wsgi:application"], cwd=ROOT, capture_output=True, text=True, timeout=120, env={**base, **env})
 
 
 def test_gunicorn_loads_its_config_and_refuses_a_bad_or_unknown_variable():
-    assert _gunicorn_check_config().returncode == 0  # every global of kb/project/gunicorn_conf.py is a valid gunicorn setting
+    assert _gunicorn_check_config().returncode == 0  # every global of api/project/gunicorn_conf.py is a valid gunicorn setting
     result = _gunicorn_check_config(GUNICORN_THREADS="many", GROUNDED_WARMUPS="0")
     assert result.returncode != 0
     assert result.stderr.strip().splitlines()[-1] == (
@@ -70,7 +70,7 @@ def test_docker_compose_is_valid_and_has_the_production_shape():
     for name in ("postgres", "redis", "web", "worker"):
         assert "healthcheck" in services[name], name
     assert "gunicorn" in services["web"]["command"]
-    assert services["worker"]["command"][:3] == ["celery", "-A", "kb"]
+    assert services["worker"]["command"][:3] == ["celery", "-A", "api.project"]
     env = services["web"]["environment"]
     assert env["DATABASE_URL"].startswith("postgres://") and "REDIS_URL" in env and "SECRET_KEY" in env
     # One database-wall key for every container (a key file each would sign proofs the database refuses).

@@ -15,7 +15,7 @@ def test_healthz_reports_database_pgvector_and_broker(client):
 
 @pytest.fixture
 def warm_state():
-    from kb.project import warmup
+    from api.project import warmup
 
     yield warmup
     with warmup._lock:

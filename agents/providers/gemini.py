@@ -20,13 +20,11 @@ from collections.abc import Callable
 from typing import Any
 
 import httpx
-from django.conf import settings
 from google import genai
 from google.genai import errors, types
 
 from agents.messages import (
     AssistantMessage,
-    DeadlineExceeded,
     FinishReason,
     Message,
     ModelRequest,
@@ -37,7 +35,8 @@ from agents.messages import (
     Usage,
     UserMessage,
 )
-from agents.providers.retry import with_retries
+from agents.providers.retry import check_reply_deadline, time_left, with_retries
+from tenants.conf import product_settings
 
 try:  # google-genai >= 3 sends through httpx2, a fork whose exceptions are not httpx's
     import httpx2
@@ -69,9 +68,8 @@ class GeminiProvider:
 
     @classmethod
     def from_settings(cls, **overrides: Any) -> GeminiProvider:
-        kwargs: dict[str, Any] = {"api_key": settings.GEMINI_API_KEY, "model": settings.GEMINI_MODEL, "base_url": settings.GEMINI_BASE_URL}
-        kwargs.update(overrides)
-        return cls(**kwargs)
+        return cls(**{"api_key": product_settings.GEMINI_API_KEY, "model": product_settings.GEMINI_MODEL,
+                      "base_url": product_settings.GEMINI_BASE_URL, **overrides})
 
     def generate(self, request: ModelRequest) -> ModelTurn:
         """One turn. Raises ProviderError after retries, DeadlineExceeded when the deadline cuts the call."""
@@ -90,17 +88,13 @@ class GeminiProvider:
         contents = to_contents(request.messages)
 
         def call() -> list[types.GenerateContentResponse]:
-            left = self.timeout_s if request.deadline is None else min(self.timeout_s, request.deadline - time.monotonic())
-            if left <= 0:
-                raise DeadlineExceeded("the run's wall budget is spent: no time left for a model call")
+            left = time_left(self.timeout_s, request.deadline)
             config.http_options = types.HttpOptions(timeout=max(1, int(left * 1000)))
             chunks: list[types.GenerateContentResponse] = []
             stream = self.client.models.generate_content_stream(model=self.model, contents=contents, config=config)
             try:
                 for chunk in stream:
-                    if request.deadline is not None and time.monotonic() >= request.deadline:
-                        raise DeadlineExceeded("the run's wall budget ran out while the model was still replying: "
-                                               "the call was abandoned")
+                    check_reply_deadline(request.deadline)
                     chunks.append(chunk)
             finally:
                 # google-genai declares an Iterator; it returns a generator, whose close() ends the HTTP response too.

@@ -16,24 +16,16 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
-from django.conf import settings
 
-from agents.messages import (
-    AssistantMessage,
-    DeadlineExceeded,
-    Message,
-    ModelRequest,
-    ModelTurn,
-    ProviderError,
-    ToolCall,
-    ToolResultMessage,
-    Usage,
-    UserMessage,
-)
-from agents.providers.retry import with_retries
+from agents.messages import AssistantMessage, ModelTurn, ProviderError, ToolCall, ToolResultMessage, Usage, UserMessage
+from agents.providers.retry import check_reply_deadline, time_left, with_retries
+from tenants.conf import product_settings
+
+if TYPE_CHECKING:  # annotations only
+    from agents.messages import Message, ModelRequest
 
 
 class _RetryableStatus(Exception):
@@ -64,10 +56,8 @@ class OpenAICompatProvider:
 
     @classmethod
     def from_settings(cls, **overrides: Any) -> OpenAICompatProvider:
-        kwargs: dict[str, Any] = {"base_url": settings.OPENAI_COMPAT_BASE_URL, "model": settings.OPENAI_COMPAT_MODEL,
-                                  "api_key": settings.OPENAI_COMPAT_API_KEY}
-        kwargs.update(overrides)
-        return cls(**kwargs)
+        return cls(**{"base_url": product_settings.OPENAI_COMPAT_BASE_URL, "model": product_settings.OPENAI_COMPAT_MODEL,
+                      "api_key": product_settings.OPENAI_COMPAT_API_KEY, **overrides})
 
     def generate(self, request: ModelRequest) -> ModelTurn:
         """One turn. Raises ProviderError after retries, DeadlineExceeded when the deadline cuts the call."""
@@ -105,9 +95,7 @@ class OpenAICompatProvider:
 
 def call_timeout(timeout_s: float, deadline: float | None) -> httpx.Timeout:
     """The call's httpx timeouts: `timeout_s`, never past `deadline`; DeadlineExceeded when none is left."""
-    left = timeout_s if deadline is None else min(timeout_s, deadline - time.monotonic())
-    if left <= 0:
-        raise DeadlineExceeded("the run's wall budget is spent: no time left for a model call")
+    left = time_left(timeout_s, deadline)
     return httpx.Timeout(left, connect=min(left, 10.0))
 
 
@@ -121,8 +109,7 @@ def read_stream(response: httpx.Response, deadline: float | None) -> dict:
     calls: dict[int, dict] = {}
     finish, usage, done = None, None, False
     for line in response.iter_lines():
-        if deadline is not None and time.monotonic() >= deadline:
-            raise DeadlineExceeded("the run's wall budget ran out while the model was still replying: the call was abandoned")
+        check_reply_deadline(deadline)
         if not line.startswith("data:"):
             continue
         payload = line[5:].strip()

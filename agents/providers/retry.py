@@ -1,4 +1,5 @@
-"""Retry with exponential backoff for model calls: 429, 5xx, transport errors and unreadable replies."""
+"""Retry with exponential backoff for model calls: 429, 5xx, transport errors and unreadable replies;
+and the run's deadline as every provider applies it to one call (time_left, check_reply_deadline)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from agents.messages import ProviderError
+from agents.messages import DeadlineExceeded, ProviderError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -15,6 +16,22 @@ T = TypeVar("T")
 
 class Retryable(Exception):
     """A failure worth another attempt (rate limit, server error, garbled reply)."""
+
+
+def time_left(timeout_s: float, deadline: float | None) -> float:
+    """Seconds one model call may take: `timeout_s`, never past `deadline` (a time.monotonic() value,
+    the run's wall budget); DeadlineExceeded when none is left."""
+    left = timeout_s if deadline is None else min(timeout_s, deadline - time.monotonic())
+    if left <= 0:
+        raise DeadlineExceeded("the run's wall budget is spent: no time left for a model call")
+    return left
+
+
+def check_reply_deadline(deadline: float | None) -> None:
+    """Between two pieces of a streamed reply: DeadlineExceeded once `deadline` has come (the caller
+    then closes the stream, which abandons the call)."""
+    if deadline is not None and time.monotonic() >= deadline:
+        raise DeadlineExceeded("the run's wall budget ran out while the model was still replying: the call was abandoned")
 
 
 # Not shared with kb/embedding.py's retry loop on purpose: kb may not import agents; ingestion jitters (workers share a quota), no deadline.

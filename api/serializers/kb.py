@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from django.conf import settings
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -13,6 +12,7 @@ from kb.embedding import ModelChoiceError, checked_model_key
 from kb.ingest.corpora import DeclarationRejected, check_declarations
 from kb.metadata import NOT_A_JSON_OBJECT, MetadataRejected, json_problem, parse_metadata, text_problem
 from kb.models import DEFAULT_CHUNK_TARGET_TOKENS, Corpus, Document, IngestJob
+from tenants.conf import product_settings
 from tenants.scope import NotAllowed, Scope
 
 
@@ -129,12 +129,12 @@ def job_progress(job: IngestJob | None) -> dict | None:
 
 
 class ProgressSerializer(serializers.Serializer):
-    job = serializers.IntegerField()
+    job = serializers.IntegerField(help_text="The ingest job's id (GET /api/v1/jobs/{id}/).")
     status = serializers.CharField()
     stage = serializers.CharField()
     chunks_done = serializers.IntegerField()
     chunks_total = serializers.IntegerField()
-    percent = serializers.FloatField()
+    percent = serializers.FloatField(help_text="0 to 100, one decimal; 100 once the job is done.")
 
 
 class DocumentSerializer(serializers.ModelSerializer):
@@ -173,11 +173,11 @@ class UploadSerializer(serializers.Serializer):
     title = serializers.CharField(required=False, allow_blank=False, max_length=500, help_text="Only with a single file.")
 
     def validate_files(self, files):
-        if len(files) > settings.MAX_FILES_PER_UPLOAD:
-            raise serializers.ValidationError(f"at most {settings.MAX_FILES_PER_UPLOAD} files per upload")
+        if len(files) > product_settings.MAX_FILES_PER_UPLOAD:
+            raise serializers.ValidationError(f"at most {product_settings.MAX_FILES_PER_UPLOAD} files per upload")
         for f in files:
-            if f.size > settings.MAX_UPLOAD_BYTES:
-                raise serializers.ValidationError(f"{f.name}: larger than {settings.MAX_UPLOAD_BYTES} bytes")
+            if f.size > product_settings.MAX_UPLOAD_BYTES:
+                raise serializers.ValidationError(f"{f.name}: larger than {product_settings.MAX_UPLOAD_BYTES} bytes")
         return files
 
     def validate_metadata(self, raw: str) -> dict:
@@ -254,11 +254,11 @@ class SearchRequestSerializer(serializers.Serializer):
 
 class SearchHitSerializer(serializers.Serializer):
     chunk_id = serializers.IntegerField()
-    document_id = serializers.IntegerField()
+    document_id = serializers.IntegerField(help_text="The document's id (GET /api/v1/documents/{id}/).")
     corpus_id = serializers.IntegerField()
     corpus_name = serializers.CharField()
     document_title = serializers.CharField()
-    locator = serializers.CharField()
+    locator = serializers.CharField(help_text="Heading path or page, e.g. 'Travel > Hotels'.")
     page = serializers.IntegerField(allow_null=True)
     ordinal = serializers.IntegerField()
     text = serializers.CharField()

@@ -7,52 +7,32 @@ import json
 import queue
 import threading
 from collections.abc import Callable, Iterator
-from datetime import datetime, time
 
 from django.db import connections
 from django.db.models import Count, Q, QuerySet
 from django.http import StreamingHttpResponse
-from django.utils import timezone
-from django.utils.dateparse import parse_date, parse_datetime
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
-from rest_framework.exceptions import Throttled, ValidationError
+from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from agents import evidence
 from agents.access import access_run, visible_runs
+from agents.budgets import spend_daily_run
 from agents.chain import verify_tenant_chain
+from agents.citations import for_citations
 from agents.models import Outcome, Run, RunStep, Verdict
 from agents.review import principal_names, search_runs
 from agents.selectors import run_citations, run_steps
 from agents.services import InvalidQuestion, RunNotRecorded, ask
 from api import serializers as s
 from api.permissions import ASK, AUDIT
-from api.ratelimit import spend_daily_run
-from api.views.base import ScopedAPIView
+from api.views.base import ScopedAPIView, date_bound
 from kb.models import Chunk
 from tenants.scope import Scope, activate
 
 # --- Run filters ----------------------------------------------------------------------------------
-
-
-def _bound(raw: str | None, field: str, end: bool) -> datetime | None:
-    if not raw:
-        return None
-    try:
-        value = parse_datetime(raw)
-        if value is None:
-            day = parse_date(raw)
-            if day is None:
-                raise ValueError(raw)
-            value = timezone.make_aware(datetime.combine(day, time.max if end else time.min))
-        elif value.tzinfo is None:
-            value = timezone.make_aware(value)
-    except (ValueError, OverflowError):  # well-formed but impossible, e.g. 2020-13-45
-        raise ValidationError({field: ["expected an ISO date or datetime"]}) from None
-    return value
 
 
 def _text(params, field: str, max_length: int = 200) -> str:
@@ -67,9 +47,9 @@ def _text(params, field: str, max_length: int = 200) -> str:
 
 def filter_runs(qs: QuerySet, params) -> QuerySet:
     """Filters of the API's runs list: since/until, principal, outcome, strategy, unverified, q (text)."""
-    if since := _bound(params.get("since"), "since", end=False):
+    if since := date_bound(params.get("since"), "since", end=False):
         qs = qs.filter(created_at__gte=since)
-    if until := _bound(params.get("until"), "until", end=True):
+    if until := date_bound(params.get("until"), "until", end=True):
         qs = qs.filter(created_at__lte=until)
     if principal := _text(params, "principal"):
         qs = qs.filter(principal=principal)
@@ -103,7 +83,7 @@ def run_detail(scope: Scope, run: Run) -> dict:
     chunks = {c.id: c for c in Chunk.objects.for_scope(scope).filter(id__in=[c.chunk_id for c in citations]).select_related("document")}
     run.unverified_citations = sum(1 for c in citations if c.verdict != Verdict.VERIFIED)
     names = principal_names(scope.tenant_id, [run.principal])
-    kept = evidence.for_citations(scope, [(c.chunk_id, c.content_hash) for c in citations])
+    kept = for_citations(scope, [(c.chunk_id, c.content_hash) for c in citations])
     return s.RunDetailSerializer(run, context={"steps": steps, "citations": citations, "chunks": chunks, "principal_names": names,
                                                "evidence": kept}).data
 
@@ -111,19 +91,19 @@ def run_detail(scope: Scope, run: Run) -> dict:
 # --- Ask -------------------------------------------------------------------------------------------
 
 
-def _check_daily_budget(scope: Scope) -> None:
-    """429 + Retry-After when the tenant's daily agent-run budget is used up (api.ratelimit.spend_daily_run)."""
-    decision = spend_daily_run(scope.tenant_id)
-    if not decision.allowed:
-        raise Throttled(wait=decision.retry_after, detail="the tenant's daily agent-run budget is used up")
-
-
 def _ask(**kwargs) -> Run:
+    """agents.services.ask (which spends the tenant's daily run budget: api.errors answers 429 past it);
+    an invalid question is a 400 on its field."""
     try:
         return ask(**kwargs)
     except InvalidQuestion as exc:
         field = "strategy" if "strategy" in str(exc) else "question"
         raise ValidationError({field: [str(exc)]}) from None
+
+
+def _counted_ask(**kwargs) -> Run:
+    """`_ask` of a streamed question: the view spent its run of the daily budget before the stream's 200."""
+    return _ask(spend_budget=False, **kwargs)
 
 
 def step_json(step) -> dict:
@@ -146,7 +126,6 @@ class Ask(ScopedAPIView):
     def post(self, request: Request) -> Response:
         ser = s.AskRequestSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
-        _check_daily_budget(self.scope)
         run = _ask(scope=self.scope, question=ser.validated_data["question"], strategy=ser.validated_data["strategy"])
         with activate(self.scope):
             return Response(run_detail(self.scope, run))  # the stored run, as ask() returns it
@@ -220,8 +199,8 @@ class AskStream(ScopedAPIView):
     def post(self, request: Request) -> StreamingHttpResponse:
         ser = s.AskRequestSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
-        _check_daily_budget(self.scope)
-        events = ask_events(self.scope, ser.validated_data["question"], ser.validated_data["strategy"])
+        spend_daily_run(self.scope.tenant_id)  # past the budget: 429 (api.errors) now, not an error event after the 200
+        events = ask_events(self.scope, ser.validated_data["question"], ser.validated_data["strategy"], asker=_counted_ask)
         response = StreamingHttpResponse(events, content_type="text/event-stream", status=status.HTTP_200_OK)
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"
@@ -264,8 +243,7 @@ class RunDetail(ScopedAPIView):
 
     @extend_schema(responses=s.RunDetailSerializer)
     def get(self, request: Request, run_id: int) -> Response:
-        with activate(self.scope):
-            return Response(run_detail(self.scope, access_run(self.scope, run_id)))
+        return self.read_one(lambda scope: run_detail(scope, access_run(scope, run_id)))
 
 
 class ChainVerify(ScopedAPIView):

@@ -5,14 +5,21 @@ from __future__ import annotations
 
 import codecs
 import re
+from collections.abc import Callable
+from datetime import datetime, time
+from typing import Any
 
 from django.conf import settings
 from django.db.models import QuerySet
+from django.utils import timezone
+from django.utils.dateparse import parse_date, parse_datetime
+from rest_framework import status
 from rest_framework.exceptions import NotFound, ParseError, ValidationError
 from rest_framework.pagination import CursorPagination
 from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
+from rest_framework.serializers import Serializer
 from rest_framework.utils import json
 from rest_framework.views import APIView
 
@@ -21,7 +28,7 @@ from api.permissions import RolePermission
 from api.ratelimit import PerKeyRateThrottle
 from api.serializers import ID_MAX, MAX_JSON_DEPTH
 from kb.metadata import json_problem
-from tenants.scope import Scope
+from tenants.scope import Scope, activate
 
 # A JSON body larger than this is refused unread (DRF reads JSON bodies past Django's
 # DATA_UPLOAD_MAX_MEMORY_SIZE). The largest legitimate body (1,000 document ids) is ~20 KB.
@@ -46,6 +53,26 @@ class BoundedJSONParser(JSONParser):
         if problem := json_problem(data, max_depth=MAX_JSON_DEPTH):
             raise ParseError({"body": [problem]})
         return data
+
+
+def date_bound(raw: str | None, field: str, *, end: bool) -> datetime | None:
+    """A since/until query parameter as an aware datetime: an ISO datetime (naive ones in the current
+    time zone), or an ISO date meaning its first moment (its last with `end`, so an until date is
+    inclusive). None when absent or empty; anything else is a 400 on `field`."""
+    if not raw:
+        return None
+    try:
+        value = parse_datetime(raw)
+        if value is None:
+            day = parse_date(raw)
+            if day is None:
+                raise ValueError(raw)
+            value = timezone.make_aware(datetime.combine(day, time.max if end else time.min))
+        elif value.tzinfo is None:
+            value = timezone.make_aware(value)
+    except (ValueError, OverflowError):  # well-formed but impossible, e.g. 2020-13-45
+        raise ValidationError({field: ["expected an ISO date or datetime"]}) from None
+    return value
 
 
 class IdCursorPagination(CursorPagination):
@@ -96,3 +123,22 @@ class ScopedAPIView(APIView):
         page = paginator.paginate_queryset(queryset, self.request, view=self)
         data = serializer_class(page, many=True, context={"scope": self.scope, "request": self.request, **context}).data
         return paginator.get_paginated_response(data)
+
+    def valid_body(self, serializer_class: Callable[..., Serializer], *args: Any, **kwargs: Any) -> Any:
+        """The request body validated by `serializer_class(*args, data=<the body>, **kwargs)`: its
+        validated_data, or a 400 (ValidationError) naming the fields at fault."""
+        ser = serializer_class(*args, data=self.request.data, **kwargs)
+        ser.is_valid(raise_exception=True)
+        return ser.validated_data
+
+    def read_one(self, read: Callable[[Scope], Any]) -> Response:
+        """A GET of one row: 200 with `read(self.scope)` (the row's JSON; an access_* call in it raises
+        NotVisible, a 404, for an id the caller may not see), computed inside the scope's activation."""
+        with activate(self.scope):
+            return Response(read(self.scope))
+
+    def delete_one(self, remove: Callable[[Scope], object]) -> Response:
+        """A DELETE of one row: `remove(self.scope)` inside the scope's activation, then 204."""
+        with activate(self.scope):
+            remove(self.scope)
+        return Response(status=status.HTTP_204_NO_CONTENT)

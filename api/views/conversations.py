@@ -15,18 +15,20 @@ from rest_framework.response import Response
 
 from agents import conversations
 from agents.access import access_conversation, visible_conversations
+from agents.budgets import spend_daily_run
 from agents.models import Citation, Run
 from agents.services import InvalidQuestion
 from api import serializers as s
 from api.permissions import ASK
-from api.views.agents import _check_daily_budget, ask_events, run_detail
+from api.views.agents import ask_events, run_detail
 from api.views.base import ScopedAPIView
 from kb.models import Chunk
 from tenants.scope import Scope, activate
 
 
 def _send(*, scope: Scope, conversation_id: int, **kwargs) -> Run:
-    """The next turn; a bad message or strategy is a 400 on its field."""
+    """The next turn (agents.conversations.send_message, which spends the tenant's daily run budget unless
+    told `spend_budget=False`: api.errors answers 429 past it); a bad message or strategy is a 400 on its field."""
     try:
         return conversations.send_message(scope=scope, conversation_id=conversation_id, message=kwargs.pop("question"), **kwargs)
     except InvalidQuestion as exc:
@@ -70,8 +72,7 @@ class ConversationDetail(ScopedAPIView):
 
     @extend_schema(responses=s.ConversationDetailSerializer)
     def get(self, request: Request, conversation_id: int) -> Response:
-        with activate(self.scope):
-            return Response(conversation_detail(self.scope, access_conversation(self.scope, conversation_id)))
+        return self.read_one(lambda scope: conversation_detail(scope, access_conversation(scope, conversation_id)))
 
     @extend_schema(responses={204: None})
     def delete(self, request: Request, conversation_id: int) -> Response:
@@ -91,7 +92,6 @@ class ConversationMessages(ScopedAPIView):
             access_conversation(self.scope, conversation_id)  # 404 before the body is read or the daily budget spent
         ser = s.MessageRequestSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
-        _check_daily_budget(self.scope)
         run = _send(scope=self.scope, conversation_id=conversation_id, question=ser.validated_data["message"],
                     strategy=ser.validated_data["strategy"])
         with activate(self.scope):
@@ -111,10 +111,10 @@ class ConversationMessagesStream(ScopedAPIView):
             access_conversation(self.scope, conversation_id)
         ser = s.MessageRequestSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
-        _check_daily_budget(self.scope)
+        spend_daily_run(self.scope.tenant_id)  # past the budget: 429 (api.errors) now, not an error event after the 200
 
         def asker(**kwargs) -> Run:
-            return _send(conversation_id=conversation_id, **kwargs)
+            return _send(conversation_id=conversation_id, spend_budget=False, **kwargs)
 
         events = ask_events(self.scope, ser.validated_data["message"], ser.validated_data["strategy"], asker=asker)
         response = StreamingHttpResponse(events, content_type="text/event-stream", status=status.HTTP_200_OK)

@@ -13,8 +13,7 @@ from agents.feedback import give_feedback
 from agents.models import Rating
 from api import serializers as s
 from api.permissions import ASK, AUDIT
-from api.views.agents import _bound
-from api.views.base import ScopedAPIView
+from api.views.base import ScopedAPIView, date_bound
 from tenants.scope import activate
 
 
@@ -51,8 +50,8 @@ class FeedbackList(ScopedAPIView):
                 if rating not in Rating.values:
                     raise ValidationError({"rating": [f"one of {', '.join(Rating.values)}"]})
                 qs = qs.filter(rating=rating)
-            if since := _bound(request.query_params.get("since"), "since", end=False):
+            if since := date_bound(request.query_params.get("since"), "since", end=False):
                 qs = qs.filter(created_at__gte=since)
-            if until := _bound(request.query_params.get("until"), "until", end=True):
+            if until := date_bound(request.query_params.get("until"), "until", end=True):
                 qs = qs.filter(created_at__lte=until)
             return self.paginated(qs, s.FeedbackSerializer)

@@ -36,9 +36,7 @@ class CorpusList(ScopedAPIView):
     @extend_schema(request=s.CorpusSerializer, responses={201: s.CorpusSerializer})
     def post(self, request: Request) -> Response:
         with activate(self.scope):
-            ser = s.CorpusSerializer(data=request.data, context={"scope": self.scope})
-            ser.is_valid(raise_exception=True)
-            data = dict(ser.validated_data)
+            data = dict(self.valid_body(s.CorpusSerializer, context={"scope": self.scope}))
             corpus = Corpus.objects.create(tenant_id=self.scope.tenant_id, **data)
             corpus.document_count = 0
             return Response(s.CorpusSerializer(corpus).data, status=status.HTTP_201_CREATED)
@@ -62,10 +60,9 @@ class CorpusDetail(ScopedAPIView):
         with activate(self.scope):
             corpus = access_corpus(self.scope, corpus_id)
             access.check_may_change(self.scope, corpus, "corpus")
-            ser = s.CorpusSerializer(corpus, data=request.data, partial=True, context={"scope": self.scope})
-            ser.is_valid(raise_exception=True)
-            changed = [field for field, value in ser.validated_data.items() if getattr(corpus, field) != value]
-            for field, value in ser.validated_data.items():
+            data = self.valid_body(s.CorpusSerializer, corpus, partial=True, context={"scope": self.scope})
+            changed = [field for field, value in data.items() if getattr(corpus, field) != value]
+            for field, value in data.items():
                 setattr(corpus, field, value)
             save_corpus(scope=self.scope, corpus=corpus, changed=changed)
             corpus.document_count = visible_documents(self.scope).filter(corpus=corpus).count()
@@ -92,9 +89,7 @@ class CorpusReembed(ScopedAPIView):
         with activate(self.scope):
             corpus = access_corpus(self.scope, corpus_id)
         access.check_may_change(self.scope, corpus, "corpus")
-        ser = s.ReembedSerializer(data=request.data)
-        ser.is_valid(raise_exception=True)
-        job = start_reembed(scope=self.scope, corpus=corpus, model_key=ser.validated_data["model_key"])
+        job = start_reembed(scope=self.scope, corpus=corpus, model_key=self.valid_body(s.ReembedSerializer)["model_key"])
         with activate(self.scope):
             if job is None:
                 corpus = access_corpus(self.scope, corpus_id)
@@ -184,15 +179,11 @@ class DocumentDetail(ScopedAPIView):
 
     @extend_schema(responses=s.DocumentSerializer)
     def get(self, request: Request, document_id: int) -> Response:
-        with activate(self.scope):
-            doc = access_document(self.scope, document_id)
-            return Response(s.DocumentSerializer(doc, context={"scope": self.scope}).data)
+        return self.read_one(lambda scope: s.DocumentSerializer(access_document(scope, document_id), context={"scope": scope}).data)
 
     @extend_schema(responses={204: None})
     def delete(self, request: Request, document_id: int) -> Response:
-        with activate(self.scope):
-            delete_document(scope=self.scope, document=access_document(self.scope, document_id))
-        return Response(status=status.HTTP_204_NO_CONTENT)
+        return self.delete_one(lambda scope: delete_document(scope=scope, document=access_document(scope, document_id)))
 
 
 class DocumentReingest(ScopedAPIView):
@@ -230,8 +221,7 @@ class JobDetail(ScopedAPIView):
 
     @extend_schema(responses=s.IngestJobSerializer)
     def get(self, request: Request, job_id: int) -> Response:
-        with activate(self.scope):
-            return Response(s.IngestJobSerializer(access_job(self.scope, job_id)).data)
+        return self.read_one(lambda scope: s.IngestJobSerializer(access_job(scope, job_id)).data)
 
 
 class Search(ScopedAPIView):
@@ -241,9 +231,7 @@ class Search(ScopedAPIView):
 
     @extend_schema(request=s.SearchRequestSerializer, responses=s.SearchResponseSerializer)
     def post(self, request: Request) -> Response:
-        ser = s.SearchRequestSerializer(data=request.data)
-        ser.is_valid(raise_exception=True)
-        data = ser.validated_data
+        data = self.valid_body(s.SearchRequestSerializer)
         f = data.get("filters") or {}
         filters = retrieval.SearchFilters(
             corpus_ids=tuple(f["corpus_ids"]) if "corpus_ids" in f else None,

@@ -39,9 +39,7 @@ class SourceList(ScopedAPIView):
 
     @extend_schema(request=s.SourceSerializer, responses={201: s.SourceSerializer})
     def post(self, request: Request) -> Response:
-        ser = s.SourceSerializer(data=request.data)
-        ser.is_valid(raise_exception=True)
-        data = ser.validated_data
+        data = self.valid_body(s.SourceSerializer)
         with activate(self.scope):
             try:
                 corpus = access_corpus(self.scope, data["corpus_id"])
@@ -61,16 +59,13 @@ class SourceDetail(ScopedAPIView):
 
     @extend_schema(responses=s.SourceSerializer)
     def get(self, request: Request, source_id: int) -> Response:
-        with activate(self.scope):
-            return Response(_out(access_source(self.scope, source_id)))
+        return self.read_one(lambda scope: _out(access_source(scope, source_id)))
 
     @extend_schema(request=s.SourcePatchSerializer, responses=s.SourceSerializer)
     def patch(self, request: Request, source_id: int) -> Response:
         with activate(self.scope):
             source = access_source(self.scope, source_id)  # first: a foreign id is "not found" whatever the body
-            ser = s.SourcePatchSerializer(data=request.data, partial=True)
-            ser.is_valid(raise_exception=True)
-            changes = {k: v for k, v in ser.validated_data.items() if k in
+            changes = {k: v for k, v in self.valid_body(s.SourcePatchSerializer, partial=True).items() if k in
                        {"name", "config", "credentials", "department_rules", "schedule_minutes", "paused"}}
             if "department_rules" in changes:
                 changes["department_rules"] = [dict(r) for r in changes["department_rules"]]
@@ -79,9 +74,7 @@ class SourceDetail(ScopedAPIView):
 
     @extend_schema(responses={204: None})
     def delete(self, request: Request, source_id: int) -> Response:
-        with activate(self.scope):
-            source_delete(scope=self.scope, source=access_source(self.scope, source_id))
-        return Response(status=status.HTTP_204_NO_CONTENT)
+        return self.delete_one(lambda scope: source_delete(scope=scope, source=access_source(scope, source_id)))
 
 
 class SourceSyncNow(ScopedAPIView):

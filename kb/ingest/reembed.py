@@ -11,9 +11,9 @@ from django.utils import timezone
 
 from kb import access
 from kb.embedding import Embedder, get_embedder
-from kb.ingest.jobs import TRANSIENT_ERRORS, _claim, _fail, _note_transient, _take_lease, _update_job
+from kb.ingest.jobs import TRANSIENT_ERRORS, fail_job, lease_and_claim, note_transient, update_job
 from kb.ingest.queue import enqueue_job, register_runner
-from kb.ingest.vectors import _ensure_index_outside_transactions, _vectors_for
+from kb.ingest.vectors import ensure_index_outside_transactions, vectors_for
 from kb.models import Chunk, Corpus, IngestJob, JobStatus
 from kb.vector_index import HALFVEC_MAX_DIM
 from tenants.scope import Scope, activate
@@ -50,40 +50,38 @@ def run_reembed_job(*, job_id: int, tenant_id: int) -> str:
     then switch chunks and corpus in ONE transaction. Idempotent and resumable."""
     scope = Scope.system(tenant_id, principal=f"reembed-job:{job_id}")
     with contextlib.ExitStack() as leases:
-        if not _take_lease(leases, job_id):
-            return "busy"
-        job = _claim(scope, job_id, IngestJob.Kind.REEMBED)
-        if job is None:
-            return "skipped"
+        job = lease_and_claim(leases, scope, job_id, IngestJob.Kind.REEMBED)
+        if isinstance(job, str):  # "busy" or "skipped"
+            return job
         try:
             return _reembed(scope, job)
         except TRANSIENT_ERRORS as exc:
-            _note_transient(scope, job_id, exc)
+            note_transient(scope, job_id, exc)
             raise
         except Exception as exc:
             logger.exception("re-embed job %s failed", job_id)
-            return _fail(scope, job, f"internal error: {type(exc).__name__}: {exc}")
+            return fail_job(scope, job, f"internal error: {type(exc).__name__}: {exc}")
 
 
 def _reembed(scope: Scope, job: IngestJob) -> str:
     with activate(scope):
         corpus = Corpus.objects.for_scope(scope).get(pk=job.corpus_id)
     if not corpus.next_embedding_model or not corpus.next_embedding_dim:
-        _update_job(scope, job.pk, status=JobStatus.DONE, stage="nothing to do", finished_at=timezone.now())
+        update_job(scope, job.pk, status=JobStatus.DONE, stage="nothing to do", finished_at=timezone.now())
         return "skipped"
     target = f"{corpus.next_embedding_model}:{corpus.next_embedding_dim}"
     embedder = get_embedder(target)
-    _ensure_index_outside_transactions(target, embedder.dim)
+    ensure_index_outside_transactions(target, embedder.dim)
     # Sentence vectors move with their chunks: a search re-ranks by sentences of the chunks' model
     # only, so sentences left on the old model would switch the re-rank off without a word.
     total = _count_texts(scope, corpus.pk)
-    _update_job(scope, job.pk, stage="embed", chunks_total=total, chunks_done=total - _count_missing(scope, corpus.pk, target))
+    update_job(scope, job.pk, stage="embed", chunks_total=total, chunks_done=total - _count_missing(scope, corpus.pk, target))
     while True:
         page = _missing_texts(scope, corpus.pk, target, limit=1024)
         if not page:
             break
-        _vectors_for(scope, embedder, dict(page))
-        _update_job(scope, job.pk, chunks_done=total - _count_missing(scope, corpus.pk, target))
+        vectors_for(scope, embedder, dict(page))
+        update_job(scope, job.pk, chunks_done=total - _count_missing(scope, corpus.pk, target))
     if corpus.sentence_vectors:
         _stage_sentences(scope, job, corpus.pk, target, embedder)
     return _switch_model(scope, job, corpus.pk, target, embedder, sentences=corpus.sentence_vectors)
@@ -95,7 +93,7 @@ def _stage_sentences(scope: Scope, job: IngestJob, corpus_id: int, target: str, 
     progress counts chunks whose sentences are staged."""
     with activate(scope):
         total = Chunk.objects.for_scope(scope).filter(corpus_id=corpus_id).count()
-    _update_job(scope, job.pk, stage="embed sentences", chunks_total=total, chunks_done=0)
+    update_job(scope, job.pk, stage="embed sentences", chunks_total=total, chunks_done=0)
     done, last = 0, 0
     while True:
         with activate(scope):
@@ -110,9 +108,9 @@ def _stage_sentences(scope: Scope, job: IngestJob, corpus_id: int, target: str, 
                         "AND e.model_key = %s AND e.text_sha256 = x.sha) ORDER BY x.sha", [ids, scope.tenant_id, target])
             page = cur.fetchall()
         if page:
-            _vectors_for(scope, embedder, dict(page))
+            vectors_for(scope, embedder, dict(page))
         done, last = done + len(ids), ids[-1]
-        _update_job(scope, job.pk, chunks_done=done)
+        update_job(scope, job.pk, chunks_done=done)
 
 
 # What the embedding cache is keyed by (sha256 of the text), per chunk or per stored sentence; a
@@ -171,7 +169,7 @@ def _switch_model(scope: Scope, job: IngestJob, corpus_id: int, target: str, emb
             late = [t for kind in kinds for t in _missing_texts(scope, corpus_id, target, limit=257, sentences=kind)]
             if len(late) <= 256:  # chunks ingested meanwhile: few, embed them under the lock
                 if late:
-                    _vectors_for(scope, embedder, dict(late))
+                    vectors_for(scope, embedder, dict(late))
                 with connections["default"].cursor() as cur:
                     cur.execute(
                         "UPDATE kb_chunk c SET embedding = e.embedding, embedding_model = %s FROM kb_embeddingcache e "
@@ -201,7 +199,7 @@ def _switch_model(scope: Scope, job: IngestJob, corpus_id: int, target: str, emb
         # Many chunks arrived meanwhile: stage them outside the lock, then try again.
         for kind in kinds:
             page = _missing_texts(scope, corpus_id, target, limit=4096, sentences=kind)
-            _vectors_for(scope, embedder, dict(page))
+            vectors_for(scope, embedder, dict(page))
     raise OperationalError("re-embed could not catch up with concurrent ingestion")
 
 

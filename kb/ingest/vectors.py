@@ -18,13 +18,13 @@ from psycopg.types import TypeInfo
 from kb.embedding import Embedder, embed_windowed
 from kb.ingest.jobs import running_jobs
 from kb.models import EmbeddingCache, IngestJob
-from kb.project.config import get_int
 from kb.vector_index import HALFVEC_MAX_DIM, ensure_vector_index
+from tenants.conf import product_settings
 from tenants.scope import Scope, activate
 
 
 def embed_batch_size() -> int:
-    return get_int("GROUNDED_EMBED_BATCH")
+    return product_settings.GROUNDED_EMBED_BATCH
 
 
 PROGRESS_STEPS = 4  # a job's progress moves about this many times while it embeds...
@@ -40,14 +40,16 @@ def progress_batch_size(missing: int) -> int:
     return min(embed_batch_size(), max(MIN_PROGRESS_BATCH, math.ceil(missing / PROGRESS_STEPS)))
 
 
-def _ensure_index_outside_transactions(model_key: str, dim: int) -> None:
-    # Never while this thread holds an open transaction: the build could wait on our own locks.
+def ensure_index_outside_transactions(model_key: str, dim: int) -> None:
+    """Make sure the vector index of `model_key` exists (kb.vector_index.ensure_vector_index) before a job
+    writes vectors of that model; skipped for vectors too wide to index, and when this thread holds an
+    open transaction (the build could wait on our own locks: the next job outside one builds it)."""
     if dim <= HALFVEC_MAX_DIM and not connections["default"].in_atomic_block and not connections["owner"].in_atomic_block:
         ensure_vector_index(model_key, dim)
 
 
-def _vectors_for(scope: Scope, embedder: Embedder, texts: dict[str, str], progress: dict[int, list[str]] | None = None,
-                 owners: dict[int, list[str]] | None = None) -> dict[str, np.ndarray]:
+def vectors_for(scope: Scope, embedder: Embedder, texts: dict[str, str], progress: dict[int, list[str]] | None = None,
+                owners: dict[int, list[str]] | None = None) -> dict[str, np.ndarray]:
     """sha256 -> vector for every text ({sha256: text}): cache first, then the embedder in batches of
     texts of similar length (shortest first: a batch is padded to its longest text, so batches cut
     from document order, where a 5-word sentence sits beside a 60-word one, cost about twice the
@@ -105,7 +107,7 @@ def _vectors_for(scope: Scope, embedder: Embedder, texts: dict[str, str], progre
 
 
 @contextlib.contextmanager
-def _vector_cursor(alias: str = "default") -> Iterator[Any]:
+def vector_cursor(alias: str = "default") -> Iterator[Any]:
     """A raw psycopg cursor on the Django connection (same transaction), with binary numpy<->vector
     adapters registered on this cursor only (the ORM's own vector handling is left untouched)."""
     conn = connections[alias]
@@ -128,7 +130,7 @@ def _vector_cursor(alias: str = "default") -> Iterator[Any]:
 def _cache_lookup(scope: Scope, model_key: str, hashes: list[str]) -> dict[str, np.ndarray]:
     if not hashes:
         return {}
-    with _vector_cursor() as cur:
+    with vector_cursor() as cur:
         cur.execute("SELECT text_sha256, embedding FROM kb_embeddingcache "
                     "WHERE tenant_id = %s AND model_key = %s AND text_sha256 = ANY(%s)",
                     [scope.tenant_id, model_key, hashes], binary=True)
@@ -136,7 +138,7 @@ def _cache_lookup(scope: Scope, model_key: str, hashes: list[str]) -> dict[str, 
 
 
 def _cache_store(scope: Scope, model_key: str, hashes: list[str], array: np.ndarray) -> None:
-    with _vector_cursor() as cur:
+    with vector_cursor() as cur:
         cur.execute("INSERT INTO kb_embeddingcache (tenant_id, model_key, text_sha256, embedding, created_at) "
                     "SELECT %s, %s, u.h, u.e, now() FROM unnest(%s::text[], %b::vector[]) AS u(h, e) "
                     "ON CONFLICT (tenant_id, model_key, text_sha256) DO NOTHING",

@@ -30,9 +30,17 @@ How a search runs (docs/retrieval.md has the measurements behind each choice):
 
 Raw SQL lives in this package only; the tenant id in every statement is a parameter taken from the scope.
 
-The package, one job per module: `query` (filters, hits, results), `tunables`, `pipeline` (`search`),
-`plan` (the effective filter), `sql` (statement scripts under the scope's tenant), `vector`,
-`keyword`, `hits` (loading hit rows) and `rank` (fusion, sentence re-rank, MMR).
+The package is a pipeline of stages, each a module with one public entry, called in that order by
+`search` (kb.retrieval.pipeline) and never calling back into a stage before it:
+
+- `pipeline`: `search`; the SearchPlan, the statement runner (TenantStatements) and the corpus rows
+  remembered per scope, which the stages use while it runs (step 1's round trip, every later one);
+- `prepare`: query preparation, `prepare` (step 1, and the query's embedding per model);
+- `retrieve`: retrieval, `retrieve` (steps 2-4: the keyword side and fusion here, the vector side in
+  `vector`; BM25 on a side connection for hybrid searches);
+- `postprocess`: post-processing, `postprocess` (the winners' rows, step 5, MMR);
+- shared without calls: `query` (filters, hits, results, a hit's columns) and `tunables` (read once
+  per search by `pipeline`).
 """
 
 from kb.retrieval.pipeline import search

@@ -1,4 +1,4 @@
-"""What a search is asked and what it answers: the narrowing filters, a hit, the result."""
+"""What a search is asked and what it answers: the narrowing filters, a hit (and its columns), the result."""
 
 from __future__ import annotations
 
@@ -54,6 +54,13 @@ class SearchHit:
     distance: float | None = None  # cosine distance when the hit came from the vector side
     keyword_score: float | None = None  # BM25 score when it came from the keyword side
     embedding_model: str = ""
+
+
+# A hit's columns and the join that gives them, in the order SearchHit is read from them (the ranking
+# statements that return their hits' rows, and postprocess.hydrate).
+HIT_COLS = ("c.id, c.document_id, c.corpus_id, c.locator, c.page, c.ordinal, c.text, c.content_hash, c.flags, "
+            "c.embedding_model, d.title, d.metadata")
+HIT_JOIN = "JOIN kb_document d ON d.id = c.document_id AND d.tenant_id = c.tenant_id"
 
 
 @dataclass(frozen=True)

@@ -1,53 +1,30 @@
-"""Retrieval tunables with their measured defaults (docs/retrieval.md); each may be overridden in Django settings."""
+"""Retrieval tunables with their measured defaults (docs/retrieval.md); each may be overridden in Django settings.
+
+Read in one place: `setting(name)`. A search reads them all once, at its start (`snapshot`, kept on its
+SearchPlan as `knobs`), so its stages read one consistent set and never come back here.
+"""
 
 from __future__ import annotations
 
 import re
+from typing import Any
 
-from django.conf import settings
+from tenants.conf import product_settings
+from tenants.conf.product import DJANGO_ONLY
 
-DEFAULTS = {
-    # Scopes up to this many rows (per model) are always scanned exactly.
-    "RETRIEVAL_EXACT_MAX_ROWS": 4000,
-    # Above it, HNSW is used when its expected work is smaller: it visits about
-    # ef_search + fetch / selectivity index tuples (selectivity = scope rows / rows in the model's
-    # index), each costing about HNSW_TUPLE_COST exact-scan rows.
-    "RETRIEVAL_HNSW_TUPLE_COST": 10.0,
-    "RETRIEVAL_HNSW_EF_SEARCH": 40,
-    "RETRIEVAL_HNSW_FETCH": 40,  # in-scope rows taken from the relaxed-order scan before re-sorting
-    "RETRIEVAL_HNSW_MAX_SCAN_TUPLES": 40000,
-    # Use the per-tenant / per-department partial HNSW indexes kb.vector_index builds for large scopes.
-    "RETRIEVAL_SCOPE_INDEXES": True,
-    # Reciprocal rank fusion: score = sum(weight / (RRF_K + rank)).
-    "RETRIEVAL_RRF_K": 60,
-    "RETRIEVAL_KEYWORD_WEIGHT": 1.0,
-    "RETRIEVAL_VECTOR_WEIGHT": 0.1,
-    # How many candidates each side contributes to fusion / MMR.
-    "RETRIEVAL_CANDIDATES": 50,
-    # Keyword candidates come from the rarest query lexemes covering at most this share of the
-    # chunks (1 = every lexeme: exact BM25 top-n, no cap either)
-    "RETRIEVAL_BM25_CANDIDATE_SHARE": 0.1,
-    # ... and at most this many chunks (estimated from document frequencies): the cost of keyword
-    # search is per candidate (heap row + tsvector), so large corpora need an absolute cap too.
-    "RETRIEVAL_BM25_MAX_CANDIDATES": 1000,
-    "RETRIEVAL_BM25_K1": 1.2,
-    "RETRIEVAL_BM25_B": 0.75,
-    "RETRIEVAL_TERM_STATS_TTL_S": 300,
-    # Run the ranking and hit-row statements as prepared statements of the connection (generic
-    # plans, no planning per search). Off behind a transaction-pooling proxy (PgBouncer
-    # pool_mode=transaction), where a session's prepared statements are not its own.
-    "RETRIEVAL_PREPARED_STATEMENTS": True,
-    # A vector search of a scope this process resolved before builds its plan from the corpus rows
-    # it saw then and sends the corpus statement with its ranking (one round trip; checked, and
-    # searched again when the corpora changed: kb.retrieval.plan._resolve).
-    "RETRIEVAL_REUSE_PLANS": True,
-    # Not here: RETRIEVAL_PARALLEL_WORKERS, the side connections on which a hybrid search runs BM25, is an
-    # environment variable (declared in kb/project/config.py, read as settings.RETRIEVAL_PARALLEL_WORKERS).
-}
+# The tunables and their measured defaults, each declared once (type, default, doc) in tenants/conf/product.py.
+# Not here: RETRIEVAL_PARALLEL_WORKERS (an environment variable: the side connections a hybrid search runs BM25 on).
+DEFAULTS: dict[str, Any] = {s.name: s.default for s in DJANGO_ONLY if s.name.startswith("RETRIEVAL_")}
 
 
-def _setting(name: str):
-    return getattr(settings, name, DEFAULTS[name])
+def setting(name: str) -> Any:
+    """The tunable `name` (a declared product setting): its Django setting when there is one, else its default."""
+    return getattr(product_settings, name)
+
+
+def snapshot() -> dict[str, Any]:
+    """Every tunable, read now: {name: value}."""
+    return {name: setting(name) for name in DEFAULTS}
 
 
 MAX_K = 200
@@ -63,5 +40,6 @@ MAX_QUERY_TERMS = 64
 MAX_SCORED_TERMS = 32
 
 
-_MODEL_KEY = re.compile(r"^[A-Za-z0-9._/-]+:[0-9]+$")
+# An embedding model key as SQL may inline it (statements name it for partial index predicates).
+MODEL_KEY = re.compile(r"^[A-Za-z0-9._/-]+:[0-9]+$")
 

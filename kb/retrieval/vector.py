@@ -1,67 +1,39 @@
-"""The vector side: the query's embedding per model, and the choice between an exact scan and the
-cheapest covering HNSW index (the model's, the tenant's own, or one arm per department), with its SQL."""
+"""The vector side of the retrieval stage: per model, the choice between an exact scan and the
+cheapest covering HNSW index (the model's, the tenant's own, or one arm per department), with its SQL.
+Entry: `vector_search` (called once per search by kb.retrieval.retrieve)."""
 
 from __future__ import annotations
 
 import math
 import re
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from django.db import connections
 
-from kb.embedding import embed_windowed, get_embedder
-from kb.retrieval.hits import _collect, _with_hits
-from kb.retrieval.plan import PlannedCorpus, SearchPlan, scope_rows
-from kb.retrieval.sql import SharedParameter
-from kb.retrieval.tunables import _MODEL_KEY, MAX_ARMS, _setting
+from kb.retrieval.prepare import PlannedCorpus, QueryVector
+from kb.retrieval.tunables import MAX_ARMS, MODEL_KEY, snapshot
 
-_qvec_cache: OrderedDict[tuple[str, str], list[float]] = OrderedDict()
+if TYPE_CHECKING:  # the search entry's plan, for annotations only (it imports this module's stage)
+    from kb.retrieval.pipeline import SearchPlan
 
 
-_qvec_lock = threading.Lock()
-
-
-def _query_vector(model_key: str, query: str, given: Mapping[str, Sequence[float]] | None) -> list[float]:
-    """The query embedded with `model_key` (the corpus's own model), cached per process."""
-    if given and model_key in given:
-        return [float(x) for x in given[model_key]]
-    key = (model_key, query)
-    with _qvec_lock:
-        if key in _qvec_cache:
-            _qvec_cache.move_to_end(key)
-            return _qvec_cache[key]
-    # A query longer than the model's window is embedded whole (the mean of its windows), not cut
-    # to the window's worth of words the model would silently keep.
-    vec = [float(x) for x in embed_windowed(get_embedder(model_key), [query], "query")[0]]
-    with _qvec_lock:
-        _qvec_cache[key] = vec
-        while len(_qvec_cache) > 512:
-            _qvec_cache.popitem(last=False)
-    return vec
-
-
-def _cast_type(dim: int) -> str:
-    """vector(d) up to 2,000 dimensions, halfvec(d) above: must match kb.vector_index's index expression."""
-    return f"vector({int(dim)})" if dim <= 2000 else f"halfvec({int(dim)})"
-
-
-_vec_templates: dict[int, str] = {}
-
-
-def _vec_literal(vec: Sequence[float]) -> str:
-    """'[x1,...,xn]' with 8 significant digits; one %-format of a cached template (a third faster
-    than formatting element by element)."""
-    n = len(vec)
-    template = _vec_templates.get(n)
-    if template is None:
-        template = _vec_templates[n] = "[" + ",".join(["%.8g"] * n) + "]"
-    return template % tuple(map(float, vec))
-
+def vector_search(plan: SearchPlan, vectors: Mapping[str, QueryVector], n: int, using: str,
+                  prefetched: dict[int, tuple] | None, max_distance: float | None) -> tuple[list[list[tuple[int, float]]], list[str]]:
+    """Nearest `n` chunks of each model of the plan, with the query embedded by that model (`vectors`):
+    one [(chunk id, cosine distance)] list per model, nearest first, without hits farther than
+    `max_distance`; and each model's path, "<model key>:<path>"."""
+    lists: list[list[tuple[int, float]]] = []
+    paths: list[str] = []
+    for model_key, group in plan.by_model.items():
+        rows, path = _vector_search(plan, model_key, group, vectors[model_key], n, using, prefetched)
+        if max_distance is not None:
+            rows = [(cid, d) for cid, d in rows if d <= max_distance]
+        lists.append(rows)
+        paths.append(f"{model_key}:{path}")
+    return lists, paths
 
 @dataclass(frozen=True)
 class HnswIndex:
@@ -143,7 +115,8 @@ def _scan_visits(scope_rows_: float, index_rows: int, ef: int, fetch: int) -> fl
 
 
 def choose_vector_plan(rows_in_scope: int, tenant_id: int, department_parts: dict[int | None, int] | None,
-                       indexes: Sequence[HnswIndex], ef: int, fetch: int, n: int) -> VectorPlan:
+                       indexes: Sequence[HnswIndex], ef: int, fetch: int, n: int, *,
+                       knobs: Mapping[str, Any] | None = None) -> VectorPlan:
     """The path choice, per query, from the scope's size and the indexes that cover it.
 
     Scopes up to RETRIEVAL_EXACT_MAX_ROWS are scanned exactly. Otherwise every index that covers
@@ -152,13 +125,15 @@ def choose_vector_plan(rows_in_scope: int, tenant_id: int, department_parts: dic
     of explicit departments (`department_parts`: department or None for tenant-wide rows -> rows
     in scope), one arm per department on its own index (unfiltered: ef + n) or, without one, an
     exact arm over its rows. The cheapest wins if its visits times RETRIEVAL_HNSW_TUPLE_COST are
-    below the rows an exact scan reads.
+    below the rows an exact scan reads. `knobs`: the tunables (kb.retrieval.tunables.snapshot; read now
+    when not given).
     """
+    knobs = snapshot() if knobs is None else knobs
     exact = VectorPlan("exact")
-    if rows_in_scope <= _setting("RETRIEVAL_EXACT_MAX_ROWS"):
+    if rows_in_scope <= knobs["RETRIEVAL_EXACT_MAX_ROWS"]:
         return exact
     options: list[VectorPlan] = []
-    if not _setting("RETRIEVAL_SCOPE_INDEXES"):
+    if not knobs["RETRIEVAL_SCOPE_INDEXES"]:
         indexes = [ix for ix in indexes if ix.tenant_id is None]
     for ix in indexes:
         if ix.tenant_id is None or (ix.tenant_id == tenant_id and ix.department == "all"):
@@ -178,15 +153,15 @@ def choose_vector_plan(rows_in_scope: int, tenant_id: int, department_parts: dic
                 exact_rows += rows
                 parts.append((dept, None, n))
         if any(ix is not None for _, ix, _ in parts):
-            options.append(VectorPlan("parts", parts=tuple(parts), visits=visits + exact_rows / _tuple_cost()))
+            options.append(VectorPlan("parts", parts=tuple(parts), visits=visits + exact_rows / _tuple_cost(knobs)))
     if not options:
         return exact
     best = min(options, key=lambda o: o.visits)
-    return best if best.visits * _tuple_cost() < rows_in_scope else exact
+    return best if best.visits * _tuple_cost(knobs) < rows_in_scope else exact
 
 
-def _tuple_cost() -> float:
-    return max(float(_setting("RETRIEVAL_HNSW_TUPLE_COST")), 1e-9)
+def _tuple_cost(knobs: Mapping[str, Any]) -> float:
+    return max(float(knobs["RETRIEVAL_HNSW_TUPLE_COST"]), 1e-9)
 
 
 def use_hnsw(rows_in_scope: int, index_rows: int | None, ef: int, fetch: int) -> bool:
@@ -215,21 +190,29 @@ def _department_parts(plan: SearchPlan, group: list[PlannedCorpus], rows_in_scop
     return {d: int(math.ceil(r * scale)) for d, r in parts.items()}
 
 
-def _vector_search(plan: SearchPlan, model_key: str, group: list[PlannedCorpus], vec: Sequence[float], n: int,
+def _scope_rows(plan: SearchPlan, group: list[PlannedCorpus]) -> int:
+    """Rows the vector query may visit, from stored counts (an upper bound when departments narrow)."""
+    if plan.doc_rows is not None:
+        return plan.doc_rows
+    return sum(c.chunk_count for c in group)
+
+
+def _vector_search(plan: SearchPlan, model_key: str, group: list[PlannedCorpus], vec: QueryVector, n: int,
                    using: str, prefetched: dict[int, tuple] | None = None) -> tuple[list[tuple[int, float]], str]:
     """Nearest `n` chunks of one model: [(chunk id, cosine distance)], nearest first, and the path used."""
-    if not _MODEL_KEY.match(model_key):
+    if not MODEL_KEY.match(model_key):
         return [], "skipped"
     dim = group[0].dim
-    if len(vec) != dim:
-        raise ValueError(f"query vector has {len(vec)} dimensions, model {model_key} has {dim}")
-    rows_in_scope = scope_rows(plan, group)
-    ef = int(_setting("RETRIEVAL_HNSW_EF_SEARCH"))
-    fetch = max(n, int(_setting("RETRIEVAL_HNSW_FETCH")))
+    if len(vec.values) != dim:
+        raise ValueError(f"query vector has {len(vec.values)} dimensions, model {model_key} has {dim}")
+    rows_in_scope = _scope_rows(plan, group)
+    knobs = plan.knobs
+    ef = int(knobs["RETRIEVAL_HNSW_EF_SEARCH"])
+    fetch = max(n, int(knobs["RETRIEVAL_HNSW_FETCH"]))
     vplan = VectorPlan("exact")
-    if rows_in_scope > _setting("RETRIEVAL_EXACT_MAX_ROWS"):
+    if rows_in_scope > knobs["RETRIEVAL_EXACT_MAX_ROWS"]:
         vplan = choose_vector_plan(rows_in_scope, plan.tenant_id, _department_parts(plan, group, rows_in_scope),
-                                   _hnsw_indexes(model_key, using), ef, fetch, n)
+                                   _hnsw_indexes(model_key, using), ef, fetch, n, knobs=knobs)
     if vplan.kind != "exact":
         rows = _vector_sql(plan, model_key, group, vec, n, using, hnsw_ef=ef, prefetched=prefetched, vplan=vplan)
         if len(rows) >= min(n, rows_in_scope):
@@ -241,14 +224,14 @@ def _vector_search(plan: SearchPlan, model_key: str, group: list[PlannedCorpus],
     return _vector_sql(plan, model_key, group, vec, n, using, hnsw_ef=None, prefetched=prefetched), "exact"
 
 
-def _vector_sql(plan: SearchPlan, model_key: str, group: list[PlannedCorpus], vec: Sequence[float], n: int, using: str,
+def _vector_sql(plan: SearchPlan, model_key: str, group: list[PlannedCorpus], vec: QueryVector, n: int, using: str,
                 hnsw_ef: int | None, prefetched: dict[int, tuple] | None = None,
                 vplan: VectorPlan | None = None) -> list[tuple[int, float]]:
-    typ = _cast_type(group[0].dim)
+    typ = vec.cast
     corpus_ids = [c.id for c in group]  # only this model's corpora, and only rows embedded with it
     dist = f"(c.embedding::{typ}) <=> %s::{typ}"
-    qlit = SharedParameter(_vec_literal(vec))  # one parameter however often the statement names it
-    # The model key is inlined (validated by _MODEL_KEY) so the partial index predicate is provable
+    qlit = vec.literal  # one parameter however often the statement names it
+    # The model key is inlined (validated by MODEL_KEY) so the partial index predicate is provable
     # and each model and path has its own statement text (its own prepared plan, made under the
     # SETs below). The tenant id is inlined too (an int from the scope, also bound as a parameter)
     # so a tenant's or department's own index is provable.
@@ -264,11 +247,10 @@ def _vector_sql(plan: SearchPlan, model_key: str, group: list[PlannedCorpus], ve
         where, params = plan.where("c", corpus_ids=corpus_ids)
         ranking = "SELECT /* exact */ * FROM (" + exact(where) + ") ranked"
         rparams = [qlit, *params, n]
-        sql, sparams = _with_hits(ranking, rparams, n, "ASC") if prefetched is not None else (ranking, rparams)
-        return _collect(plan.tx.query_prepared(sql, sparams), prefetched)
+        return plan.tx.rank(ranking, rparams, "ASC", prefetched)
     # Relaxed order: take `fetch` in-scope rows from the iterative index scan, keep the n nearest.
     # "+ 0": the planner would otherwise take the index's (only roughly sorted) order as sorted.
-    fetch = max(n, int(_setting("RETRIEVAL_HNSW_FETCH")))
+    fetch = max(n, int(plan.knobs["RETRIEVAL_HNSW_FETCH"]))
     if vplan.kind == "index":
         where, params = plan.where("c", corpus_ids=corpus_ids)
         inner = (f"SELECT c.id, {dist} AS score FROM kb_chunk c WHERE {where} AND {model_pred} "
@@ -291,8 +273,7 @@ def _vector_sql(plan: SearchPlan, model_key: str, group: list[PlannedCorpus], ve
         inner = " UNION ALL ".join(arms)
     ranking = f"SELECT /* hnsw {vplan.kind} */ * FROM ({inner}) relaxed ORDER BY score + 0 LIMIT %s"
     rparams.append(n)
-    sql, sparams = _with_hits(ranking, rparams, n, "ASC") if prefetched is not None else (ranking, rparams)
-    max_tuples = int(_setting("RETRIEVAL_HNSW_MAX_SCAN_TUPLES"))
+    max_tuples = int(plan.knobs["RETRIEVAL_HNSW_MAX_SCAN_TUPLES"])
     # The index scan is forced (never left to the planner) and configured with SET LOCAL: in a
     # script of its own that ends with the script; inside a caller's transaction it would last
     # to its end, so the defaults are put back in the same round trip. (A failure aborts the
@@ -305,5 +286,5 @@ def _vector_sql(plan: SearchPlan, model_key: str, group: list[PlannedCorpus], ve
         after = ("; SET LOCAL hnsw.iterative_scan TO DEFAULT; SET LOCAL hnsw.ef_search TO DEFAULT; "
                  "SET LOCAL hnsw.max_scan_tuples TO DEFAULT; SET LOCAL enable_seqscan TO DEFAULT; "
                  "SET LOCAL enable_bitmapscan TO DEFAULT; SET LOCAL enable_sort TO DEFAULT")
-    return _collect(plan.tx.query_prepared(sql, sparams, before, after), prefetched)
+    return plan.tx.rank(ranking, rparams, "ASC", prefetched, before=before, after=after)
 

@@ -18,14 +18,10 @@ from kb import access
 from kb.models import Source, SourceItem, SourceSync
 from kb.sources.services import check_source_config, check_source_secret, source_create, source_update
 from kb.sources.sync import request_sync
-from tenants.admin_base import TenantScopedAdmin, admin_scope, scoped_queryset
+from tenants.admin_base import TenantScopedAdmin, acting_scope, scoped_queryset
 from tenants.scope import NotAllowed, Scope
 
 EDITORS = frozenset({"admin", "editor"})
-
-
-def _acting_scope(request, tenant_id: int) -> Scope:
-    return admin_scope(request) or Scope.system(tenant_id, principal=f"admin:user:{request.user.pk}")
 
 
 def sync_summary(sync: SourceSync | None) -> str:
@@ -120,7 +116,7 @@ class SourceAdmin(TenantScopedAdmin):
                                                            if isinstance(r, dict)})
 
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
-        scope = _acting_scope(request, obj.corpus.tenant_id)
+        scope = acting_scope(request, obj.corpus.tenant_id)
         data = form.cleaned_data
         secret = {} if data.get("clear_credentials") else data.get("credentials")
         try:
@@ -165,7 +161,7 @@ class SourceAdmin(TenantScopedAdmin):
     def sync_now(self, request, queryset):
         for source in queryset.select_related("corpus"):
             try:
-                sync, created = request_sync(scope=_acting_scope(request, source.tenant_id), source=source)
+                sync, created = request_sync(scope=acting_scope(request, source.tenant_id), source=source)
             except NotAllowed as exc:
                 messages.error(request, f"{source.name}: {exc}")
                 continue
@@ -175,7 +171,7 @@ class SourceAdmin(TenantScopedAdmin):
     def _set_paused(self, request, queryset, paused: bool) -> None:
         for source in queryset.select_related("corpus"):
             try:
-                source_update(scope=_acting_scope(request, source.tenant_id), source=source, paused=paused)
+                source_update(scope=acting_scope(request, source.tenant_id), source=source, paused=paused)
             except NotAllowed as exc:
                 messages.error(request, f"{source.name}: {exc}")
 

@@ -14,13 +14,15 @@ import json
 from cryptography.fernet import Fernet, InvalidToken
 from django.conf import settings
 
+from tenants.conf import product_settings
+
 
 class SecretUnreadable(ValueError):
     """The stored credentials cannot be decrypted with the configured key."""
 
 
 def _fernet() -> Fernet:
-    key = settings.SOURCES_ENCRYPTION_KEY
+    key = product_settings.SOURCES_ENCRYPTION_KEY
     if not key:
         digest = hashlib.sha256(b"grounded-sources:" + settings.SECRET_KEY.encode()).digest()
         key = base64.urlsafe_b64encode(digest).decode()

@@ -22,10 +22,9 @@ from collections.abc import Generator, Iterator
 from functools import partial
 from pathlib import PurePosixPath
 
-from django.conf import settings
-
 from kb.sources.base import Entry, ItemError, SourceError
 from kb.sources.grants import folder_under_ceiling
+from tenants.conf import product_settings
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -134,7 +133,7 @@ class FolderListing:
                 raise ItemError("not a regular file: skipped")
             if st.st_nlink > 1:
                 raise ItemError(f"has {st.st_nlink} hard links: skipped")
-            limit = settings.MAX_UPLOAD_BYTES
+            limit = product_settings.MAX_UPLOAD_BYTES
             if st.st_size > limit:
                 raise ItemError(f"larger than {limit} bytes")
             chunks, total = [], 0

@@ -19,12 +19,12 @@ import logging
 import os
 from urllib.parse import urlsplit
 
-from django.conf import settings
 from django.db import IntegrityError, connections, transaction
 
 from kb.sources.base import SourceError
 from kb.sources.models import SourceGrant, SourceKind
 from kb.sources.outbound import OutboundPolicy
+from tenants.conf import product_settings
 from tenants.models import Tenant
 from tenants.operator import OWNER
 from tenants.scope import Scope, activate
@@ -49,7 +49,7 @@ def folder_under_ceiling(path: str, what: str = "config.path") -> str:
     if not os.path.isabs(path):
         raise SourceError(f"{what}: must be an absolute path")
     real = os.path.realpath(path)
-    roots = [os.path.realpath(r) for r in settings.SOURCES_FOLDER_ROOTS]
+    roots = [os.path.realpath(r) for r in product_settings.SOURCES_FOLDER_ROOTS]
     if not roots:
         raise SourceError(f"{what}: folder sources are off on this server (set SOURCES_FOLDER_ROOTS)")
     if not any(is_within(real, root) for root in roots):

@@ -1,7 +1,7 @@
 """Sources: where a corpus's documents live (a folder, an S3-compatible bucket, a website), what a
 sync saw there, and what each sync changed. Imported by kb.models (app label "kb").
 
-Every row carries its tenant and sits behind row-level security (kb migration 0008). A source has
+Every row carries its tenant (kb.model_bases.TenantRow) and sits behind row-level security (kb migration 0008). A source has
 no department of its own: it is visible through its corpus, and its mapping rules say which
 department each item's document goes to.
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from django.db import models
 
-from tenants.models import Department, Tenant
-from tenants.scope import TenantScopedManager
+from kb.model_bases import BackgroundJob, TenantRow
+from tenants.models import Department
 
 
 class SourceKind(models.TextChoices):
@@ -31,11 +31,10 @@ class SyncStatus(models.TextChoices):
 ACTIVE_SYNC = (SyncStatus.QUEUED, SyncStatus.RUNNING)
 
 
-class Source(models.Model):
+class Source(TenantRow):
     """One place a corpus follows. `config` holds no secret; credentials live only in `secret`,
     Fernet-encrypted (kb.sources.crypto), written once and never shown again."""
 
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
     corpus = models.ForeignKey("kb.Corpus", on_delete=models.CASCADE, related_name="sources")  # by name: kb.models imports this module
     name = models.CharField(max_length=200)
     kind = models.CharField(max_length=16, choices=SourceKind.choices)
@@ -53,8 +52,6 @@ class Source(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
-    objects = TenantScopedManager()
-
     class Meta:
         constraints = [models.UniqueConstraint(fields=["tenant", "name"], name="uniq_source_name")]
 
@@ -66,14 +63,13 @@ class Source(models.Model):
         return bool(self.secret)
 
 
-class SourceSync(models.Model):
+class SourceSync(BackgroundJob):
     """One sync of a source: its status, progress and summary."""
 
     class Trigger(models.TextChoices):
         SCHEDULE = "schedule"
         MANUAL = "manual"
 
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
     source = models.ForeignKey(Source, on_delete=models.CASCADE, related_name="syncs")
     trigger = models.CharField(max_length=16, choices=Trigger.choices, default=Trigger.MANUAL)
     requested_by = models.CharField(max_length=200, blank=True)
@@ -87,13 +83,7 @@ class SourceSync(models.Model):
     unchanged = models.PositiveIntegerField(default=0)
     failed = models.PositiveIntegerField(default=0)
     complete_listing = models.BooleanField(default=False, help_text="Every item upstream was seen (removals applied).")
-    error = models.TextField(blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    started_at = models.DateTimeField(null=True, blank=True)
-    heartbeat_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
-
-    objects = TenantScopedManager()
+    # tenant, error, created_at, started_at, heartbeat_at, finished_at and `objects`: BackgroundJob.
 
     class Meta:
         indexes = [models.Index(fields=["source", "status"])]
@@ -108,7 +98,7 @@ class SourceSync(models.Model):
         return None
 
 
-class SourceItem(models.Model):
+class SourceItem(TenantRow):
     """What the last sync saw of one upstream item, and the document it feeds."""
 
     class State(models.TextChoices):
@@ -116,7 +106,6 @@ class SourceItem(models.Model):
         FAILED = "failed"  # the last attempt failed; the previous version (if any) stays searchable
         REMOVED = "removed"  # gone upstream: its document was deleted (audit rows keep what was cited)
 
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
     source = models.ForeignKey(Source, on_delete=models.CASCADE, related_name="items")
     key = models.CharField(max_length=1000, help_text="Relative path, object key or URL.")
     # Plain integer, not a foreign key: the item outlives its document for audit.
@@ -131,8 +120,6 @@ class SourceItem(models.Model):
     changed_by_sync_id = models.BigIntegerField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
-    objects = TenantScopedManager()
-
     class Meta:
         constraints = [models.UniqueConstraint(fields=["source", "key"], name="uniq_source_item_key")]
 
@@ -140,7 +127,7 @@ class SourceItem(models.Model):
         return self.key
 
 
-class SourceChange(models.Model):
+class SourceChange(TenantRow):
     """Append-only log of what a sync did to which item: which sync produced a document version."""
 
     class Action(models.TextChoices):
@@ -150,7 +137,6 @@ class SourceChange(models.Model):
         REMOVED = "removed"
         FAILED = "failed"
 
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
     sync = models.ForeignKey(SourceSync, on_delete=models.CASCADE, related_name="changes")
     key = models.CharField(max_length=1000)
     action = models.CharField(max_length=16, choices=Action.choices)
@@ -160,13 +146,11 @@ class SourceChange(models.Model):
     error = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
-    objects = TenantScopedManager()
-
     class Meta:
         indexes = [models.Index(fields=["tenant", "document_id", "document_version"], name="source_change_doc_idx")]
 
 
-class SourceGrant(models.Model):
+class SourceGrant(TenantRow):
     """What an operator allows one tenant's sources to read: a folder (under SOURCES_FOLDER_ROOTS, never
     overlapping another tenant's folder grant: the database refuses it, kb migration 0009), a website
     host or an S3 endpoint (host[:port]). Written only through the owner connection
@@ -177,15 +161,12 @@ class SourceGrant(models.Model):
         WEBSITE_HOST = "website_host"
         S3_ENDPOINT = "s3_endpoint"
 
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
     kind = models.CharField(max_length=16, choices=Kind.choices)
     value = models.CharField(max_length=1000, help_text="folder: its real path; website_host: host; s3_endpoint: host[:port].")
     allow_private = models.BooleanField(default=False, help_text="Hosts only: private addresses allowed for this host.")
     note = models.CharField(max_length=500, blank=True)
     granted_by = models.CharField(max_length=200, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
-
-    objects = TenantScopedManager()
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["tenant", "kind", "value"], name="uniq_source_grant")]

@@ -28,15 +28,17 @@ from urllib.parse import urlsplit
 
 import httpcore
 import httpx
-from django.conf import settings
 
 from kb.sources.base import SourceError
+from tenants.conf import product_settings
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 Resolver = Callable[[str, int], list[str]]
 
-# (network, what it is, whether a granted host may use it). First match wins.
-_V4: list[tuple[ipaddress.IPv4Network, str, bool]] = [(ipaddress.IPv4Network(n), what, grantable) for n, what, grantable in (
+# (network, what it is, whether a granted host may use it): IPv4, then IPv6. The first match of the
+# address's own version wins.
+_SPECIAL_NETWORKS: list[tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, str, bool]] = [
+    (ipaddress.ip_network(n), what, grantable) for n, what, grantable in (
     ("0.0.0.0/8", "'this network'", False),
     ("10.0.0.0/8", "private", True),
     ("100.64.0.0/10", "shared address space", True),
@@ -53,8 +55,6 @@ _V4: list[tuple[ipaddress.IPv4Network, str, bool]] = [(ipaddress.IPv4Network(n),
     ("224.0.0.0/4", "multicast", False),
     ("255.255.255.255/32", "broadcast", False),
     ("240.0.0.0/4", "reserved", False),
-)]
-_V6: list[tuple[ipaddress.IPv6Network, str, bool]] = [(ipaddress.IPv6Network(n), what, grantable) for n, what, grantable in (
     ("::/128", "unspecified", False),
     ("::1/128", "loopback", True),
     ("64:ff9b:1::/48", "local-use NAT64", False),
@@ -101,11 +101,8 @@ def _classify(addr: IPAddress) -> tuple[str, bool] | None:
         if addr in _SIX_TO_FOUR:  # 2002:AABB:CCDD::/48 routes to AA.BB.CC.DD
             inner = _classify(ipaddress.IPv4Address((int(addr) >> 80) & 0xFFFFFFFF))
             return None if inner is None else (f"{inner[0]} (inside 6to4 {addr})", False)
-        table: Iterable[tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, str, bool]] = _V6
-    else:
-        table = _V4
-    for network, what, grantable in table:
-        if addr in network:
+    for network, what, grantable in _SPECIAL_NETWORKS:
+        if network.version == addr.version and addr in network:
             return f"{what} ({network})", grantable
     # Whatever else Python's registry copy calls non-public (IPv4-compatible ::/96, ORCHID, unallocated ...).
     if addr.is_private or addr.is_reserved or addr.is_multicast or addr.is_link_local or addr.is_unspecified or \
@@ -162,7 +159,7 @@ class OutboundPolicy:
 
     @classmethod
     def from_settings(cls, *, private_hosts: Iterable[str] = (), resolver: Resolver | None = None) -> OutboundPolicy:
-        return cls(allow_private=bool(settings.SOURCES_ALLOW_PRIVATE_HOSTS),
+        return cls(allow_private=bool(product_settings.SOURCES_ALLOW_PRIVATE_HOSTS),
                    private_hosts=frozenset(_name(h) for h in private_hosts), resolver=resolver or system_resolver)
 
     def addresses(self, host: str, port: int, what: str = "") -> list[str]:

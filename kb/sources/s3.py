@@ -15,10 +15,9 @@ import socket
 from collections.abc import Iterator
 from typing import Any
 
-from django.conf import settings
-
 from kb.sources.base import Entry, ItemError, SourceError
 from kb.sources.outbound import OutboundPolicy, OutboundRefused, url_origin
+from tenants.conf import product_settings
 
 _TIMEOUT = 30
 
@@ -136,9 +135,9 @@ class S3Listing:
                     if key.endswith("/"):
                         continue
                     rel = key[len(prefix):]
-                    if obj["Size"] > settings.MAX_UPLOAD_BYTES:
+                    if obj["Size"] > product_settings.MAX_UPLOAD_BYTES:
                         yield Entry(key=rel, signature=obj["ETag"].strip('"'), size=obj["Size"], fetch=_nothing,
-                                    error=f"{obj['Size']} bytes; the limit is {settings.MAX_UPLOAD_BYTES} bytes")
+                                    error=f"{obj['Size']} bytes; the limit is {product_settings.MAX_UPLOAD_BYTES} bytes")
                         continue
                     yield Entry(key=rel, signature=obj["ETag"].strip('"'), size=obj["Size"], fetch=self._reader(bucket, key))
         except ClientError as exc:
@@ -154,13 +153,13 @@ class S3Listing:
 
             try:
                 body = self.client.get_object(Bucket=bucket, Key=key)["Body"]
-                data = body.read(settings.MAX_UPLOAD_BYTES + 1)
+                data = body.read(product_settings.MAX_UPLOAD_BYTES + 1)
             except OutboundRefused as exc:
                 raise ItemError(str(exc)) from None
             except (ClientError, BotoCoreError) as exc:
                 raise ItemError(f"cannot read object: {type(exc).__name__}") from None
-            if len(data) > settings.MAX_UPLOAD_BYTES:
-                raise ItemError(f"larger than {settings.MAX_UPLOAD_BYTES} bytes")
+            if len(data) > product_settings.MAX_UPLOAD_BYTES:
+                raise ItemError(f"larger than {product_settings.MAX_UPLOAD_BYTES} bytes")
             return data
         return fetch
 

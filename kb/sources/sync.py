@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from celery import current_app as celery_app
 from django.db import connections, transaction
 from django.utils import timezone
 
@@ -37,7 +38,6 @@ from kb.metadata import text_problem
 from kb.models import Corpus, Document, DocumentStatus, IngestJob, JobStatus
 from kb.parse_sandbox import parse_document
 from kb.parsing import ParseError, declared_type
-from kb.project.celery import app as celery_app
 from kb.sources import folder, s3, website
 from kb.sources.base import Entry, ItemError, Listing, SourceError
 from kb.sources.crypto import SecretUnreadable, decrypt_secret

@@ -20,11 +20,11 @@ from collections.abc import Iterator
 from urllib.parse import urldefrag, urljoin, urlsplit
 
 import httpx
-from django.conf import settings
 from lxml import etree, html
 
 from kb.sources.base import Entry, SourceError
 from kb.sources.outbound import OutboundPolicy, OutboundRefused, http_client, url_origin
+from tenants.conf import product_settings
 
 USER_AGENT = "grounded-sources/1.0"
 _TYPES = {"text/html": "text/html", "application/xhtml+xml": "text/html", "text/plain": "text/plain",
@@ -34,9 +34,10 @@ _MAX_REDIRECTS = 5
 
 def limits(config: dict) -> dict:
     """The crawl limits: the source's own, never above the server's."""
-    caps = {"max_pages": settings.SOURCES_WEB_MAX_PAGES, "max_depth": settings.SOURCES_WEB_MAX_DEPTH,
-            "max_page_bytes": settings.SOURCES_WEB_MAX_PAGE_BYTES, "timeout_seconds": settings.SOURCES_WEB_TIMEOUT_SECONDS,
-            "time_limit_seconds": settings.SOURCES_WEB_TIME_LIMIT_SECONDS}
+    caps = {"max_pages": product_settings.SOURCES_WEB_MAX_PAGES, "max_depth": product_settings.SOURCES_WEB_MAX_DEPTH,
+            "max_page_bytes": product_settings.SOURCES_WEB_MAX_PAGE_BYTES,
+            "timeout_seconds": product_settings.SOURCES_WEB_TIMEOUT_SECONDS,
+            "time_limit_seconds": product_settings.SOURCES_WEB_TIME_LIMIT_SECONDS}
     out = {}
     for name, cap in caps.items():
         raw = config.get(name, cap)

@@ -19,8 +19,8 @@ from django.db import connections
 
 from agents.digests import digest_loop
 from agents.tasks import write_chain_digests
-from kb.project.celery import app
-from kb.project.config import DECLARED
+from api.project.celery import app
+from tenants.conf.environment import DECLARED
 from tests.agents.conftest import make_policy_corpus
 from tests.agents.test_chain_digests import _owner, _runs, _verify, signing  # noqa: F401  (the signing key fixture)
 from tests.factories import make_tenant
@@ -36,7 +36,7 @@ def test_beat_writes_digests_every_chain_digest_interval(settings):
     assert entry["schedule"] == float(settings.CHAIN_DIGEST_INTERVAL_S)
     assert next(s for s in DECLARED if s.name == "CHAIN_DIGEST_INTERVAL_S").default == 300  # minutes, not an hour
     # The period comes from the setting.
-    code = "from kb.project.celery import app; print(app.conf.beat_schedule['write-chain-digests']['schedule'])"
+    code = "from api.project.celery import app; print(app.conf.beat_schedule['write-chain-digests']['schedule'])"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**os.environ, "CHAIN_DIGEST_INTERVAL_S": "42"},
                          capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "42.0"

@@ -8,8 +8,8 @@ import re
 import pytest
 
 from agents.citations import MARKER
-from agents.model_inputs import as_recorded, rebuild
 from agents.models import RunStep
+from agents.prompts import as_recorded, rebuild
 from agents.providers.gemini import GeminiProvider
 from agents.selectors import run_citations, run_steps
 from agents.services import ask

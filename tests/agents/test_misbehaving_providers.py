@@ -22,7 +22,7 @@ import pytest
 from django.core.cache import cache
 
 from agents.budgets import Budgets
-from agents.providers.capabilities import known_capabilities, probe, provider_key
+from agents.providers import known_capabilities, probe, provider_key
 from agents.providers.gemini import GeminiProvider
 from agents.providers.openai_compat import OpenAICompatProvider
 from agents.selectors import run_steps
@@ -491,7 +491,7 @@ def test_healthz_reports_each_configured_providers_probed_capabilities(acme, set
 def test_a_stale_probe_result_is_still_used_and_refreshed_in_the_background(acme, settings, client):
     """A provider found to ignore tools is not forgotten when its probe result ages: runs keep using it
     while /healthz probes again."""
-    from agents.providers.capabilities import CAPABILITIES_TTL_S
+    from agents.providers import CAPABILITIES_TTL_S
 
     with FakeOpenAI([], when_exhausted=obedient, drop_system=True, ignore_tools=True) as fake:
         settings.OPENAI_COMPAT_BASE_URL, settings.OPENAI_COMPAT_MODEL = fake.base_url, "tiny"

@@ -7,8 +7,8 @@ import pytest
 
 import tests.kb._transactional  # noqa: F401 - flush through the owner after transactional tests
 from agents.chain import clean_json, verify_tenant_chain
-from agents.model_inputs import as_recorded, rebuild
 from agents.models import RunStep
+from agents.prompts import as_recorded, rebuild
 from agents.services import ask
 from tenants.scope import activate
 from tests.agents.conftest import RecordingOffline

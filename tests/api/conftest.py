@@ -11,7 +11,7 @@ from rest_framework.test import APIClient
 
 from kb.ingest import run_ingest_job, upload_document
 from kb.models import Corpus
-from kb.project.config import get_str
+from tenants.conf.environment import get_str
 from tenants.models import ApiKey, Department, Tenant
 from tests.factories import department, make_corpus, make_tenant, whole_tenant
 
@@ -81,16 +81,16 @@ def world(db) -> World:
 
 @pytest.fixture
 def fixed_lockout_window(monkeypatch):
-    """The failed-sign-in lockout counts per fixed window (api.ratelimit): pin the clock it reads
+    """The failed-sign-in lockout counts per fixed window (tenants.counters): pin the clock it reads
     one second into a window, so a test's attempts cannot straddle a window boundary (where the
     count restarts and a test of the lockout would fail by chance)."""
     import time as real_time
     from types import SimpleNamespace
 
-    from api import ratelimit
+    from tenants import counters
 
     window = 600 * 3_000_000  # a multiple of every window a test sets (600 s by default)
-    monkeypatch.setattr(ratelimit, "time", SimpleNamespace(time=lambda: window + 1.0, monotonic=real_time.monotonic))
+    monkeypatch.setattr(counters, "time", SimpleNamespace(time=lambda: window + 1.0, monotonic=real_time.monotonic))
 
 
 @pytest.fixture(params=["cache", "redis"])

@@ -68,7 +68,7 @@ def test_admin_upload_names_its_jobs_and_the_list_follows_them_while_they_run(ad
     """Issue 31: with a worker the documents are still pending after the redirect; the message names the
     jobs and the list reloads itself until nothing is pending. (Not eager; the broker is a socket that
     is not there, so the job stays queued, as it would until a worker takes it.)"""
-    from kb.project.celery import app as celery_app
+    from api.project.celery import app as celery_app
 
     saved = {k: celery_app.conf[k] for k in ("task_always_eager", "broker_url")}
     celery_app.conf.update(task_always_eager=False, broker_url=f"redis+socket://{tmp_path}/absent.sock")
@@ -328,7 +328,7 @@ def test_reembed_corpora_from_the_admin(admin_client, world, django_capture_on_c
 def test_the_playground_shows_each_providers_probed_capabilities(admin_client, world, settings):
     """What /healthz reports is in the admin too: here a server whose chat template drops the system
     message and the tool declarations (tests.fakes.fake_openai), probed as at start-up."""
-    from agents.providers.capabilities import probe
+    from agents.providers import probe
     from agents.providers.openai_compat import OpenAICompatProvider
     from tests.fakes.fake_openai import FakeOpenAI, reply
 

@@ -10,7 +10,8 @@ import pytest
 import redis
 from rest_framework.test import APIClient
 
-from api import ratelimit
+from agents import budgets
+from tenants import counters
 from tests.databases import redis_url_for_worker, xdist_worker
 
 pytestmark = pytest.mark.django_db(databases=["default", "owner"])
@@ -46,9 +47,9 @@ def test_over_limit_is_429_with_retry_after_per_key(world, backend):
 
 def test_rejected_requests_do_not_consume(backend):
     key = f"rl:test:{uuid.uuid4()}"
-    results = [ratelimit.consume(key, 2, 60).allowed for _ in range(5)]
+    results = [counters.consume(key, 2, 60).allowed for _ in range(5)]
     assert results == [True, True, False, False, False]
-    assert ratelimit.consume(key, 3, 60).allowed  # one more unit with a bigger limit: count was not inflated
+    assert counters.consume(key, 3, 60).allowed  # one more unit with a bigger limit: count was not inflated
 
 
 def test_concurrent_consumers_never_overshoot(backend):
@@ -57,7 +58,7 @@ def test_concurrent_consumers_never_overshoot(backend):
 
     def hit():
         for _ in range(25):
-            allowed.append(ratelimit.consume(key, 40, 60).allowed)
+            allowed.append(counters.consume(key, 40, 60).allowed)
 
     threads = [threading.Thread(target=hit) for _ in range(8)]
     for t in threads:
@@ -69,33 +70,38 @@ def test_concurrent_consumers_never_overshoot(backend):
 
 def test_daily_budget_counts_per_tenant(backend):
     tenant_id = int(uuid.uuid4().int % 10**9) + 10**9
-    assert [ratelimit.consume_daily_run(tenant_id, 2).allowed for _ in range(3)] == [True, True, False]
-    assert ratelimit.consume_daily_run(tenant_id + 1, 2).allowed
-    denied = ratelimit.consume_daily_run(tenant_id, 2)
+    assert [budgets.consume_daily_run(tenant_id, 2).allowed for _ in range(3)] == [True, True, False]
+    assert budgets.consume_daily_run(tenant_id + 1, 2).allowed
+    denied = budgets.consume_daily_run(tenant_id, 2)
     assert not denied.allowed and 1 <= denied.retry_after <= 86400
-    assert ratelimit.consume_daily_run(tenant_id, 0).allowed  # 0 = unlimited
+    assert budgets.consume_daily_run(tenant_id, 0).allowed  # 0 = unlimited
 
 
 def test_daily_run_limit_reads_tenant_settings(settings):
     settings.DEFAULT_DAILY_RUNS = 7
-    assert ratelimit.daily_run_limit({}) == 7
-    assert ratelimit.daily_run_limit({"daily_runs": 3}) == 3
-    assert ratelimit.daily_run_limit({"daily_runs": "bad"}) == 7
+    assert budgets.daily_run_limit({}) == 7
+    assert budgets.daily_run_limit({"daily_runs": 3}) == 3
+    assert budgets.daily_run_limit({"daily_runs": "bad"}) == 7
 
 
-def test_storage_outage_fails_open_per_key_and_closed_for_the_daily_budget(settings, monkeypatch):
+def test_storage_outage_fails_open_per_key_and_closed_for_the_daily_budget(world, settings, monkeypatch):
     """Redis down (nothing listens) and the fallback cache failing too: the per-minute limit allows,
-    the daily agent-run budget answers 503 (RateLimitUnavailable), never an unhandled error."""
+    the daily agent-run budget refuses (CounterUnavailable; the API's 503 + Retry-After), never an unhandled error."""
     settings.RATE_LIMIT_REDIS_URL = "redis://127.0.0.1:1/0"
 
     def broken(*args, **kwargs):
         raise ConnectionError("cache down")
 
-    monkeypatch.setattr(ratelimit, "_consume_cache", broken)
-    assert ratelimit.consume(f"rl:test:{uuid.uuid4().hex}", 1, 60).allowed
-    with pytest.raises(ratelimit.RateLimitUnavailable) as exc:
-        ratelimit.consume_daily_run(10**9, 5)
-    assert exc.value.status_code == 503 and exc.value.wait > 0
+    monkeypatch.setattr(counters, "_consume_cache", broken)
+    assert counters.consume(f"rl:test:{uuid.uuid4().hex}", 1, 60).allowed
+    with pytest.raises(counters.CounterUnavailable) as exc:
+        budgets.consume_daily_run(10**9, 5)
+    assert exc.value.retry_after > 0
+    settings.DEFAULT_DAILY_RUNS = 5
+    r = world.client("a-reader").post("/api/v1/ask/", {"question": "hotel limit?"}, format="json")
+    assert r.status_code == 503 and r["Retry-After"] == "30"
+    assert r.json() == {"error": {"code": "rate_limit_unavailable", "message": "rate-limit storage is unavailable, retry shortly",
+                                  "fields": {}}}
 
 
 def _address() -> str:

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 from django.test import Client
 
-from api import ratelimit
+from tenants import counters
 from tests.factories import make_membership, make_staff_user, make_tenant
 from tests.kb import _transactional  # noqa: F401  (flush transactional tests as owner)
 
@@ -30,7 +30,7 @@ LOCKED = "Too many failed sign-ins for this account: try again in 15 minutes."
 def clock(monkeypatch):
     """The clock the lockout windows read, one second into a window and movable (`clock[0] += s`)."""
     now = [WINDOW * 600 * 3_000_000 + 1.0]  # a multiple of both the account (900 s) and the address (600 s) windows
-    monkeypatch.setattr(ratelimit, "time", SimpleNamespace(time=lambda: now[0], monotonic=real_time.monotonic))
+    monkeypatch.setattr(counters, "time", SimpleNamespace(time=lambda: now[0], monotonic=real_time.monotonic))
     return now
 
 

@@ -7,8 +7,8 @@ import json
 import pytest
 from django.core.management import CommandError, call_command
 
-from agents.evaluation.dataset import load_corpus
-from agents.evaluation.runner import EvaluationError, ensure_corpus
+from bench.evaluation.dataset import load_corpus
+from bench.evaluation.runner import EvaluationError, ensure_corpus
 from kb.models import Chunk, Corpus, Document
 from tenants.scope import activate
 
@@ -133,7 +133,7 @@ def test_embedding_model_is_set_for_a_new_corpus_and_checked_on_reuse(files):
 @pytest.fixture
 def registry(files, tmp_path, monkeypatch):
     """A two-set suite over the tiny files, plus a set whose files are absent."""
-    from agents.evaluation import suite
+    from bench.evaluation import suite
 
     corpus, questions = files
     news = suite.CorpusProfile(date_key="published_at", facet_keys=("source",), language="english")
@@ -184,7 +184,7 @@ def test_suite_picks_sets_by_name_and_refuses_unknown_ones(registry, tmp_path):
 
 
 def test_a_reused_corpus_is_brought_up_to_its_profile(files):
-    from agents.evaluation.suite import CorpusProfile
+    from bench.evaluation.suite import CorpusProfile
 
     docs = load_corpus(files[0])
     ensure_corpus(docs, tenant_slug="eval-profile", corpus_name="c")  # as before profiles: undated
@@ -216,9 +216,9 @@ THREAD_QUESTIONS = [
 
 
 def test_split_question_refers_back_with_the_subjects_pronoun():
-    from agents.evaluation.conversation import split_question
-    from agents.evaluation.dataset import CorpusDoc, Question
-    from agents.evaluation.metrics import GoldItem
+    from bench.evaluation.conversation import split_question
+    from bench.evaluation.dataset import CorpusDoc, Question
+    from bench.evaluation.metrics import GoldItem
 
     docs = {d["doc_id"]: CorpusDoc(d["doc_id"], d["title"], d["text"]) for d in THREAD_DOCS}
 

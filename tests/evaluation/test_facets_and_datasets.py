@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from agents.evaluation.dataset import DatasetError, load_corpus, load_questions, sample_questions
-from agents.evaluation.metrics import GoldItem
-from agents.evaluation.runner import final_context_ids
+from bench.evaluation.dataset import DatasetError, load_corpus, load_questions, sample_questions
+from bench.evaluation.metrics import GoldItem
+from bench.evaluation.runner import final_context_ids
 
 
 def test_final_context_comes_from_the_answer_step_or_is_derived_from_tool_results():
@@ -54,7 +54,7 @@ def test_malformed_lines_name_file_and_line(tmp_path, files):
 
 
 def test_sampling_is_seeded_and_keeps_the_type_mix():
-    from agents.evaluation.dataset import Question
+    from bench.evaluation.dataset import Question
 
     qs = [Question(f"q{i}", "x", "a" if i % 4 else "b", None, ()) for i in range(100)]
     one, two = sample_questions(qs, limit=20, seed=1), sample_questions(qs, limit=20, seed=1)

@@ -9,13 +9,13 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from agents.budgets import Budgets
-from agents.evaluation.dataset import HALVES, Question, Turn, half_of, load_corpus, load_questions, select_half
-from agents.evaluation.history import history_pairs
-from agents.evaluation.metrics import ContextChunk, GoldItem, retrieval_scores
-from agents.evaluation.report import markdown, suite_markdown
-from agents.evaluation.runner import history_thread
-from agents.evaluation.summary import summarise
-from agents.management.commands.evaluate import _strategies
+from bench.evaluation.dataset import HALVES, Question, Turn, half_of, load_corpus, load_questions, select_half
+from bench.evaluation.history import history_pairs
+from bench.evaluation.management.commands.evaluate import _strategies
+from bench.evaluation.metrics import ContextChunk, GoldItem, retrieval_scores
+from bench.evaluation.report import markdown, suite_markdown
+from bench.evaluation.runner import history_thread
+from bench.evaluation.summary import summarise
 
 
 def _question(qid: str, answerable: bool, history: tuple[Turn, ...] = ()) -> Question:
@@ -99,7 +99,7 @@ def test_a_multi_turn_set_loads_history_and_its_unanswerable_mark(tmp_path):
 
 
 def test_a_history_turn_without_a_known_speaker_is_refused(tmp_path):
-    from agents.evaluation.dataset import DatasetError
+    from bench.evaluation.dataset import DatasetError
 
     corpus = _write(tmp_path / "corpus.jsonl", [{"doc_id": "p-1", "text": "Text."}])
     questions = _write(tmp_path / "questions.jsonl", [{"question": "Q?", "history": [{"speaker": "narrator", "text": "x"}]}])
@@ -132,14 +132,14 @@ def test_history_and_conversation_flags_add_their_strategies_after_each_agent_st
     assert _strategies(opts) == ["classic", "history:classic", "auto", "history:auto", "search:keyword"]
     both = _strategies({"strategies": "auto", "history": True, "conversation": True})
     assert both == ["auto", "history:auto", "conversation:auto"]
-    from agents.evaluation.runner import EvaluationError
+    from bench.evaluation.runner import EvaluationError
 
     with pytest.raises(EvaluationError, match="--history needs an agent strategy"):
         _strategies({"strategies": "search:keyword", "history": True})
 
 
 def test_reports_name_the_half_and_the_suite_table_has_hits_at_4_abstention_and_latency():
-    from agents.evaluation.summary import QuestionResult
+    from bench.evaluation.summary import QuestionResult
 
     results = [QuestionResult(qid="a", question_type="t", strategy="auto", answerable=True, outcome="not_enough_evidence",
                               scores=retrieval_scores([ContextChunk("x", "d1")], (GoldItem(doc_key="d1"),)), context_size=1,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agents.evaluation.metrics import (
+from bench.evaluation.metrics import (
     ContextChunk,
     GoldItem,
     answer_contains,
@@ -17,7 +17,7 @@ from agents.evaluation.metrics import (
     stated_yes_no,
     strict_correct,
 )
-from agents.evaluation.summary import QuestionResult, judge_answer, summarise
+from bench.evaluation.summary import QuestionResult, judge_answer, summarise
 
 FACT_A = "The board removed the chief executive on Friday."
 FACT_B = "Revenue rose 12 percent in the third quarter."

@@ -21,10 +21,10 @@ from collections import Counter
 
 import pytest
 
-from agents.evaluation.dataset import CorpusDoc, Question, evidence_doc_ids, load_corpus, load_questions, sample_questions
-from agents.evaluation.runner import ensure_corpus, facet_sources, run_one
-from agents.evaluation.suite import select
-from agents.evaluation.summary import summarise
+from bench.evaluation.dataset import CorpusDoc, Question, evidence_doc_ids, load_corpus, load_questions, sample_questions
+from bench.evaluation.runner import ensure_corpus, facet_sources, run_one
+from bench.evaluation.suite import select
+from bench.evaluation.summary import summarise
 
 SEED = 7
 STRATEGIES = ("classic", "auto", "pipeline")

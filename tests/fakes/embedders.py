@@ -16,7 +16,7 @@ import time
 import redis
 
 from kb.embedding import HashEmbedder, Task, TransientEmbeddingError
-from kb.project.config import get_float, get_int, get_str
+from tenants.conf.environment import get_float, get_int, get_str
 
 REDIS_URL = get_str("GROUNDED_TEST_REDIS_URL")
 

@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 from rest_framework.test import APIClient
 
+from api.project.celery import app as celery_app
 from kb.embedded import redis_broker
 from kb.ingest import queue as ingest_queue
 from kb.models import Corpus
-from kb.project.celery import app as celery_app
 from tenants.models import ApiKey
 from tenants.scope import activate
 from tests.celery_pools import reset_celery_pools
@@ -67,7 +67,7 @@ def worker(embedded_broker, tmp_path):
                GROUNDED_TEST_REDIS_URL=redis_broker.client_url(redis_broker.broker_url()))
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "kb", "worker", "--concurrency=1", "-Q", embedded_broker, "-l", "info",
+            [sys.executable, "-m", "celery", "-A", "api.project", "worker", "--concurrency=1", "-Q", embedded_broker, "-l", "info",
              "--without-gossip", "--without-mingle", "--without-heartbeat", "-n", f"{embedded_broker}@%h"],
             cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + 90
@@ -131,7 +131,7 @@ def test_a_job_queued_while_the_embedded_broker_is_down_stays_queued_without_wai
     saved = {k: celery_app.conf[k] for k in keys}
     celery_app.conf.update(task_always_eager=False, broker_url=f"redis+socket://{folder}/redis.sock")
     try:
-        assert ingest_queue._embedded_broker_down()
+        assert ingest_queue.embedded_broker_down()
         tenant = make_tenant("Acme")
         scope = whole_tenant(tenant)
         with activate(scope):

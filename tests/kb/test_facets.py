@@ -1,4 +1,4 @@
-"""kb.facets: declared and discovered enumerations, the date range, under the caller's scope."""
+"""kb.metadata's facets: declared and discovered enumerations, the date range, under the caller's scope."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import hashlib
 
 import pytest
 
-from kb.facets import KeyStats, enumeration_keys, scope_facets
 from kb.ingest.dates import document_date
+from kb.metadata import KeyStats, enumeration_keys, scope_facets
 from kb.models import Corpus, Document
 from tenants.scope import activate
 from tests.factories import department, dept_scope, make_tenant, whole_tenant

@@ -1,6 +1,6 @@
 """Ingestion through a real Celery worker subprocess on Redis, against the real (test) PostgreSQL.
 
-The worker runs `celery -A kb worker --pool=solo` on its own queue in Redis DB 2, with the test
+The worker runs `celery -A api.project worker --pool=solo` on its own queue in Redis DB 2, with the test
 embedders (tests.fakes.embedders) counting every embedded text in Redis across processes.
 """
 
@@ -19,14 +19,14 @@ from pathlib import Path
 import pytest
 import redis
 
+from api.project.celery import app as celery_app
 from kb.chunking import chunk_document
 from kb.embedding import HashEmbedder
 from kb.ingest import resume_stuck_jobs, upload_document
 from kb.models import Chunk, Corpus, Document, IngestJob
 from kb.parsing import parse
-from kb.project.celery import app as celery_app
-from kb.project.config import get_str
 from kb.tasks import ingest_document_task
+from tenants.conf.environment import get_str
 from tenants.scope import activate
 from tests.celery_pools import reset_celery_pools
 from tests.factories import make_tenant, whole_tenant
@@ -75,7 +75,7 @@ def start_worker(broker, tmp_path):
                "GROUNDED_TEST_REDIS_URL": REDIS_URL, **extra_env}
         with open(log, "wb") as out:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "celery", "-A", "kb", "worker", "--pool=solo", "-Q", broker, "-l", "info",
+                [sys.executable, "-m", "celery", "-A", "api.project", "worker", "--pool=solo", "-Q", broker, "-l", "info",
                  "--without-gossip", "--without-mingle", "--without-heartbeat", "-n", f"{broker}-{len(procs)}@%h"],
                 cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         procs.append(proc)

@@ -9,7 +9,7 @@ from django.db import connections
 
 from kb.models import Chunk, Corpus, Document
 from kb.retrieval import search
-from kb.retrieval.keyword import rarest_terms
+from kb.retrieval.retrieve import rarest_terms
 from kb.retrieval.tunables import MAX_QUERY_TERMS, MAX_SCORED_TERMS
 from tenants.scope import activate
 from tests.factories import make_tenant, whole_tenant

@@ -1,4 +1,4 @@
-"""Hybrid search with BM25 on a side connection (kb.retrieval.side_connections): same hits, same tenant, survives a dead connection.
+"""Hybrid search with BM25 on a side connection (kb.retrieval.retrieve): same hits, same tenant, survives a dead connection.
 
 Transactional tests: the side connection only sees committed rows, and search() only uses it
 outside the caller's transaction.

@@ -470,10 +470,10 @@ class TruncatingEmbedder:
 
 def test_a_query_longer_than_the_models_window_is_embedded_whole(monkeypatch):
     import kb.embedding
-    from kb.retrieval import vector
+    from kb.retrieval import prepare
 
     emb, real = TruncatingEmbedder(), kb.embedding.get_embedder
-    for module in (kb.embedding, vector):  # the test's chunks are embedded through kb.embedding, the query through vector
+    for module in (kb.embedding, prepare):  # the test's chunks are embedded through kb.embedding, the query through prepare
         monkeypatch.setattr(module, "get_embedder", lambda key: emb if key == "truncating:64" else real(key))
     tenant = make_tenant("Long queries")
     c = corpus(tenant, "Notes", model="truncating", dim=64)

@@ -1,4 +1,4 @@
-"""Vector searches that reuse the corpus rows this process saw for the scope (kb.retrieval.plan._resolve,
+"""Vector searches that reuse the corpus rows this process saw for the scope (kb.retrieval.prepare,
 speculate): one round trip, and a corpus added or renamed since is seen by the very next search.
 
 Transactional tests: search() only speculates outside the caller's transaction.

@@ -86,7 +86,7 @@ def test_a_command_that_waits_for_its_jobs_runs_them_itself_when_no_worker_runs(
 
     from django.core.management import call_command
 
-    from kb.project.celery import app
+    from api.project.celery import app
 
     eager, broker = app.conf.task_always_eager, app.conf.broker_url
     app.conf.task_always_eager, app.conf.broker_url = False, f"redis+socket://{tmp_path}/no-broker.sock"  # a command on its own

@@ -91,7 +91,7 @@ class Workers:
                "GROUNDED_TEST_REDIS_URL": SHARED_REDIS, "RATE_LIMIT_REDIS_URL": SHARED_REDIS, **extra_env}
         with open(log, "wb") as out:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "celery", "-A", "kb", "worker", "--pool=solo", "-Q", self.queue, "-l", "info",
+                [sys.executable, "-m", "celery", "-A", "api.project", "worker", "--pool=solo", "-Q", self.queue, "-l", "info",
                  "--without-gossip", "--without-mingle", "--without-heartbeat", "-n", f"{self.queue}-{len(self.procs)}@%h"],
                 cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         self.procs.append(proc)
@@ -118,7 +118,7 @@ class Workers:
 
 def point_celery_at(broker_url: str, queue: str) -> dict:
     """Send this process's tasks to `broker_url`/`queue` (not eagerly); returns the settings to restore."""
-    from kb.project.celery import app
+    from api.project.celery import app
 
     keys = ("task_always_eager", "broker_url", "task_default_queue")
     saved = {k: app.conf[k] for k in keys}
@@ -128,7 +128,7 @@ def point_celery_at(broker_url: str, queue: str) -> dict:
 
 
 def restore_celery(saved: dict) -> None:
-    from kb.project.celery import app
+    from api.project.celery import app
 
     app.conf.update(saved)
     reset_celery_pools()

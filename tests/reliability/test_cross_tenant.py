@@ -25,9 +25,9 @@ from agents import tasks as _agents_tasks  # noqa: F401  (registers agents.write
 from agents.budgets import Budgets
 from agents.messages import ToolCall
 from agents.tools import TOOLS, ToolDeps, run_tool
+from api.project.celery import app as celery_app
 from kb import tasks as _registered_tasks  # noqa: F401  (registers the Celery tasks: since issue 30 kb.ingest no longer imports them)
 from kb.models import Corpus
-from kb.project.celery import app as celery_app
 from tenants.scope import Scope, ScopeRequired, activate
 from tests.factories import make_membership, make_staff_user
 from tests.kb import _transactional  # noqa: F401  (flush transactional tests as owner)

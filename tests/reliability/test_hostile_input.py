@@ -269,7 +269,7 @@ def test_hostile_metadata_and_queries_in_the_admin_are_form_errors(client):
 def _settings_value(env: dict[str, str], expr: str) -> subprocess.CompletedProcess:
     base = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "DEBUG", "SECRET_KEY", "SECRET_KEY_FILE"}}
     code = f"import django; from django.conf import settings; django.setup(); print({expr})"
-    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**base, "DJANGO_SETTINGS_MODULE": "kb.project.settings", **env},
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**base, "DJANGO_SETTINGS_MODULE": "api.project.settings", **env},
                           capture_output=True, text=True, timeout=120)
 
 

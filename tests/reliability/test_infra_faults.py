@@ -331,7 +331,7 @@ def test_rate_limit_redis_down_is_not_a_500(private_redis, limits_on_private_red
     """Faults: while the rate-limit Redis is down, API requests are served (limits counted in the Django cache), not a 500"""
     client = limits_on_private_redis
     private_redis.stop()
-    logger = logging.getLogger("api.ratelimit")
+    logger = logging.getLogger("tenants.counters")
     caught = _Records()
     logger.addHandler(caught)
     try:
@@ -345,5 +345,5 @@ def test_rate_limit_redis_down_is_not_a_500(private_redis, limits_on_private_red
     reliability.figure("statuses while Redis is down", codes)
     assert codes == [200] * 5  # fail over to the Django cache: served, not a 500
     assert any(r.status_code == 429 and r["Retry-After"] for r in limited), [r.status_code for r in limited]
-    warnings = [r for r in caught.records if r.name == "api.ratelimit" and "Redis unavailable" in r.getMessage()]
+    warnings = [r for r in caught.records if r.name == "tenants.counters" and "Redis unavailable" in r.getMessage()]
     assert len(warnings) <= 1  # logged once per interval, not once per request

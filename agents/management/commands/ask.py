@@ -16,6 +16,7 @@ from agents.models import Run
 from agents.selectors import run_citations
 from agents.services import InvalidQuestion, ask
 from kb.models import Chunk
+from tenants.counters import RetryLater
 from tenants.models import ApiKey, Membership, Tenant
 from tenants.scope import Scope, activate
 
@@ -44,6 +45,8 @@ class Command(BaseCommand):
             run = ask(scope=scope, question=question, strategy=strategy, provider=provider, on_step=show)
         except InvalidQuestion as exc:
             raise CommandError(str(exc)) from None
+        except RetryLater as exc:  # the tenant's daily run budget is used up (or cannot be counted)
+            raise CommandError(f"{exc}; retry in {exc.retry_after} s") from None
         print_run(self.stdout, scope, run)
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from agents.evidence import purge
+from agents.citations import purge
 from tenants.models import Tenant
 
 

@@ -16,10 +16,10 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
 from agents.digests import digest_loop, public_key_pem, signing_key, write_all_digests
+from tenants.conf import product_settings
 
 
 class Command(BaseCommand):
@@ -41,7 +41,7 @@ class Command(BaseCommand):
             stop = threading.Event()
             for signum in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(signum, lambda *_: stop.set())
-            digest_loop(interval or float(settings.CHAIN_DIGEST_INTERVAL_S), stop, dir, on_round=self._report)
+            digest_loop(interval or float(product_settings.CHAIN_DIGEST_INTERVAL_S), stop, dir, on_round=self._report)
             return
         self._report(write_all_digests(dir, changed_only=changed_only))
 

@@ -17,7 +17,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from api.mcp_server import build_server, http_app, key_scope
-from kb.project.config import get_str
+from tenants.conf import product_settings
 
 
 class Command(BaseCommand):
@@ -35,7 +35,7 @@ class Command(BaseCommand):
             allowed = [*hosts, *(f"{h}:*" for h in hosts)] if "*" not in settings.ALLOWED_HOSTS else None
             uvicorn.run(http_app(allowed), host=host, port=port, log_level="warning", access_log=False)
             return
-        raw = key or get_str("GROUNDED_MCP_KEY")
+        raw = key or product_settings.GROUNDED_MCP_KEY
         if not raw:
             raise CommandError("give an API key: --key gk_... or GROUNDED_MCP_KEY")
         try:

@@ -12,12 +12,12 @@ import os
 import time
 from typing import Any
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
 from kb.models import Source
 from kb.sources.sync import request_sync, schedule_due_sources
+from tenants.conf import product_settings
 from tenants.scope import NotAllowed, Scope, activate
 
 logger = logging.getLogger(__name__)
@@ -58,7 +58,7 @@ class Command(BaseCommand):
                 connections.close_all()
             if not loop:
                 return
-            deadline = time.monotonic() + settings.SOURCES_SCHEDULER_INTERVAL_SECONDS
+            deadline = time.monotonic() + product_settings.SOURCES_SCHEDULER_INTERVAL_SECONDS
             while time.monotonic() < deadline:
                 if os.getppid() != parent:
                     return

@@ -15,9 +15,9 @@ from django.core.management import CommandError, call_command
 from django.db import OperationalError
 from django.utils import timezone
 
+from api.project.celery import app as celery_app
 from kb.management.commands import sync_sources as sync_sources_command
 from kb.models import Corpus, Document, Source, SourceSync
-from kb.project.celery import app as celery_app
 from kb.sources.services import source_create, source_update
 from kb.sources.sync import STALE_QUEUED_SECONDS, schedule_due_sources
 from kb.tasks import schedule_source_syncs_task
