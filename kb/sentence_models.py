@@ -20,7 +20,11 @@ def load_sentence_transformer(path: str) -> tuple[Any, Any]:
     # imports torch (~5 s), and reads the HF_* variables set above.
     from sentence_transformers import SentenceTransformer
     from tokenizers import Tokenizer
+    from transformers.utils import logging as transformers_logging
 
+    # transformers draws a "Loading weights" progress bar on stderr for every load, even from a local
+    # folder: noise in a server's or a worker's output, so off in this process (issue 52).
+    transformers_logging.disable_progress_bar()
     model = SentenceTransformer(path, device="cpu", local_files_only=True)
     model.eval()
     counter = Tokenizer.from_str(model.tokenizer.backend_tokenizer.to_str())

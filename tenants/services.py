@@ -34,9 +34,16 @@ def issue_key(scope: Scope, *, name: str, role: str, all_departments: bool = Fal
         return ApiKey.issue(tenant=tenant, name=name, role=role, all_departments=all_departments, departments=departments)
 
 
-def revoke_key(scope: Scope, key: ApiKey) -> None:
-    """Revoke a visible key (the row stays: run traces name it)."""
+def revoke_key(scope: Scope, key: ApiKey, *, actor_key_id: int | None = None, confirm_self_revoke: bool = False) -> None:
+    """Revoke a visible key (the row stays: run traces name it).
+
+    `actor_key_id` is the key the request is made with (None for a signed-in user). A key revoking
+    itself locks its caller out at once, so it must say so: without `confirm_self_revoke` it is
+    NotAllowed on the field `confirm_self_revoke` (the API's 400) and nothing changes."""
     access.check_may_change_principal(scope, key)
+    if actor_key_id is not None and key.pk == actor_key_id and not confirm_self_revoke:
+        raise NotAllowed("this is the key making the request: revoking it locks you out at once; "
+                         "send confirm_self_revoke: true to revoke it anyway", field="confirm_self_revoke")
     if key.is_active:
         key.revoke()
 

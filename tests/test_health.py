@@ -1,4 +1,7 @@
+import threading
+
 import pytest
+from django.http import HttpResponse
 
 from tests.kb import _transactional  # noqa: F401  (flush transactional tests as owner)
 
@@ -21,6 +24,24 @@ def warm_state():
     with warmup._lock:
         warmup._state.clear()
         warmup._state["status"] = "off"
+        warmup._not_warming.set()
+
+
+def test_while_warming_a_request_waits_for_the_warm_up_and_healthz_answers_at_once(rf, warm_state):
+    """Issue 52: a web worker started with no warm sibling accepts while it warms up (so that /healthz
+    answers 503 "warming" at once); every other request is held until the warm-up ends, never served cold."""
+    served: list[str] = []
+    gate = warm_state.WarmupGate(lambda request: served.append(request.path) or HttpResponse())
+    gate(rf.get("/api/v1/corpora/"))  # no warm-up running: no wait
+    warm_state.begin()
+    held = threading.Thread(target=gate, args=(rf.get("/api/v1/corpora/"),))
+    held.start()
+    gate(rf.get("/healthz"))
+    held.join(0.5)
+    assert held.is_alive() and served == ["/api/v1/corpora/", "/healthz"]
+    warm_state._end(status="ready")
+    held.join(5)
+    assert not held.is_alive() and served == ["/api/v1/corpora/", "/healthz", "/api/v1/corpora/"]
 
 
 @pytest.mark.django_db(databases=["default", "owner"], transaction=True)

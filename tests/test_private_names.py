@@ -9,8 +9,8 @@ Forbidden, where X is a project module other than the file itself:
 Allowed: dunders (`__future__`, `__name__`), Django's public-by-contract underscore attributes
 (`Model._meta`, `Model._default_manager`, ...), and anything on objects that are not imported names.
 
-Ruff's PLC2701 (import-private-name) is not used: it ignores imports within one top-level package
-(`from kb.ingest.jobs import _claim` in kb/ingest/reembed.py passes it), the very case this checks.
+Ruff's PLC2701 (import-private-name, enabled in pyproject.toml) catches only imports from another top-level
+package: `from kb.ingest.jobs import _claim` in kb/ingest/reembed.py passes it, the very case this checks.
 Tests, benchmarks and scripts are not scanned: they reset caches and patch internals on purpose.
 Pure: reads the source, imports nothing.
 """

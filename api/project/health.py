@@ -8,6 +8,8 @@ never turns the status to 503; one that raises is reported as its error.
 
 from __future__ import annotations
 
+import logging
+
 import redis
 from django.conf import settings
 from django.db import DatabaseError, connections
@@ -17,6 +19,10 @@ from api.project import warmup
 from kb.embedded.redis_broker import client_url
 from tenants.db_wall import key_matches
 from tenants.process_hooks import HEALTH_REPORTS
+
+logger = logging.getLogger(__name__)
+# The sections of the report that make it degraded when not "ok" (and their errors), named in its log line.
+_CHECKS = ("database", "database_error", "pgvector", "database_wall", "broker", "broker_error", "warm_up")
 
 
 def healthz(request: HttpRequest) -> JsonResponse:
@@ -57,4 +63,6 @@ def healthz(request: HttpRequest) -> JsonResponse:
         except Exception as exc:
             report[name] = {"error": exc.__class__.__name__}
     report["status"] = "ok" if ok else ("warming" if warm["status"] == "warming" else "degraded")
+    if report["status"] == "degraded":  # (Django's own "Service Unavailable" line is filtered: settings.LOGGING)
+        logger.warning("/healthz degraded: %s", {k: v for k, v in report.items() if k in _CHECKS and v != "ok"})
     return JsonResponse(report, status=200 if ok else 503)

@@ -7,6 +7,7 @@ that does not parse, or a GROUNDED_* variable that is not declared (tenants.conf
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 from pathlib import Path
@@ -110,6 +111,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "api.project.warmup.WarmupGate",  # while this process warms up, a request waits for it (/healthz answers 503 at once)
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "api.nul_bytes.RejectNulBytes",  # 400 for NUL in a path, query parameter or form field (PostgreSQL text cannot hold it)
@@ -317,9 +319,21 @@ if not DEBUG:
 # SECURE_SSL_REDIRECT is left to the TLS-terminating proxy in front of gunicorn.
 SILENCED_SYSTEM_CHECKS = ["security.W008"]
 
+
+
+def not_a_healthz_answer(record: logging.LogRecord) -> bool:
+    """django.request logs every 5xx response as an error; /healthz's 503 is its answer, not a server
+    error: "warming" at every start (no line per probe then), or "degraded", which api/project/health.py
+    logs itself with its reasons."""
+    request = getattr(record, "request", None)
+    return not (getattr(record, "status_code", None) == 503 and getattr(request, "path_info", None) == "/healthz")
+
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
+    "filters": {"not_a_healthz_answer": {"()": "django.utils.log.CallbackFilter", "callback": not_a_healthz_answer}},
     "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"django.request": {"filters": ["not_a_healthz_answer"]}},
     "root": {"handlers": ["console"], "level": get_str("LOG_LEVEL")},
 }

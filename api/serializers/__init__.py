@@ -60,6 +60,7 @@ from api.serializers.sources import (  # noqa: F401
 )
 from api.serializers.tenants import (  # noqa: F401
     ApiKeyCreatedSerializer,
+    ApiKeyRevokeSerializer,
     ApiKeySerializer,
     DepartmentSerializer,
     MembershipSerializer,

@@ -46,6 +46,13 @@ class ApiKeyCreatedSerializer(ApiKeySerializer):
         fields = ApiKeySerializer.Meta.fields + ["key"]
 
 
+class ApiKeyRevokeSerializer(serializers.Serializer):
+    """The optional body of DELETE /keys/{id}/: a key revoking itself must confirm it (tenants.services.revoke_key)."""
+
+    confirm_self_revoke = serializers.BooleanField(
+        default=False, help_text="Must be true when the key being revoked is the one making the request.")
+
+
 class MembershipSerializer(serializers.ModelSerializer):
     """A member. `username` is the name in this tenant: adding one finds the tenant's own user of that
     name or creates one (signing in as `login`, `<username>@<tenant slug>`); users of other tenants are

@@ -56,7 +56,8 @@ class ApiKeyList(ScopedAPIView):
 
 
 class ApiKeyDetail(ScopedAPIView):
-    """One key; DELETE revokes it (the row stays for the audit trail)."""
+    """One key; DELETE revokes it (the row stays for the audit trail). The key making the request
+    revokes itself only with `{"confirm_self_revoke": true}` (else 400 on that field)."""
 
     roles = MANAGE
 
@@ -64,9 +65,13 @@ class ApiKeyDetail(ScopedAPIView):
     def get(self, request: Request, key_id: int) -> Response:
         return self.read_one(lambda scope: s.ApiKeySerializer(access_api_key(scope, key_id)).data)
 
-    @extend_schema(responses={204: None})
+    @extend_schema(request=s.ApiKeyRevokeSerializer, responses={204: None})
     def delete(self, request: Request, key_id: int) -> Response:
-        return self.delete_one(lambda scope: services.revoke_key(scope, access_api_key(scope, key_id)))
+        confirm = self.valid_body(s.ApiKeyRevokeSerializer)["confirm_self_revoke"]
+        actor = getattr(request.user, "api_key", None)  # the Principal of a key caller; None for a session user
+        return self.delete_one(lambda scope: services.revoke_key(
+            scope, access_api_key(scope, key_id), actor_key_id=actor.pk if actor is not None else None,
+            confirm_self_revoke=confirm))
 
 
 class MemberList(ScopedAPIView):

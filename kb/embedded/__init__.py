@@ -9,4 +9,15 @@ Used only when no DATABASE_URL (PostgreSQL) or REDIS_URL / CELERY_BROKER_URL (br
 
 No module here imports Django models or the knowledge-base domain; settings are read through
 `tenants.conf.environment`.
+
+pgserver asks platformdirs for a runtime folder as it is imported (its lock file's folder), which warns
+on every process start where XDG_RUNTIME_DIR is unset (containers, ssh sessions, cron) before falling
+back to /tmp/runtime-<uid>: that warning, and only it, is silenced here, before any module of this
+package imports pgserver (issue 52). The fallback folder is the same either way.
 """
+
+import warnings
+
+from platformdirs import RuntimeDirWarning
+
+warnings.filterwarnings("ignore", category=RuntimeDirWarning)

@@ -5,8 +5,11 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth import get_user_model
 
+from tenants import services
+from tenants.access import access_api_key
 from tenants.models import ApiKey, Membership
-from tenants.scope import Scope, activate
+from tenants.principals import authenticate_key
+from tenants.scope import NotAllowed, Scope, activate
 from tests.factories import make_membership
 
 pytestmark = pytest.mark.django_db(databases=["default", "owner"])
@@ -28,6 +31,50 @@ def test_create_key_shows_raw_once_and_it_works_until_revoked(world):
     assert admin.delete(f"/api/v1/keys/{key_id}/").status_code == 204
     assert bot.get("/api/v1/corpora/").status_code == 401
     assert admin.get(f"/api/v1/keys/{key_id}/").json()["active"] is False
+
+
+def _own_id(raw: str) -> int:
+    found = authenticate_key(raw)
+    assert found is not None
+    return found[0].id
+
+
+def test_a_key_revoking_itself_needs_confirm_self_revoke_and_nothing_changes_without_it(world):
+    """Issue 52: an admin key following docs/api.md revoked itself without a word. Now the key making
+    the request is refused (400 naming confirm_self_revoke) unless the body confirms it."""
+    admin, own = world.client("a-admin"), _own_id(world.keys["a-admin"])
+    for body in (None, {"confirm_self_revoke": False}):
+        r = admin.delete(f"/api/v1/keys/{own}/", body, format="json")
+        assert r.status_code == 400 and list(r.json()["error"]["fields"]) == ["confirm_self_revoke"], r.content
+        assert "confirm_self_revoke: true" in r.json()["error"]["fields"]["confirm_self_revoke"][0]
+    bad = admin.delete(f"/api/v1/keys/{own}/", {"confirm_self_revoke": "perhaps"}, format="json")
+    assert bad.status_code == 400 and "confirm_self_revoke" in bad.json()["error"]["fields"]
+    assert admin.get("/api/v1/corpora/").status_code == 200  # still works
+    assert admin.get(f"/api/v1/keys/{own}/").json()["active"] is True
+
+
+def test_a_key_revokes_itself_when_it_confirms_and_others_without_confirming(world):
+    admin, own = world.client("a-admin"), _own_id(world.keys["a-admin"])
+    other = _own_id(world.keys["a-reader"])
+    assert admin.delete(f"/api/v1/keys/{other}/").status_code == 204  # another key: no confirmation asked
+    r = admin.delete(f"/api/v1/keys/{own}/", {"confirm_self_revoke": True}, format="json")
+    assert r.status_code == 204, r.content
+    assert admin.get("/api/v1/corpora/").status_code == 401  # revoked at once
+    with activate(Scope.system(world.a.id)):
+        assert not ApiKey.objects.get(pk=own).is_active and not ApiKey.objects.get(pk=other).is_active
+
+
+def test_revoke_key_service_refuses_the_actors_own_key_without_confirmation(world):
+    """The rule lives in tenants.services.revoke_key (the admin site's session users pass no actor key)."""
+    own = _own_id(world.keys["a-admin"])
+    scope = Scope(tenant_id=world.a.id, all_departments=True, role="admin", principal="key:test")
+    with activate(scope):
+        key = access_api_key(scope, own)
+        with pytest.raises(NotAllowed) as refused:
+            services.revoke_key(scope, key, actor_key_id=own)
+        assert refused.value.field == "confirm_self_revoke" and key.is_active
+        services.revoke_key(scope, key)  # no actor key (a signed-in user): no confirmation needed
+        assert not access_api_key(scope, own).is_active
 
 
 @pytest.mark.parametrize("body,field", [
