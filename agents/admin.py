@@ -25,14 +25,14 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
-from agents.admin_base import ReadOnlyAuditAdmin, csv_cell
+from agents.admin_base import ReadOnlyAuditAdmin, csv_cell, name_principals
 from agents.chain import GENESIS, run_hash, verify_tenant_chain
 from agents.citations import for_citations
 from agents.feedback_admin import RunFeedbackFilter
 from agents.loop import STRATEGIES
 from agents.models import Citation, Feedback, Outcome, Run, RunStep, Verdict
 from agents.providers import provider_report
-from agents.review import principal_names, search_runs
+from agents.review import search_runs
 from agents.services import InvalidQuestion, ask
 from kb.models import Chunk, SourceChange
 from kb.sources.selectors import version_origins
@@ -89,23 +89,6 @@ class UnverifiedFilter(admin.SimpleListFilter):
         if self.value() == "no":
             return queryset.filter(n_unverified=0)
         return queryset
-
-
-
-def name_principals(request, runs) -> None:
-    """Set `principal_name` on each run: its key's name or user's username (agents.review)."""
-    scope = admin_scope(request)
-    by_tenant: dict[int, set[str]] = {}
-    for run in runs:
-        by_tenant.setdefault(run.tenant_id, set()).add(run.principal)
-    names: dict[tuple[int, str], str] = {}
-    for tenant_id, principals in by_tenant.items():
-        if scope is not None and tenant_id != scope.tenant_id:
-            continue
-        for principal, name in principal_names(tenant_id, principals, using="default" if scope else "owner").items():
-            names[tenant_id, principal] = name
-    for run in runs:
-        run.principal_name = names.get((run.tenant_id, run.principal), run.principal)
 
 
 def trace_context(request, run: Run) -> dict:
@@ -246,26 +229,34 @@ class RunAdmin(ReadOnlyAuditAdmin):
         return changelist.get_queryset(request).order_by("tenant_id", "seq")
 
     def export_csv(self, request):
+        """The runs the current filters select, by tenant and chain order. `principal` stays the raw
+        principal (`user:<id>`, `key:<public id>`: what the chain hashes); `principal_name`, the last
+        column (added after the others, so their positions hold), names the user or key."""
         out = io.StringIO()
         writer = csv.writer(out)
         cols = ["id", "tenant_id", "seq", "created_at", "principal", "question", "strategy", "outcome", "grounded", "answer",
                 "n_citations", "n_unverified", "input_tokens", "output_tokens", "tool_calls", "latency_ms", "hash",
                 "conversation_id", "turn", "message", "feedback_up", "feedback_down"]
-        writer.writerow([*cols, "feedback_comments"])
+        writer.writerow([*cols, "feedback_comments", "principal_name"])
         runs = list(self._filtered(request)[:50_000])
+        name_principals(request, runs)
         comments: dict[int, list[str]] = {}
         for run_id, rating, comment in scoped_queryset(request, Feedback).filter(run_id__in=[r.id for r in runs]).exclude(
                 comment="").order_by("created_at").values_list("run_id", "rating", "comment"):
             comments.setdefault(run_id, []).append(f"{rating}: {comment}")
         for run in runs:
-            writer.writerow([*(csv_cell(getattr(run, c)) for c in cols), csv_cell(" | ".join(comments.get(run.id, [])))])
+            writer.writerow([*(csv_cell(getattr(run, c)) for c in cols), csv_cell(" | ".join(comments.get(run.id, []))),
+                             csv_cell(run.principal_name)])
         response = HttpResponse(out.getvalue(), content_type="text/csv; charset=utf-8")
         response["Content-Disposition"] = 'attachment; filename="runs.csv"'
         return response
 
     def export_jsonl(self, request):
+        """The filtered runs, one JSON object each: every column, `principal_name` (as in the CSV), and
+        the run's steps, citations and feedback."""
         lines = []
         runs = list(self._filtered(request)[:5000])
+        name_principals(request, runs)
         ids = [r.id for r in runs]
         steps: dict[int, list] = {}
         cites: dict[int, list] = {}
@@ -279,7 +270,8 @@ class RunAdmin(ReadOnlyAuditAdmin):
             feedback.setdefault(f["run_id"], []).append(f)
         for run in runs:
             row = {f.attname: getattr(run, f.attname) for f in Run._meta.concrete_fields}
-            row.update(steps=steps.get(run.id, []), citations=cites.get(run.id, []), feedback=feedback.get(run.id, []))
+            row.update(principal_name=run.principal_name, steps=steps.get(run.id, []), citations=cites.get(run.id, []),
+                       feedback=feedback.get(run.id, []))
             lines.append(json.dumps(row, default=str, ensure_ascii=False))
         response = HttpResponse("\n".join(lines) + ("\n" if lines else ""), content_type="application/x-ndjson; charset=utf-8")
         response["Content-Disposition"] = 'attachment; filename="runs.jsonl"'

@@ -17,12 +17,11 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
-from agents.admin_base import ReadOnlyAuditAdmin, csv_cell
+from agents.admin_base import ReadOnlyAuditAdmin, csv_cell, name_principals
 from agents.feedback import feedback_per_corpus, run_corpora
 from agents.models import Citation, Feedback, Rating
-from agents.review import principal_names
 from kb.models import Corpus, Document
-from tenants.admin_base import admin_scope, scoped_queryset, scoped_view
+from tenants.admin_base import scoped_queryset, scoped_view
 
 
 class RunFeedbackFilter(admin.SimpleListFilter):
@@ -83,16 +82,9 @@ class FeedbackAdmin(ReadOnlyAuditAdmin):
         changelist = super().get_changelist_instance(request)
         rows = list(changelist.result_list)
         names = run_corpora(scoped_queryset(request, Citation), scoped_queryset(request, Document), [f.run_id for f in rows])
-        scope = admin_scope(request)
-        people: dict[tuple[int, str], str] = {}
-        for tenant_id in {f.tenant_id for f in rows}:
-            if scope is None or tenant_id == scope.tenant_id:
-                found = principal_names(tenant_id, {f.principal for f in rows if f.tenant_id == tenant_id},
-                                        using="default" if scope else "owner")
-                people.update({(tenant_id, p): n for p, n in found.items()})
+        name_principals(request, rows)
         for f in rows:
             f.corpus_names = names.get(f.run_id, [])
-            f.principal_name = people.get((f.tenant_id, f.principal), f.principal)
         return changelist
 
     @admin.display(description="rating", ordering="rating")
@@ -127,7 +119,9 @@ class FeedbackAdmin(ReadOnlyAuditAdmin):
         return super().changelist_view(request, {**(extra_context or {}), **extra})
 
     def export_csv(self, request):
-        """The feedback the current filters select, oldest first, with its run's question and answer."""
+        """The feedback the current filters select, oldest first, with its run's question and answer.
+        `principal` stays the raw principal (`user:<id>`, `key:<public id>`); `principal_name`, the last
+        column (added after the others, so their positions hold), names the user or key."""
         if not self.has_view_permission(request):
             raise PermissionDenied
         try:
@@ -135,12 +129,15 @@ class FeedbackAdmin(ReadOnlyAuditAdmin):
         except IncorrectLookupParameters:
             raise SuspiciousOperation("unknown filter parameter in the export query") from None
         names = run_corpora(scoped_queryset(request, Citation), scoped_queryset(request, Document), [f.run_id for f in rows])
+        name_principals(request, rows)
         out = io.StringIO()
         writer = csv.writer(out)
-        writer.writerow(["id", "created_at", "rating", "comment", "principal", "run_id", "question", "outcome", "answer", "corpora"])
+        writer.writerow(["id", "created_at", "rating", "comment", "principal", "run_id", "question", "outcome", "answer", "corpora",
+                         "principal_name"])
         for f in rows:
             writer.writerow([csv_cell(v) for v in (f.id, f.created_at.isoformat(), f.rating, f.comment, f.principal, f.run_id,
-                                                f.run.question, f.run.outcome, f.run.answer, "; ".join(names.get(f.run_id, [])))])
+                                                f.run.question, f.run.outcome, f.run.answer, "; ".join(names.get(f.run_id, [])),
+                                                f.principal_name)])
         response = HttpResponse(out.getvalue(), content_type="text/csv; charset=utf-8")
         response["Content-Disposition"] = 'attachment; filename="feedback.csv"'
         return response

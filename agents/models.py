@@ -102,7 +102,7 @@ class Run(models.Model):
     conversation = models.ForeignKey(Conversation, null=True, blank=True, on_delete=models.PROTECT, related_name="runs")
     turn = models.PositiveIntegerField(null=True, blank=True)
     message = models.TextField(blank=True, default="", help_text="A follow-up as typed, before it was made standalone.")
-    # Not columns: set on fetched runs for display (agents.admin name_principals; api.views.agents, or a
+    # Not columns: set on fetched runs for display (agents.admin_base name_principals; api.views.agents, or a
     # queryset annotation, counts the citations not verified). Unset until then.
     principal_name: str
     unverified_citations: int

@@ -70,3 +70,28 @@ def make_tenant_admin(*, tenant: Tenant, username: str, password: str,
     log.info("make_tenant_admin: user %r is staff and admin of tenant %r (all departments); %d old key(s) revoked, "
              "new key(s) issued with role(s) %s", username, tenant.slug, revoked, ", ".join(roles))
     return TenantAdmin(username=username, tenant=tenant, raw_keys=raw_keys, revoked_keys=revoked)
+
+
+class NotAMember(ValueError):
+    """`reset_member_password` was asked about a user it may not touch (the message says why)."""
+
+
+def reset_member_password(*, tenant: Tenant, username: str, password: str) -> Membership:
+    """Set the password of `username`, a member of `tenant` (stored hashed by `set_password`), and
+    return the membership (with its departments loaded). Only that one user changes.
+
+    Raises NotAMember when no user of that name is a member of `tenant`, and for a superuser (whose
+    password is the operator's own business: `manage.py changepassword`); the answer for an unknown
+    name and a non-member is the same."""
+    with transaction.atomic(using=OWNER):
+        membership = (Membership.objects.using(OWNER).select_related("user", "tenant").prefetch_related("departments")
+                      .filter(tenant=tenant, user__username=username).first())
+        if membership is None:
+            raise NotAMember(f"no member {username!r} in tenant {tenant.slug!r}")
+        user = membership.user
+        if user.is_superuser:
+            raise NotAMember(f"{username!r} is a superuser: use `manage.py changepassword` for them")
+        user.set_password(password)
+        user.save(using=OWNER, update_fields=["password"])
+    log.info("reset_member_password: new password for member %r of tenant %r", username, tenant.slug)
+    return membership

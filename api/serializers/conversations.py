@@ -55,8 +55,14 @@ class MessageRequestSerializer(serializers.Serializer):
 
 class FeedbackSerializer(serializers.ModelSerializer):
     comment = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+    principal_name = serializers.SerializerMethodField(
+        help_text="The principal with its key or user named: '<key name> (key)', '<username> (user)'.")
 
     class Meta:
         model = Feedback
-        fields = ["id", "run", "principal", "rating", "comment", "created_at"]
+        fields = ["id", "run", "principal", "principal_name", "rating", "comment", "created_at"]
         read_only_fields = ["id", "run", "principal", "created_at"]
+
+    def get_principal_name(self, obj) -> str:
+        # The context's `principal_names` (agents.review.principal_names), computed by the view for the page.
+        return self.context.get("principal_names", {}).get(obj.principal, obj.principal)

@@ -11,6 +11,7 @@ from rest_framework.response import Response
 from agents.access import access_own_run, visible_feedback
 from agents.feedback import give_feedback
 from agents.models import Rating
+from agents.review import principal_names
 from api import serializers as s
 from api.permissions import ASK, AUDIT
 from api.views.base import ScopedAPIView, date_bound
@@ -31,11 +32,14 @@ class RunFeedback(ScopedAPIView):
         ser.is_valid(raise_exception=True)
         feedback = give_feedback(scope=self.scope, run_id=run_id, rating=ser.validated_data["rating"],
                                  comment=ser.validated_data.get("comment", ""))
-        return Response(s.FeedbackSerializer(feedback).data, status=status.HTTP_201_CREATED)
+        with activate(self.scope):
+            names = principal_names(self.scope.tenant_id, [feedback.principal])
+        return Response(s.FeedbackSerializer(feedback, context={"principal_names": names}).data, status=status.HTTP_201_CREATED)
 
 
 class FeedbackList(ScopedAPIView):
-    """Feedback on the runs the caller may audit, newest first (auditors and admins)."""
+    """Feedback on the runs the caller may audit, newest first (auditors and admins), each with
+    `principal_name` (agents.review.principal_names)."""
 
     roles = AUDIT
 
@@ -54,4 +58,7 @@ class FeedbackList(ScopedAPIView):
                 qs = qs.filter(created_at__gte=since)
             if until := date_bound(request.query_params.get("until"), "until", end=True):
                 qs = qs.filter(created_at__lte=until)
-            return self.paginated(qs, s.FeedbackSerializer)
+            paginator = self.pagination_class()
+            page = paginator.paginate_queryset(qs, request, view=self) or []
+            names = principal_names(self.scope.tenant_id, [f.principal for f in page])
+            return paginator.get_paginated_response(s.FeedbackSerializer(page, many=True, context={"principal_names": names}).data)

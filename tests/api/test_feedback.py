@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.db import DatabaseError, connection
+from django.test import Client
 
 from agents.models import Feedback
 from tenants.scope import Scope, activate
 from tests.api.conftest import CANARY
 from tests.api.test_admin import staff
+from tests.factories import make_membership
 from tests.kb import _transactional  # noqa: F401  (flush transactional tests as owner)
 
 QUESTION = "How much may employees spend on hotels per night?"
@@ -88,9 +92,38 @@ def test_the_auditor_finds_feedback_in_audit_review_and_its_exports(client, worl
     rows = list(csv.reader(io.StringIO(client.get("/admin/agents/feedback/export.csv?rating=down").content.decode())))
     assert rows[0][:4] == ["id", "created_at", "rating", "comment"] and len(rows) == 2
     assert rows[1][2:4] == ["down", "Too vague about Paris"] and rows[1][5] == str(run_id) and "shared" in rows[1][9]
+    assert rows[0][4] == "principal" and rows[1][4].startswith("key:") and rows[0][-1] == "principal_name"
+    assert rows[1][-1] == "reader key (key)"
 
     runs = client.get("/admin/agents/run/?feedback=down").content.decode()
     assert QUESTION in runs and "on-call" not in runs
     exported = list(csv.reader(io.StringIO(client.get("/admin/agents/run/export.csv?feedback=down").content.decode())))
-    assert len(exported) == 2 and exported[1][-1] == "down: Too vague about Paris" and CANARY not in str(exported)
+    comments = exported[0].index("feedback_comments")
+    assert len(exported) == 2 and exported[1][comments] == "down: Too vague about Paris" and CANARY not in str(exported)
     assert client.get("/admin/agents/feedback/add/").status_code == 403
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "owner"])
+def test_exports_and_the_feedback_list_name_the_member_beside_the_raw_principal(client, world):
+    """`user:<id>` and `key:<public id>` stay in `principal` (what the chain hashes); `principal_name`, the
+    last CSV column (the others keep their positions), names the member or the key."""
+    employee = get_user_model().objects.create_user(username="ada", password="pw-ada-123456")
+    make_membership(employee, world.a, "reader", all_departments=True)
+    session = Client()
+    session.login(username="ada", password="pw-ada-123456")
+    asked = session.post("/api/v1/ask/", {"question": QUESTION}, content_type="application/json").json()
+    assert session.post(f"/api/v1/runs/{asked['id']}/feedback/", {"rating": "up"},
+                        content_type="application/json").json()["principal_name"] == "ada (user)"
+    rate(world, "a-reader", ask(world), {"rating": "down"})
+    client.force_login(staff(world, "auditor"))
+
+    feedback = list(csv.DictReader(io.StringIO(client.get("/admin/agents/feedback/export.csv").content.decode())))
+    assert {(f["principal"], f["principal_name"]) for f in feedback} == {
+        (f"user:{employee.id}", "ada (user)"), (feedback[1]["principal"], "reader key (key)")}
+    header, *runs = list(csv.reader(io.StringIO(client.get("/admin/agents/run/export.csv").content.decode())))
+    assert header[:5] == ["id", "tenant_id", "seq", "created_at", "principal"] and header[-2:] == ["feedback_comments", "principal_name"]
+    assert [(r[4], r[-1]) for r in runs] == [(f"user:{employee.id}", "ada (user)"), (feedback[1]["principal"], "reader key (key)")]
+    jsonl = [json.loads(line) for line in client.get("/admin/agents/run/export.jsonl").content.decode().splitlines()]
+    assert [r["principal_name"] for r in jsonl] == ["ada (user)", "reader key (key)"]
+    listed = world.client("a-auditor").get("/api/v1/feedback/").json()["results"]
+    assert sorted(f["principal_name"] for f in listed) == ["ada (user)", "reader key (key)"]
