@@ -94,7 +94,7 @@ def send_message(*, scope: Scope, conversation_id: object, message: str, strateg
     with activate(scope):
         thread = load_thread(scope, conversation, budgets)
         if not conversation.title and message.strip():
-            visible_conversations(scope).filter(pk=conversation.pk, title="").update(title=_clean(message)[:TITLE_CHARS])
+            visible_conversations(scope).filter(pk=conversation.pk, title="").update(title=title_from(message))
     return ask(scope=scope, question=message, strategy=strategy, provider=provider, on_step=on_step, budgets=budgets,
                runner=turn_runner(thread), conversation_id=conversation.pk, spend_budget=False)
 
@@ -193,6 +193,19 @@ def answer_from_thread(state: RunState, chunk_ids: list[int], message: str) -> s
     turn = call_model(state, "answer", [UserMessage(thread_answer_prompt(state.question, message, rendered))],
                       tools_enabled=False, context=structured)
     return turn.text
+
+
+def title_from(message: str, limit: int = TITLE_CHARS) -> str:
+    """A conversation's title from its first message: whitespace collapsed, at most `limit` characters.
+    A longer message is cut at the last word boundary that fits and ends with "…" (counted in the
+    limit); a single word longer than the limit is cut inside it rather than dropped."""
+    text = _clean(message)
+    if len(text) <= limit:
+        return text
+    head = text[: limit - 1]
+    if text[limit - 1] != " " and " " in head:  # the cut falls inside a word: drop that word
+        head = head[: head.rindex(" ")]
+    return (head.rstrip(" ,;:.-–—") or text[: limit - 1]) + "…"
 
 
 def _clean(text: str) -> str:

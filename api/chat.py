@@ -5,16 +5,22 @@ rule is the API's. A member of several tenants picks one (`?tenant=<slug>`, sent
 
 from __future__ import annotations
 
+from typing import cast
+
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.forms import AuthenticationForm
 from django.contrib.auth.views import LoginView, LogoutView
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from rest_framework.fields import CharField
 
 from api.admin_login import SignInLockout
+from api.serializers import MessageRequestSerializer
 from tenants.principals import TenantChoiceRequired, choose_tenant, tenants_of_user
 
 LOGIN_URL = "/login/"
+# The longest message the conversation API accepts: the page shows it and refuses longer text itself.
+MAX_MESSAGE_CHARS = cast(CharField, MessageRequestSerializer().fields["message"]).max_length
 
 
 class ChatLoginForm(SignInLockout, AuthenticationForm):
@@ -33,4 +39,4 @@ def chat_page(request: HttpRequest) -> HttpResponse:
     except TenantChoiceRequired as exc:
         return render(request, "chat/choose.html", {"choices": exc.choices or tenants_of_user(request.user), "message": str(exc)},
                       status=200 if exc.choices else 403)
-    return render(request, "chat/index.html", {"tenant": tenant})
+    return render(request, "chat/index.html", {"tenant": tenant, "max_message_chars": MAX_MESSAGE_CHARS})

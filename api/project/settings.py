@@ -126,6 +126,7 @@ MIDDLEWARE = [
 # Django's sign-in by username and password, storing an upgraded password hash where the database allows
 # it (tenants/accounts.py; the application role changes a password only inside the user's home tenant).
 AUTHENTICATION_BACKENDS = ["tenants.accounts.SignInBackend"]
+LOGIN_REDIRECT_URL = "/"  # a sign-in at /login/ without `next` lands in the chat (Django's default is a 404)
 ROOT_URLCONF = "api.project.urls"
 WSGI_APPLICATION = "api.project.wsgi.application"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

@@ -6,11 +6,12 @@ from rest_framework import serializers
 
 from agents.loop import STRATEGIES
 from agents.models import Citation, Run, RunStep
+from agents.services import MAX_QUESTION_CHARS
 from api.serializers.common import IntegerListField, ObjectField, ScopeField, StringListField
 
 
 class AskRequestSerializer(serializers.Serializer):
-    question = serializers.CharField(max_length=4000, trim_whitespace=True)
+    question = serializers.CharField(max_length=MAX_QUESTION_CHARS, trim_whitespace=True)
     strategy = serializers.ChoiceField(choices=list(STRATEGIES), default="auto")
 
 

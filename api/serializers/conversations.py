@@ -6,6 +6,7 @@ from rest_framework import serializers
 
 from agents.loop import STRATEGIES
 from agents.models import Conversation, Feedback, Run
+from agents.services import MAX_QUESTION_CHARS
 from api.serializers.agents import CitationSerializer
 
 
@@ -48,7 +49,7 @@ class ConversationDetailSerializer(ConversationSerializer):
 
 
 class MessageRequestSerializer(serializers.Serializer):
-    message = serializers.CharField(max_length=4000, trim_whitespace=True,
+    message = serializers.CharField(max_length=MAX_QUESTION_CHARS, trim_whitespace=True,
                                     help_text="The next question, as the user typed it (a follow-up may refer to earlier turns).")
     strategy = serializers.ChoiceField(choices=list(STRATEGIES), default="auto")
 

@@ -12,7 +12,7 @@ import pytest
 from agents.budgets import Budgets
 from agents.chain import verify_tenant_chain
 from agents.conversation_text import resolve_followup
-from agents.conversations import hide_conversation, load_thread, send_message, start_conversation
+from agents.conversations import TITLE_CHARS, hide_conversation, load_thread, send_message, start_conversation, title_from
 from agents.messages import ModelRequest, ModelTurn, Usage
 from agents.models import Conversation, Run
 from agents.providers.offline import OfflineProvider
@@ -47,6 +47,18 @@ def test_a_follow_up_is_made_standalone_from_the_last_turn(message, turn, questi
 
 def test_a_first_message_is_left_as_it_is():
     assert resolve_followup("  When was she born? ", []).question == "When was she born?"
+
+
+def test_a_title_is_cut_at_a_word_boundary_with_an_ellipsis():
+    assert title_from("  What is the   per diem\nfor Lisbon? ") == "What is the per diem for Lisbon?"
+    long = "What is the per diem for business trips to Lisbon and Porto, and who approves the hotel bookings above it?"
+    title = title_from(long)
+    assert len(title) <= TITLE_CHARS and title.endswith("…") and long.startswith(title[:-1])
+    assert long[len(title) - 1] == " "  # the cut falls between words
+    assert title_from("the per diem for travel", limit=15) == "the per diem…"
+    assert title_from("the per diem, for travel", limit=15) == "the per diem…"  # no dangling comma
+    assert title_from("x" * 100, limit=10) == "x" * 9 + "…"  # one overlong word is cut inside it
+    assert title_from("exactly ten", limit=11) == "exactly ten"
 
 
 def _names(scope: Scope, run: Run) -> list[str]:

@@ -7,6 +7,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 
+from api.serializers import MessageRequestSerializer
 from tests.factories import make_membership
 
 
@@ -44,6 +45,23 @@ def test_sign_in_then_ask_in_a_conversation_with_the_session(world):
                            content_type="application/json")
     assert feedback.status_code == 201
     assert client.post("/logout/").status_code == 302 and client.get("/").status_code == 302
+
+
+def test_a_sign_in_without_next_lands_in_the_chat(world):
+    member(world, "walk-in")
+    signed_in = Client().post("/login/", {"username": "walk-in", "password": "pw-chat-12345"})
+    assert signed_in.status_code == 302 and signed_in.url == "/"
+
+
+def test_the_page_states_the_apis_message_limit_and_does_not_cut_a_paste(world):
+    member(world, "paster")
+    client = Client()
+    client.login(username="paster", password="pw-chat-12345")
+    html = client.get("/").content.decode()
+    limit = MessageRequestSerializer().fields["message"].max_length
+    assert f'data-max-chars="{limit}"' in html and 'aria-describedby="question-limit"' in html
+    assert "maxlength=" not in html.split('id="question"')[1].split(">")[0]  # the browser would cut a paste silently
+    assert 'id="question-limit" role="status"' in html
 
 
 def test_a_member_of_two_tenants_chooses_and_a_stranger_is_refused(world):

@@ -39,6 +39,25 @@ def test_employee_asks_follows_up_opens_a_source_and_gives_feedback(live_server,
     page.fill("#id_password", "chat-horse-9")
     page.click("button[type=submit]")
     page.wait_for_selector("#question")
+    # every progress line the page shows, to check that steps are named in words
+    page.evaluate("""() => { window.progressSeen = [];
+        new MutationObserver((records) => { for (const r of records) for (const n of r.addedNodes) {
+            const p = n.nodeType === 3 ? n.parentElement : n;
+            if (p && p.classList.contains('progress')) window.progressSeen.push(n.textContent); } })
+          .observe(document.getElementById('messages'), {childList: true, subtree: true, characterData: true}); }""")
+
+    # Text over the API's limit is kept in the box and refused with a message, not cut.
+    too_long = "word " * 801  # 4,004 characters, trimmed
+    page.fill("#question", too_long)
+    page.keyboard.press("Enter")
+    assert "too long to send" in page.inner_text("#question-limit") and "(not sent)" in page.inner_text("#question-limit")
+    assert page.input_value("#question") == too_long and page.locator(".turn").count() == 0
+    assert page.get_attribute("#question", "aria-invalid") == "true"
+    shot(page, "chat-too-long")
+    page.fill("#question", "x" * 3700)
+    assert page.inner_text("#question-limit") == "3,700 / 4,000 characters"
+    page.fill("#question", "")
+    assert page.inner_text("#question-limit") == "" and page.get_attribute("#question", "aria-invalid") == "false"
 
     page.fill("#question", "What does the Expense Policy say about meals?")
     page.keyboard.press("Enter")
@@ -52,6 +71,10 @@ def test_employee_asks_follows_up_opens_a_source_and_gives_feedback(live_server,
     assert "Understood as: What does Expense Policy say about taxi rides?" in second.inner_text()
     assert "60 EUR" in second.locator(".a").inner_text()
     assert page.locator("#threads li").count() == 1
+    seen = set(page.evaluate("window.progressSeen"))
+    labels = {"Starting…", "Understanding the follow-up…", "Searching the documents…", "Checking the evidence…",
+              "Writing the answer…", "Working…"}
+    assert seen and seen <= labels and "Understanding the follow-up…" in seen, seen  # never a raw step name
 
     second.locator(".cite").first.click()
     page.wait_for_selector("#source:not([hidden])")
@@ -68,6 +91,10 @@ def test_employee_asks_follows_up_opens_a_source_and_gives_feedback(live_server,
     second.locator(".feedback input").fill("Does not say who approves late taxis")
     second.locator("button[data-rating=down]").click()
     page.wait_for_selector("text=Thanks, feedback saved.")
+    down, up = second.locator("button[data-rating=down]"), second.locator("button[data-rating=up]")
+    assert down.get_attribute("aria-pressed") == "true" and up.get_attribute("aria-pressed") == "false"
+    background = "e => getComputedStyle(e).backgroundColor"
+    assert down.evaluate(background) != up.evaluate(background)  # the chosen one looks chosen
 
     # At phone width: nothing scrolls sideways, the question box and its button are on screen side by side and
     # large enough to use, and asking works with them.
