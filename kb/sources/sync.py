@@ -25,6 +25,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from pathlib import PurePosixPath
 
 from celery import current_app as celery_app
 from django.db import connections, transaction
@@ -72,6 +73,15 @@ def listing_for(source: Source) -> Listing:
 def source_name_for_item(source: Source, key: str) -> str:
     """The document's source name: unique per source and key within the corpus."""
     return f"{source.kind}:{source.pk}:{key}"
+
+
+def item_title(parsed_title: str, name: str, key: str) -> str:
+    """A synced document's title: its own (the first heading or front-matter title the parser found), else
+    the item's file name without its extension ("canteen" for folder key "menus/canteen.md"), never the
+    source-prefixed document name ("folder:1:menus/canteen"), which is the parser's fallback."""
+    if parsed_title and parsed_title != PurePosixPath(name).stem:
+        return parsed_title[:500]
+    return (PurePosixPath(key.rstrip("/")).stem or key)[:500]
 
 
 # --- requesting ----------------------------------------------------------------------------------
@@ -390,7 +400,7 @@ class _Sync:
             return
         try:  # checked here so a corrupt new version never replaces a good old one
             mime = declared_type(name, data, entry.mime_type) if entry.mime_type else None
-            parse_document(data, name, mime)  # under the worker's parse limits, in a child process
+            parsed = parse_document(data, name, mime)  # under the worker's parse limits, in a child process
         except ParseError as exc:
             self._failed(entry.key, item, f"parse error: {exc}", dept)
             return
@@ -401,7 +411,7 @@ class _Sync:
                 if existing is not None and existing.department_id != dept:
                     move_document(scope=self.scope, document=existing, department_id=dept)
                 doc, job = upload_document(scope=self.scope, corpus=self.corpus, filename=name, data=data,
-                                           department_id=dept, mime_type=mime)
+                                           department_id=dept, mime_type=mime, title=item_title(parsed.title, name, entry.key))
                 action = SourceChange.Action.ADDED if existing is None else SourceChange.Action.CHANGED
                 values = {"document_id": doc.pk, "department_id": dept, "signature": entry.signature[:200], "sha256": sha,
                           "size_bytes": len(data), "state": SourceItem.State.PRESENT, "error": "",

@@ -213,3 +213,19 @@ def test_a_document_deleted_by_hand_comes_back_on_the_next_sync(world, folder, s
     sync = sync_now(scope, folder)
     assert (sync.added, sync.unchanged) == (1, 3)
     assert corpus_state(scope, world["corpus"])["hr/leave.md"][1] == "ready"
+
+
+def test_synced_documents_are_titled_by_their_heading_or_file_name_never_the_source_prefix(world, sync_now):
+    """Issue 52: folder documents were titled `folder:1:canteen` in citations and lists."""
+    root = world["root"]
+    write(root, "canteen.md", "Lunch is served from noon to two. The canteen closes on public holidays.")
+    write(root, "hr/leave.md", policy("Leave"))
+    write(root, "notes/parking_rules.txt", "Visitors park on level two. Staff park on level three.")
+    source = source_create(scope=world["scope"], corpus=world["corpus"], name="Share", kind="folder",
+                           config={"path": str(root / "share")}, department_rules=[])
+    assert sync_now(world["scope"], source).status == "done"
+    with activate(world["scope"]):
+        titles = {d.source_name.split(":", 2)[2]: d.title for d in Document.objects.for_scope(world["scope"])}
+    assert titles == {"canteen.md": "canteen", "hr/leave.md": "Leave", "notes/parking_rules.txt": "parking_rules"}
+    assert sync_module.item_title("folder:7:canteen", "folder:7:canteen.md", "canteen.md") == "canteen"
+    assert sync_module.item_title("Canteen menu", "folder:7:canteen.md", "canteen.md") == "Canteen menu"
