@@ -19,7 +19,7 @@ from typing import Any
 
 from tenants import counters, tenant_settings
 from tenants.counters import Decision, RetryLater
-from tenants.tenant_settings import Budgets
+from tenants.tenant_settings import Budgets, TenantSettings
 
 __all__ = ["Budgets", "BudgetExceeded", "budgets_from_settings", "budgets_for_tenant", "daily_run_limit", "spend_daily_run",
            "consume_daily_run"]
@@ -47,11 +47,13 @@ def daily_run_limit(stored: dict | None) -> int:
     return tenant_settings.read(stored).daily_runs
 
 
-def spend_daily_run(tenant_id: int) -> Decision:
+def spend_daily_run(tenant_id: int, stored: TenantSettings | None = None) -> Decision:
     """Count one agent run against tenant `tenant_id`'s budget for today (UTC) and return the count.
     BudgetExceeded once it is used up (retry_after: seconds to UTC midnight), CounterUnavailable when
-    nothing can count it. agents.services.ask calls it for every run it is not told was counted."""
-    decision = consume_daily_run(tenant_id, tenant_settings.for_tenant(tenant_id).daily_runs)
+    nothing can count it. agents.services.ask calls it for every run it is not told was counted.
+    `stored`: the tenant's settings when the caller has read them already (else read here)."""
+    stored = stored if stored is not None else tenant_settings.for_tenant(tenant_id)
+    decision = consume_daily_run(tenant_id, stored.daily_runs)
     if not decision.allowed:
         raise BudgetExceeded(decision.retry_after)
     return decision

@@ -56,21 +56,18 @@ STRATEGIES: tuple[str, ...] = ("auto", "classic", "agentic", "pipeline")
 @dataclass(frozen=True, slots=True)
 class CallTools:
     """The model asked for these tools: run them (execute_calls), then take another step."""
-
     calls: tuple[ToolCall, ...]
 
 
 @dataclass(frozen=True, slots=True)
 class FinalAnswer:
     """The model answered in text (possibly empty, possibly before any search: run_agentic decides)."""
-
     text: str
 
 
 @dataclass(frozen=True, slots=True)
 class BudgetSpent:
     """A budget ran out before the step (`reason` names which); no model call was made."""
-
     reason: str
 
 
@@ -172,10 +169,9 @@ def final_without_tools(state: RunState, reason: str) -> str:
 
 def answer_context(state: RunState, chunk_ids: list[int]) -> tuple[str, tuple[ContextChunk, ...]]:
     """The context shown to an answer or judge call (of the loop, or of a conversation turn answered from
-    its thread), rendered and as the chunk list recorded with the call (call_model's `context`).
-
-    Both hold the same chunks: at most max_context_chunks, and no more than fit in context_chars,
-    so the trace (and the evaluation reading it) never lists a chunk the model was not shown."""
+    its thread), rendered and as the chunk list recorded with the call (call_model's `context`). Both hold the
+    same chunks: at most max_context_chunks, no more than fit in context_chars, so the trace (and the
+    evaluation reading it) never lists a chunk the model was not shown."""
     chunks = [state.retrieved[c] for c in reranked(state, chunk_ids) if c in state.retrieved][: state.budgets.max_context_chunks]
     room = state.context_chars(overhead_chars=len(system_prompt(with_tools=False)) + len(answer_prompt(state.question, "")))
     shown = fitting_chunks(chunks, max_chars_per_chunk=state.budgets.chunk_chars, max_total_chars=room)
@@ -463,9 +459,8 @@ def run_auto(state: RunState) -> LoopResult:
 
 
 def finish_run(state: RunState, strategy: str, answer: str) -> LoopResult:
-    """The result of a run that produced `answer` with `strategy` (recorded on `state`): its citations
-    checked against the chunks the run retrieved, parts the cited chunks do not support found by the
-    judge model, and the outcome decided from both."""
+    """The result of a run that produced `answer` with `strategy`: its citations checked against the chunks the
+    run retrieved, the parts the cited chunks do not support (the judge), and the outcome decided from both."""
     state.strategy = strategy
     citations = check_citations(answer, state.retrieved)
     cited = [seen_chunk(state.retrieved[c.chunk_id]) for c in citations if c.verified]

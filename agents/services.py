@@ -16,7 +16,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from agents.budgets import Budgets, budgets_for_tenant, spend_daily_run
+from agents.budgets import Budgets, spend_daily_run
 from agents.chain import GENESIS, allocate_ids, clean_json, lock_chain, run_hash
 from agents.citations import CitationCheck
 from agents.citations import keep as keep_evidence
@@ -28,6 +28,7 @@ from agents.providers import Provider, get_provider, known_capabilities
 from agents.sufficiency import seen_chunk
 from agents.tools import ToolDeps
 from tenants.scope import Scope, activate
+from tenants.tenant_settings import for_tenant
 
 log = logging.getLogger(__name__)
 
@@ -68,10 +69,12 @@ def ask(*, scope: Scope, question: str, strategy: str = "auto", provider: Provid
     an answer is never handed out without its record.
     """
     question = check_question(question, strategy)
-    if spend_budget:
-        spend_daily_run(scope.tenant_id)
+    if spend_budget or budgets is None:
+        stored = for_tenant(scope.tenant_id)  # read once, for the daily budget and the run's budgets
+        if spend_budget:
+            spend_daily_run(scope.tenant_id, stored)
+        budgets = budgets or stored.budgets
     model = provider if provider is not None and not isinstance(provider, str) else get_provider(provider)
-    budgets = budgets or budgets_for_tenant(scope.tenant_id)
     found = known_capabilities(model)  # cached probe results only: a run never probes
     state = RunState(question=question, budgets=budgets, provider=model, deps=ToolDeps(scope=scope, budgets=budgets), on_step=on_step,
                      tools_ok=found is None or found.tools is not False,

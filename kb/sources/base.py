@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import PurePosixPath
 from typing import Protocol
 
 
@@ -37,3 +38,12 @@ class Listing(Protocol):
     complete: bool
 
     def __iter__(self) -> Iterator[Entry]: ...
+
+
+def item_title(parsed_title: str, name: str, key: str) -> str:
+    """A synced document's title: its own (the first heading or front-matter title the parser found), else
+    the item's file name without its extension ("canteen" for folder key "menus/canteen.md"), never the
+    source-prefixed document name ("folder:1:menus/canteen"), which is the parser's fallback."""
+    if parsed_title and parsed_title != PurePosixPath(name).stem:
+        return parsed_title[:500]
+    return (PurePosixPath(key.rstrip("/")).stem or key)[:500]

@@ -25,7 +25,6 @@ import sys
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from pathlib import PurePosixPath
 
 from celery import current_app as celery_app
 from django.db import connections, transaction
@@ -40,7 +39,7 @@ from kb.models import Corpus, Document, DocumentStatus, IngestJob, JobStatus
 from kb.parse_sandbox import parse_document
 from kb.parsing import ParseError, declared_type
 from kb.sources import folder, s3, website
-from kb.sources.base import Entry, ItemError, Listing, SourceError
+from kb.sources.base import Entry, ItemError, Listing, SourceError, item_title
 from kb.sources.crypto import SecretUnreadable, decrypt_secret
 from kb.sources.grants import check_granted
 from kb.sources.models import ACTIVE_SYNC, Source, SourceChange, SourceItem, SourceKind, SourceSync, SyncStatus
@@ -73,15 +72,6 @@ def listing_for(source: Source) -> Listing:
 def source_name_for_item(source: Source, key: str) -> str:
     """The document's source name: unique per source and key within the corpus."""
     return f"{source.kind}:{source.pk}:{key}"
-
-
-def item_title(parsed_title: str, name: str, key: str) -> str:
-    """A synced document's title: its own (the first heading or front-matter title the parser found), else
-    the item's file name without its extension ("canteen" for folder key "menus/canteen.md"), never the
-    source-prefixed document name ("folder:1:menus/canteen"), which is the parser's fallback."""
-    if parsed_title and parsed_title != PurePosixPath(name).stem:
-        return parsed_title[:500]
-    return (PurePosixPath(key.rstrip("/")).stem or key)[:500]
 
 
 # --- requesting ----------------------------------------------------------------------------------
