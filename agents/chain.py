@@ -137,9 +137,9 @@ def verify_tenant_chain(tenant_id: int, *, using: str = "owner", batch: int = 50
         last_seq = page[-1].seq
         ids = [r.id for r in page]
         steps, cites = defaultdict(list), defaultdict(list)
-        for s in RunStep.objects.unscoped_dangerously(using).filter(run_id__in=ids):
+        for s in RunStep.objects.unscoped_dangerously(using).filter(tenant_id=tenant_id, run_id__in=ids):
             steps[s.run_id].append(s)
-        for c in Citation.objects.unscoped_dangerously(using).filter(run_id__in=ids):
+        for c in Citation.objects.unscoped_dangerously(using).filter(tenant_id=tenant_id, run_id__in=ids):
             cites[c.run_id].append(c)
         for run in page:
             reason = None

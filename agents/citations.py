@@ -260,10 +260,10 @@ def purge(tenant: Tenant, *, document_id: int | None = None, now: datetime | Non
     cited; keep and count the rest. Runs as the owner (the application role may not delete evidence)."""
     days = retention_days(tenant)
     since = (now or timezone.now()) - timedelta(days=days)
-    referenced = """EXISTS (SELECT 1 FROM agents_runstep s JOIN agents_run r ON r.id = s.run_id
+    referenced = """EXISTS (SELECT 1 FROM agents_runstep s JOIN agents_run r ON r.id = s.run_id AND r.tenant_id = s.tenant_id
                             WHERE r.tenant_id = e.tenant_id AND r.created_at >= %(since)s AND s.content_hashes ? e.content_hash
                               AND s.chunk_ids @> to_jsonb(e.chunk_id))
-                    OR EXISTS (SELECT 1 FROM agents_citation c JOIN agents_run r ON r.id = c.run_id
+                    OR EXISTS (SELECT 1 FROM agents_citation c JOIN agents_run r ON r.id = c.run_id AND r.tenant_id = c.tenant_id
                                WHERE r.tenant_id = e.tenant_id AND r.created_at >= %(since)s
                                  AND c.chunk_id = e.chunk_id AND c.content_hash = e.content_hash)"""
     where = "e.tenant_id = %(tenant)s" + (" AND e.document_id = %(document)s" if document_id is not None else "")

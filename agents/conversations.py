@@ -17,10 +17,11 @@ history_tokens, oldest turns dropped first).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from agents.access import access_conversation, check_may_ask, visible_conversations
@@ -32,8 +33,9 @@ from agents.models import Citation, Conversation, Outcome, Run, RunStep
 from agents.prompts import followup_prompt, thread_answer_prompt
 from agents.providers import Provider
 from agents.selectors import CHUNK_FIELDS
-from agents.services import MAX_QUESTION_CHARS, ask, check_question
+from agents.services import MAX_QUESTION_CHARS, InvalidQuestion, ask, check_corpora, check_question
 from agents.steps import call_model
+from agents.streaming import TextSink
 from kb.access import visible_chunks
 from tenants.scope import Scope, activate
 
@@ -68,6 +70,32 @@ def hide_conversation(*, scope: Scope, conversation_id: object) -> None:
         visible_conversations(scope).filter(pk=conversation.pk).update(hidden_at=timezone.now())
 
 
+def rename_conversation(*, scope: Scope, conversation_id: object, title: str) -> Conversation:
+    """Give one of the caller's conversations a new title (whitespace collapsed, at most 200
+    characters; InvalidQuestion for an empty one). NotVisible for any id the caller does not own."""
+    cleaned = _clean(title)[:200]
+    if not cleaned:
+        raise InvalidQuestion("the title is empty")
+    with activate(scope):
+        conversation = access_conversation(scope, conversation_id)
+        visible_conversations(scope).filter(pk=conversation.pk).update(title=cleaned)  # a rename does not reorder the list
+        conversation.refresh_from_db()
+    return conversation
+
+
+def find_conversations(scope: Scope, text: str = "") -> QuerySet:
+    """The caller's own conversations (not the deleted ones), newest first; with `text`, those whose title
+    or any turn's typed message or standalone question contains it (case-insensitive, wildcards taken
+    literally). Inside activate(scope)."""
+    found = visible_conversations(scope)
+    text = _clean(text)
+    if text:
+        asked = (Run.objects.for_scope(scope).filter(principal=scope.principal, conversation_id__isnull=False)
+                 .filter(Q(message__icontains=text) | Q(question__icontains=text)).values("conversation_id"))
+        found = found.filter(Q(title__icontains=text) | Q(pk__in=asked))
+    return found.order_by("-id")
+
+
 def conversation_turns(scope: Scope, conversation: Conversation) -> list[Run]:
     """The conversation's runs in turn order. Inside activate(scope)."""
     return list(Run.objects.for_scope(scope).filter(conversation_id=conversation.pk).order_by("turn"))
@@ -75,12 +103,15 @@ def conversation_turns(scope: Scope, conversation: Conversation) -> list[Run]:
 
 def send_message(*, scope: Scope, conversation_id: object, message: str, strategy: str = "auto",
                  provider: Provider | str | None = None, on_step: Callable[[StepRecord], Any] | None = None,
-                 budgets: Budgets | None = None, spend_budget: bool = True) -> Run:
-    """Ask `message` as the conversation's next turn and return its stored Run.
+                 budgets: Budgets | None = None, spend_budget: bool = True, on_text: TextSink | None = None,
+                 corpus_ids: Iterable[int] | None = None, should_stop: Callable[[], bool] | None = None) -> Run:
+    """Ask `message` as the conversation's next turn and return its stored Run (`on_text`,
+    `should_stop` and `corpus_ids` as for agents.services.ask: the turn reads only the chosen corpora,
+    the thread's earlier evidence included).
 
     NotVisible when the caller does not own the conversation (another tenant's, another principal's,
     a deleted one); NotAllowed for a role that may not ask; agents.services.InvalidQuestion for an
-    empty or overlong message or an unknown strategy. Then the turn is counted against the tenant's
+    empty or overlong message, an unknown strategy or a corpus the caller does not see. Then the turn is counted against the tenant's
     daily run budget like any run (`ask`; agents.budgets.BudgetExceeded, before the thread is read or
     titled; `spend_budget=False` when the caller counted it). Like `ask`, a provider failure is a
     stored failed run, not an exception."""
@@ -89,6 +120,7 @@ def send_message(*, scope: Scope, conversation_id: object, message: str, strateg
     with activate(scope):
         conversation = access_conversation(scope, conversation_id)
     check_question(message, strategy)  # an invalid turn is refused before it is counted, as by ask
+    chosen = check_corpora(scope, corpus_ids)
     if spend_budget:
         spend_daily_run(scope.tenant_id)
     with activate(scope):
@@ -96,7 +128,8 @@ def send_message(*, scope: Scope, conversation_id: object, message: str, strateg
         if not conversation.title and message.strip():
             visible_conversations(scope).filter(pk=conversation.pk, title="").update(title=title_from(message))
     return ask(scope=scope, question=message, strategy=strategy, provider=provider, on_step=on_step, budgets=budgets,
-               runner=turn_runner(thread), conversation_id=conversation.pk, spend_budget=False)
+               runner=turn_runner(thread), conversation_id=conversation.pk, spend_budget=False, on_text=on_text,
+               corpus_ids=chosen, should_stop=should_stop)
 
 
 def load_thread(scope: Scope, conversation: Conversation, budgets: Budgets) -> Thread:
@@ -168,8 +201,10 @@ def reread_evidence(state: RunState, chunk_ids: tuple[int, ...]) -> list[int]:
     scope = state.deps.scope
     wanted = list(chunk_ids)[: state.budgets.max_context_chunks]
     started = time.perf_counter()
+    chosen = state.deps.corpus_ids  # the corpora chosen for this turn, if any: earlier evidence from others is not reused
     with activate(scope):
-        rows = {r["id"]: r for r in visible_chunks(scope).filter(pk__in=wanted).values(*CHUNK_FIELDS)}
+        rows = {r["id"]: r for r in visible_chunks(scope).filter(pk__in=wanted).values(*CHUNK_FIELDS)
+                if chosen is None or r["corpus_id"] in chosen}
     found = [cid for cid in wanted if cid in rows]
     for cid in found:
         r = rows[cid]

@@ -7,7 +7,7 @@ OpenAI-compatible one as JSON strings, the offline provider reads them directly.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -84,6 +84,9 @@ class ModelRequest:
     # A conversation's earlier turns, (standalone question, answer) oldest first, when rendered into
     # `messages` (the `followup` task); structured copy likewise.
     history: tuple[tuple[str, str], ...] = ()
+    # Called with each piece of the reply's text as it is produced, by a provider that can
+    # (agents.streaming.TextStream.send); None when nobody reads the text before the reply is in.
+    on_text: Callable[[str], None] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,10 @@ tables, and each tenant's runs form a hash chain (agents.chain) so a changed byt
 
 Audit rows hold chunk/document ids as plain integers, not foreign keys: re-ingesting or deleting
 a document must neither cascade into the audit trail nor be blocked by it.
+
+Keyed by tenant in the database (agents 0010, tenants.tenant_keys): primary keys (tenant_id, id), unique
+constraints starting with the tenant, and the foreign keys between these tables (`db_constraint=False` here)
+as (tenant_id, x_id) -> (tenant_id, id). No row or hash changed with it.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from django.db import models
 
 from tenants.models import Department, Tenant
 from tenants.scope import TenantScopedManager
+from tenants.tenant_models import TenantModel
 
 
 class Outcome(models.TextChoices):
@@ -47,7 +52,7 @@ class Rating(models.TextChoices):
     DOWN = "down"
 
 
-class Conversation(models.Model):
+class Conversation(TenantModel):
     """A thread of questions by one principal (a user or a key); each turn is a Run linked to it.
 
     Owned by its principal: only the same principal, in the same tenant, sees it (agents.access).
@@ -71,7 +76,7 @@ class Conversation(models.Model):
         return f"conversation {self.pk}"
 
 
-class Run(models.Model):
+class Run(TenantModel):
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
     seq = models.PositiveBigIntegerField(help_text="Position in the tenant's hash chain, from 1.")
     principal = models.CharField(max_length=200, help_text="'user:<id>' or 'key:<public id>'.")
@@ -99,7 +104,8 @@ class Run(models.Model):
     # A conversation turn: its thread, its number there (from 1) and what the caller typed (`question`
     # is then the standalone question it was rewritten into). Chained like every column, but left out
     # of the hash while empty, so runs stored before these columns existed still verify (agents.chain).
-    conversation = models.ForeignKey(Conversation, null=True, blank=True, on_delete=models.PROTECT, related_name="runs")
+    conversation = models.ForeignKey(Conversation, null=True, blank=True, on_delete=models.PROTECT, related_name="runs",
+                                     db_constraint=False)
     turn = models.PositiveIntegerField(null=True, blank=True)
     message = models.TextField(blank=True, default="", help_text="A follow-up as typed, before it was made standalone.")
     # Not columns: set on fetched runs for display (agents.admin_base name_principals; api.views.agents, or a
@@ -111,16 +117,16 @@ class Run(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["tenant", "seq"], name="uniq_run_chain_seq"),
-                       models.UniqueConstraint(fields=["conversation", "turn"], name="uniq_run_conversation_turn")]
+                       models.UniqueConstraint(fields=["tenant", "conversation", "turn"], name="uniq_run_conversation_turn")]
         indexes = [models.Index(fields=["tenant", "-created_at"], name="run_tenant_recent_idx")]
 
     def __str__(self) -> str:
         return f"run {self.pk} ({self.outcome})"
 
 
-class RunStep(models.Model):
+class RunStep(TenantModel):
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
-    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="steps")
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="steps", db_constraint=False)
     ordinal = models.PositiveIntegerField()
     kind = models.CharField(max_length=16, choices=StepKind.choices)
     name = models.CharField(max_length=64, help_text="Tool name, or the model task (agent/rewrite/judge/answer).")
@@ -141,12 +147,12 @@ class RunStep(models.Model):
 
     class Meta:
         ordering = ["run", "ordinal"]
-        constraints = [models.UniqueConstraint(fields=["run", "ordinal"], name="uniq_runstep_ordinal")]
+        constraints = [models.UniqueConstraint(fields=["tenant", "run", "ordinal"], name="uniq_runstep_ordinal")]
 
 
-class Citation(models.Model):
+class Citation(TenantModel):
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
-    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="citations")
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="citations", db_constraint=False)
     ordinal = models.PositiveIntegerField()
     chunk_id = models.BigIntegerField()
     document_id = models.BigIntegerField(null=True, blank=True)
@@ -160,10 +166,10 @@ class Citation(models.Model):
 
     class Meta:
         ordering = ["run", "ordinal"]
-        constraints = [models.UniqueConstraint(fields=["run", "ordinal"], name="uniq_citation_ordinal")]
+        constraints = [models.UniqueConstraint(fields=["tenant", "run", "ordinal"], name="uniq_citation_ordinal")]
 
 
-class Evidence(models.Model):
+class Evidence(TenantModel):
     """The text of a chunk as a run retrieved it, kept for audit after its document changes or goes.
 
     Written with the run (agents.services.record_run) for every chunk the run retrieved, once per
@@ -173,7 +179,8 @@ class Evidence(models.Model):
 
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
     # The chunk's department when the run saw it: evidence is visible to the scopes its chunk was.
-    department = models.ForeignKey(Department, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    department = models.ForeignKey(Department, null=True, blank=True, on_delete=models.PROTECT, related_name="+",
+                                   db_constraint=False)
     chunk_id = models.BigIntegerField()
     content_hash = models.CharField(max_length=64)
     document_id = models.BigIntegerField()
@@ -189,14 +196,14 @@ class Evidence(models.Model):
         constraints = [models.UniqueConstraint(fields=["tenant", "chunk_id", "content_hash"], name="uniq_evidence_chunk_content")]
 
 
-class Feedback(models.Model):
+class Feedback(TenantModel):
     """A thumbs up or down, with an optional comment, on one answer, by the principal that asked.
 
     Append-only like the trace (triggers and grants, agents.chain.TRACE_TABLES): a change of mind is
     a new row, never an edit. Not part of the run's hash: the chain covers what the system did."""
 
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
-    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="feedback")
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="feedback", db_constraint=False)
     principal = models.CharField(max_length=200, help_text="Who gave it: 'user:<id>' or 'key:<public id>'.")
     rating = models.CharField(max_length=8, choices=Rating.choices)
     comment = models.TextField(blank=True)

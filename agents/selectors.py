@@ -6,7 +6,8 @@ from __future__ import annotations
 from django.db.models import Count, Q
 
 from agents.access import visible_citations, visible_run_steps
-from kb.access import visible_chunks, visible_corpora
+from agents.lexical import key_words, sentences, terms
+from kb.access import visible_chunks, visible_corpora, visible_documents
 from kb.metadata import scope_facets
 from kb.models import DocumentStatus
 from tenants.scope import Scope
@@ -64,3 +65,31 @@ def run_steps(scope: Scope, run_id: int) -> list:
 def run_citations(scope: Scope, run_id: int) -> list:
     """A run's citations with verdicts, in answer order ([] for a run the scope may not audit). Inside activate(scope)."""
     return list(visible_citations(scope).filter(run_id=run_id).order_by("ordinal"))
+
+
+STARTER_SCAN = 200  # the newest ready documents looked at for starter questions
+
+
+def starter_questions(scope: Scope, limit: int = 4) -> list[str]:
+    """Questions to start a conversation with, from the newest ready documents `scope` sees: "What does
+    <title> say about <topic>?", the topic the first content word of the document's first sentence that
+    its title does not hold (a question about a title alone finds no sentence that answers it). One
+    document per corpus first (so each corpus is represented), then more; a title at most once; a
+    document with no such word gives none. Only what the caller could ask about anyway, so nothing of
+    another department shows. Inside activate(scope)."""
+    rows = list(visible_documents(scope).filter(status=DocumentStatus.READY).exclude(title="")
+                .order_by("-created_at", "-id").values_list("id", "corpus_id", "title")[:STARTER_SCAN])
+    firsts: dict[int, int] = {}
+    for doc_id, corpus_id, _title in rows:
+        firsts.setdefault(corpus_id, doc_id)
+    ordered = list(dict.fromkeys([*firsts.values(), *(doc_id for doc_id, _, _ in rows)]))
+    titles = {doc_id: " ".join(title.split())[:120] for doc_id, _, title in rows}
+    opening = dict(visible_chunks(scope).filter(document_id__in=ordered[: limit * 3], ordinal=0).values_list("document_id", "text"))
+    questions: dict[str, str] = {}  # title -> question
+    for doc_id in ordered[: limit * 3]:
+        title = titles[doc_id]
+        own = terms(title)
+        words = [w for s in sentences(opening.get(doc_id, "")) for w in key_words(s) if not w.isdigit() and not terms(w) <= own]
+        if words and title not in questions:
+            questions[title] = f"What does {title} say about {words[0]}?"
+    return list(questions.values())[:limit]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
 
@@ -25,8 +25,12 @@ from agents.loop import STRATEGIES, LoopResult, RunState, StepRecord, run_strate
 from agents.models import Citation, Conversation, Outcome, Run, RunStep
 from agents.prompts import PROMPT_VERSION
 from agents.providers import Provider, get_provider, known_capabilities
+from agents.steps import RunStopped
+from agents.streaming import TextSink
 from agents.sufficiency import seen_chunk
 from agents.tools import ToolDeps
+from kb.access import visible_corpora
+from tenants.replicas import note_write
 from tenants.scope import Scope, activate
 from tenants.tenant_settings import for_tenant
 
@@ -43,14 +47,24 @@ class RunNotRecorded(Exception):
 
 
 class InvalidQuestion(ValueError):
-    """The question or strategy cannot be run (empty, too long, unknown strategy)."""
+    """The question or strategy cannot be run (empty, too long, unknown strategy, a corpus not the
+    caller's). `field`, when set, names the input at fault."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 def ask(*, scope: Scope, question: str, strategy: str = "auto", provider: Provider | str | None = None,
         on_step: Callable[[StepRecord], Any] | None = None, budgets: Budgets | None = None,
         runner: Callable[[RunState, str], LoopResult] = run_strategy, conversation_id: int | None = None,
-        spend_budget: bool = True) -> Run:
+        spend_budget: bool = True, on_text: TextSink | None = None, corpus_ids: Iterable[int] | None = None,
+        should_stop: Callable[[], bool] | None = None) -> Run:
     """Answer `question` within `scope` and return the stored Run (outcome, answer, grounded).
+
+    `corpus_ids` narrows the question to those of the caller's corpora (check_corpora: InvalidQuestion
+    for an id the caller does not see, before anything is counted); every search and read of the run
+    stays within them (agents.tools.ToolDeps.corpus_ids) and its searches record them.
 
     The run is first counted against the tenant's daily run budget (agents.budgets.spend_daily_run;
     a question refused as invalid is not): agents.budgets.BudgetExceeded once it is used up,
@@ -63,12 +77,17 @@ def ask(*, scope: Scope, question: str, strategy: str = "auto", provider: Provid
     kept as its `message` and the runner's final `state.question` as its question.
 
     `on_step(step)` is called after every model and tool call, as it happens (for SSE); its
-    exceptions are logged and ignored. Provider failures do not raise: the run is stored with
+    exceptions are logged and ignored. `on_text(delta, reset)` receives the answer's text as it is
+    written (agents.streaming: a draft; the stored answer is what counts), except under strict
+    citations, where no text leaves before it is verified. Once `should_stop()` is true (the asker
+    closed its stream) the run stops after the step in progress and is stored as failed, its error
+    "RunStopped: ..." (agents.steps.RunStopped). Provider failures do not raise: the run is stored with
     outcome "failed", its error and its partial trace. Read steps and citations inside
     `activate(scope)`: run.steps.all(), run.citations.all(). If the run cannot be stored, RunNotRecorded:
     an answer is never handed out without its record.
     """
     question = check_question(question, strategy)
+    chosen = check_corpora(scope, corpus_ids)
     if spend_budget or budgets is None:
         stored = for_tenant(scope.tenant_id)  # read once, for the daily budget and the run's budgets
         if spend_budget:
@@ -76,14 +95,19 @@ def ask(*, scope: Scope, question: str, strategy: str = "auto", provider: Provid
         budgets = budgets or stored.budgets
     model = provider if provider is not None and not isinstance(provider, str) else get_provider(provider)
     found = known_capabilities(model)  # cached probe results only: a run never probes
-    state = RunState(question=question, budgets=budgets, provider=model, deps=ToolDeps(scope=scope, budgets=budgets), on_step=on_step,
+    state = RunState(question=question, budgets=budgets, provider=model, deps=ToolDeps(scope=scope, budgets=budgets, corpus_ids=chosen),
+                     on_step=on_step,
                      tools_ok=found is None or found.tools is not False,
-                     prompt_tokens_per_s=found.prompt_tokens_per_s if found is not None else None)
+                     prompt_tokens_per_s=found.prompt_tokens_per_s if found is not None else None,
+                     on_text=None if budgets.strict_citations else on_text, should_stop=should_stop)
     created_at, started = timezone.now(), time.perf_counter()
     result: LoopResult | None = None
     error = ""
     try:
         result = runner(state, strategy)
+    except RunStopped as exc:  # the asker went away: stored as failed, saying so (no stack trace: nothing broke)
+        log.info("run stopped by its asker for tenant %s", scope.tenant_id)
+        error = f"{type(exc).__name__}: {exc}"[:2000]
     except Exception as exc:
         log.exception("run failed for tenant %s", scope.tenant_id)
         error = f"{type(exc).__name__}: {exc}"[:2000]
@@ -106,6 +130,23 @@ def check_question(question: str, strategy: str) -> str:
     if strategy not in STRATEGIES:
         raise InvalidQuestion(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
     return question
+
+
+def check_corpora(scope: Scope, corpus_ids: Iterable[int] | None) -> tuple[int, ...] | None:
+    """The chosen corpora, each one the caller sees (kb.access.visible_corpora), in the order given;
+    None when none were chosen (every corpus of the scope). InvalidQuestion on `corpus_ids` for an
+    empty choice or an id the caller does not see, worded alike for a missing id and another
+    tenant's or department's, so nothing is revealed."""
+    if corpus_ids is None:
+        return None
+    ids = tuple(dict.fromkeys(int(c) for c in corpus_ids))
+    if not ids:
+        raise InvalidQuestion("choose at least one corpus, or leave the choice out for all of yours", field="corpus_ids")
+    with activate(scope):
+        seen = set(visible_corpora(scope).filter(pk__in=ids).values_list("pk", flat=True))
+    if unseen := [c for c in ids if c not in seen]:
+        raise InvalidQuestion(f"no corpus {', '.join(map(str, unseen))} among the ones you can ask", field="corpus_ids")
+    return ids
 
 
 def record_run(*, scope: Scope, state: RunState, result: LoopResult | None, error: str, strategy_requested: str,
@@ -148,6 +189,7 @@ def record_run(*, scope: Scope, state: RunState, result: LoopResult | None, erro
         RunStep.objects.bulk_create(steps)
         Citation.objects.bulk_create(citations)
         keep_evidence(scope, state.retrieved.values(), created_at)
+    note_write(scope)  # the asker's next reads see this run, on the primary until a replica has replayed it
     run._state.adding = False
     return run
 

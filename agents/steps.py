@@ -33,6 +33,7 @@ from agents.messages import (
 )
 from agents.planning import Facets, GeneralPlanner, Planner
 from agents.prompts import CHARS_PER_TOKEN, as_recorded, compact, system_prompt, truncated_note
+from agents.streaming import TextSink, TextStream
 from agents.tools import TOOL_SPECS, ToolDeps, ToolOutcome, run_tool
 from kb import relevance
 
@@ -40,6 +41,11 @@ if TYPE_CHECKING:  # only annotated here: the offline provider imports agents.ju
     from agents.providers import Provider
 
 log = logging.getLogger(__name__)
+
+
+class RunStopped(Exception):
+    """The asker stopped the run (RunState.should_stop): raised after the step in progress is recorded,
+    so the run is stored as failed, its error saying so, with the steps it got through."""
 
 
 @dataclass
@@ -72,6 +78,9 @@ MIN_OUTPUT_TOKENS = 64  # a reply's cap never goes below this, even when the tok
 # Replies whose shape is small whatever the question: a few search queries, a JSON verdict. A model
 # that rambles (a small self-hosted one will) is cut there, not at the answer's cap.
 TASK_OUTPUT_CAPS: dict[str, int] = {"rewrite": 256, "judge": 512}
+# Tasks whose text may be the answer: streamed to RunState.on_text as it is written (an agent turn
+# that calls tools takes back what it streamed).
+TEXT_TASKS = frozenset({"agent", "answer", "repair"})
 
 
 @dataclass
@@ -100,6 +109,9 @@ class RunState:
     sent: dict[int, dict] = field(default_factory=dict)  # step ordinal -> the full input of that model call
     planner: Planner = field(default_factory=GeneralPlanner)  # the question planner of the pipeline (agents.planning)
     prompt_tokens_per_s: float | None = None  # the provider's measured prompt reading speed (None: not measured)
+    on_text: TextSink | None = None  # the answer's text as it is written (agents.streaming); None: not streamed
+    # True once the asker has gone (a closed stream): the run stops after the step in progress (RunStopped).
+    should_stop: Callable[[], bool] | None = None
 
     @property
     def retrieved(self) -> dict[int, RetrievedChunk]:
@@ -165,6 +177,8 @@ class RunState:
                 self.on_step(step)
             except Exception:  # a disconnected stream must not lose the run's trace
                 log.warning("on_step callback failed", exc_info=True)
+        if self.should_stop is not None and self.should_stop():
+            raise RunStopped("the asker stopped the run (its stream was closed) after this step")
 
 
 def call_model(state: RunState, task: Task, messages: list[Message], *, tools_enabled: bool,
@@ -188,11 +202,13 @@ def _call_once(state: RunState, task: Task, messages: list[Message], *, tools_en
                context: tuple[ContextChunk, ...] = (), facets: Facets | None = None, history: tuple[tuple[str, str], ...] = (),
                retry_of_truncated: bool = False) -> ModelTurn:
     conversational = task in ("agent", "repair")  # continues the tool conversation, so tools stay declared
+    stream = TextStream(state.on_text) if state.on_text is not None and task in TEXT_TASKS else None
     request = ModelRequest(task=task, system=system_prompt(with_tools=tools_enabled and task == "agent"),
                            messages=tuple(messages), tools=TOOL_SPECS if conversational else (), tools_enabled=tools_enabled,
                            question=state.question, context=context, deadline=state.deadline,
                            facets=facets.summary() if facets is not None else None,
-                           max_output_tokens=state.output_cap(task), history=history)
+                           max_output_tokens=state.output_cap(task), history=history,
+                           on_text=stream.send if stream is not None else None)
     started = time.perf_counter()
     step = StepRecord(ordinal=len(state.steps), kind="model_call", name=task,
                       arguments={"provider": state.provider.name, "model": state.provider.model, "tools_enabled": tools_enabled,
@@ -226,6 +242,11 @@ def _call_once(state: RunState, task: Task, messages: list[Message], *, tools_en
         state.output_tokens += turn.usage.output_tokens
     step.latency_ms = (time.perf_counter() - started) * 1000
     step.output = turn.text
+    if stream is not None:  # what the provider did not stream itself (or a cached reply) is sent now
+        if turn.tool_calls:
+            stream.clear()
+        else:
+            stream.finish(turn.text)
     if turn.finish_reason:
         step.arguments["finish_reason"] = turn.finish_reason
     if turn.truncated:

@@ -39,6 +39,15 @@ class ToolDeps:
     retrieved: dict[int, RetrievedChunk] = field(default_factory=dict)  # every chunk shown to the model in this run
     search_cache: dict[str, ToolOutcome] = field(default_factory=dict)
     facet_values: tuple[str, ...] = ()  # the enumeration values the facets tool showed in this run
+    # The corpora the asker chose for this question (checked visible by agents.services.check_corpora);
+    # None: every corpus the scope sees. Every tool reads within them, whatever ids a model passes.
+    corpus_ids: tuple[int, ...] | None = None
+
+    def within(self, corpus_ids: list[int] | None) -> list[int] | None:
+        """The corpora a call may read: those it asks for, within the chosen ones ([]: none of them is)."""
+        if self.corpus_ids is None:
+            return corpus_ids or None
+        return list(self.corpus_ids) if not corpus_ids else [c for c in corpus_ids if c in self.corpus_ids]
 
 
 @dataclass(frozen=True)
@@ -181,6 +190,9 @@ def search(deps: ToolDeps, *, query: str, k: int = 5, mode: str = "hybrid", corp
         if value and not _ISO_DATE.match(value):
             raise ToolArgumentError(f"'{name}' must be an ISO date like 2025-01-31, got {value!r}")
     clamped = min(max(int(k), 1), deps.budgets.max_k)
+    corpus_ids = deps.within(corpus_ids)
+    if corpus_ids == []:
+        return _render_hits(deps, [], {"query": query, "note": "none of these corpora is among the ones chosen for this question"})
     key = json.dumps({"q": " ".join(query.casefold().split()), "k": clamped, "mode": mode, "c": sorted(corpus_ids or []),
                       "d": sorted(document_ids or []), "dep": sorted(department_ids) if department_ids is not None else None,
                       "m": metadata, "a": date_after, "b": date_before}, sort_keys=True, default=str)
@@ -230,6 +242,8 @@ def read(deps: ToolDeps, *, chunk_id: int | None = None, neighbours: int = 1, do
         else:
             rows = document_section(deps.scope, int(document_id), section, limit=deps.budgets.max_k)  # type: ignore[arg-type]
             missing = f"document {document_id} not found" + (f" or it has no section matching {section!r}" if section else "")
+    if deps.corpus_ids is not None:  # a chunk of a corpus not chosen for this question reads as missing
+        rows = [r for r in rows if r["corpus_id"] in deps.corpus_ids]
     if not rows:
         return ToolOutcome.failed(missing)
     outcome = _render_hits(deps, [_row_to_chunk(r) for r in rows], {})
@@ -240,11 +254,16 @@ def list_corpora(deps: ToolDeps) -> ToolOutcome:
     """The corpora (document collections) the caller can see, with their ids for narrowing searches."""
     with activate(deps.scope):
         corpora = corpus_overview(deps.scope)
+    if deps.corpus_ids is not None:
+        corpora = [c for c in corpora if c["id"] in deps.corpus_ids]
     return ToolOutcome(content={"corpora": corpora})
 
 
 def facets(deps: ToolDeps, *, corpus_ids: list[int] | None = None) -> ToolOutcome:
     """What the caller's documents can be narrowed by: enumeration values per metadata key, and their date range."""
+    corpus_ids = deps.within(corpus_ids)
+    if corpus_ids == []:
+        return ToolOutcome(content={"enumerations": {}, "dates": None, "other_keys": []})
     with activate(deps.scope):
         values = metadata_facets(deps.scope, corpus_ids)
     deps.facet_values = tuple(dict.fromkeys([*deps.facet_values, *Facets.from_tool(values).values()]))

@@ -110,6 +110,7 @@ def load(rows: int, seed: int = 7) -> dict:
     """One large tenant (two department corpora + a shared one) holds the rows; another tenant exists too."""
     import numpy as np
     from django.db import connections
+    from pgvector import HalfVector
     from pgvector.psycopg import register_vector
 
     from kb.embedding import HashEmbedder
@@ -148,12 +149,12 @@ def load(rows: int, seed: int = 7) -> dict:
         with conn.cursor() as cur, cur.copy(
                 "COPY kb_chunk (tenant_id, department_id, corpus_id, document_id, ordinal, text, locator, char_start, char_end, "
                 "token_count, content_hash, embedding, embedding_model, flags, created_at) FROM STDIN WITH (FORMAT BINARY)") as copy:
-            copy.set_types(["int8", "int8", "int8", "int8", "int4", "text", "text", "int4", "int4", "int4", "text", "vector",
+            copy.set_types(["int8", "int8", "int8", "int8", "int4", "text", "text", "int4", "int4", "int4", "text", "halfvec",
                             "text", "jsonb", "timestamptz"])
             for i, text in enumerate(texts):
                 copy.write_row([tenant.id, dept.id if dept else None, corpus.id, docs[i // CHUNKS_PER_DOC].id, i % CHUNKS_PER_DOC,
                                 text, f"Section {i % CHUNKS_PER_DOC}", 0, len(text), len(text.split()), f"{i:064x}"[-64:],
-                                vectors[i], MODEL_KEY, "[]", now])
+                                HalfVector(vectors[i]), MODEL_KEY, "[]", now])
     conn.commit()
     load_s = time.perf_counter() - t0
     t1 = time.perf_counter()

@@ -13,9 +13,9 @@ drift and the load of a shared machine hit every form alike:
 
 - `legacy`: `tenant_id = NULLIF(current_setting('app.tenant_id', true), '')::bigint` (before the wall);
 - `wall`: `tenant_id = (SELECT grounded_tenant())` (the proof checked by a SECURITY DEFINER function, as an
-  InitPlan: once per statement and table reference; what ships, tenants.rls.TENANT_EXPR);
-- `wall, bare call`: `tenant_id = grounded_tenant()` (what a distributed PostgreSQL would need: the planner
-  may call it once per row).
+  InitPlan: once per statement and table reference; what tenants 0007 shipped);
+- `wall, bare call`: `tenant_id = grounded_tenant()` (what Citus needs and what ships since tenants 0008,
+  tenants.rls.TENANT_EXPR: the planner may call it once per row where a statement names no tenant).
 
 Prints p50/p95 per case and form with the ratio to `legacy`, the paths the searches took (the same under
 every form), and the scan nodes of each case's ranking statement under each form (EXPLAIN ANALYZE of the

@@ -165,6 +165,7 @@ def ingest(docs: list[dict], chunks: list[BenchChunk], vecs: np.ndarray | None, 
     """Bench tenant + corpus + documents via the ORM; chunks by COPY, then
     search_vector as ingestion computes it: the title, locator and text under the corpus's language."""
     from django.db import connections
+    from pgvector import HalfVector
     from pgvector.psycopg import register_vector
 
     from kb.models import Corpus, Document
@@ -189,12 +190,13 @@ def ingest(docs: list[dict], chunks: list[BenchChunk], vecs: np.ndarray | None, 
     with conn.cursor() as cur, cur.copy(
             "COPY kb_chunk (tenant_id, corpus_id, document_id, ordinal, text, locator, char_start, char_end, token_count, "
             "content_hash, embedding, embedding_model, flags, created_at) FROM STDIN WITH (FORMAT BINARY)") as copy:
-        copy.set_types(["int8", "int8", "int8", "int4", "text", "text", "int4", "int4", "int4", "text", "vector", "text",
+        copy.set_types(["int8", "int8", "int8", "int4", "text", "text", "int4", "int4", "int4", "text", "halfvec", "text",
                         "jsonb", "timestamptz"])
         for i, ch in enumerate(chunks):
             o = ordinals[ch.doc] = ordinals.get(ch.doc, -1) + 1
+            vec = None if vecs is None else HalfVector(vecs[i])
             copy.write_row([tenant.id, corpus.id, rows[ch.doc].id, o, ch.text, ch.locator, ch.start, ch.end,
-                            len(ch.text.split()), hashlib.sha256(ch.text.encode()).hexdigest(), None if vecs is None else vecs[i],
+                            len(ch.text.split()), hashlib.sha256(ch.text.encode()).hexdigest(), vec,
                             MODEL_KEY, "[]", now])
     with conn.cursor() as cur:
         cur.execute("UPDATE kb_chunk c SET search_vector = to_tsvector(k.language::regconfig, d.title || ' ' || c.locator || ' ' || "

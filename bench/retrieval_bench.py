@@ -88,6 +88,7 @@ def vectors(kind: str, n: int, rng: np.random.Generator, centers: np.ndarray | N
 def load(kind: str, rows: int, seed: int) -> dict:
     """Tenants, departments, corpora, documents via the ORM; chunks by binary COPY. Returns ids and vectors."""
     from django.db import connections
+    from pgvector import HalfVector
     from pgvector.psycopg import register_vector
 
     from kb.models import Corpus, Document
@@ -124,10 +125,10 @@ def load(kind: str, rows: int, seed: int) -> dict:
                 "char_end, token_count, content_hash, embedding, embedding_model, flags, created_at) "
                 "FROM STDIN WITH (FORMAT BINARY)") as copy:
             copy.set_types(["int8", "int8", "int8", "int8", "int4", "text", "text", "int4", "int4", "int4", "text",
-                            "vector", "text", "jsonb", "timestamptz"])
+                            "halfvec", "text", "jsonb", "timestamptz"])
             for i in range(n):
                 copy.write_row([t.id, d.id, corpus.id, docs[i // 50].id, i % 50, f"{kind} chunk {i}", f"#{i}", 0, 10, 3,
-                                "h", x[i], model_key, "[]", now])
+                                "h", HalfVector(x[i]), model_key, "[]", now])
         vecs.append(x)
         tenant_of.append(np.full(n, ti, dtype=np.int16))
         dept_of.append(np.full(n, di, dtype=np.int16))
@@ -144,15 +145,15 @@ def build_index(model_key: str, scope_indexes: bool = True) -> tuple[float, floa
     departments (kb.vector_index.ensure_scope_indexes). Returns both build times and the scope index names."""
     from django.db import connections
 
-    from kb.vector_index import ensure_scope_indexes
+    from kb.vector_index import cast_type, ensure_scope_indexes, opclass
 
     t = time.perf_counter()
     with connections["owner"].cursor() as cur:
         cur.execute("SET maintenance_work_mem = '2GB'")
         cur.execute("SET max_parallel_maintenance_workers = 1")
         name = "chunk_hnsw_" + model_key.replace("-", "_").replace(":", "_")
-        cur.execute(f"CREATE INDEX IF NOT EXISTS {name} ON kb_chunk USING hnsw ((embedding::vector({DIM})) "
-                    f"vector_cosine_ops) WHERE embedding_model = '{model_key}'")
+        cur.execute(f"CREATE INDEX IF NOT EXISTS {name} ON kb_chunk USING hnsw ((embedding::{cast_type(DIM)}) "
+                    f"{opclass(DIM)}) WHERE embedding_model = '{model_key}'")
     model_s = time.perf_counter() - t
     t = time.perf_counter()
     built = ensure_scope_indexes(model_key, DIM, force=True) if scope_indexes else []

@@ -125,8 +125,8 @@ def explain(conn, tenant_id: int, dept_ids: list[int], model_key: str, q: np.nda
     from kb.retrieval.prepare import vector_literal
     from tenants.db_wall import tenant_statements
 
-    sql = ("EXPLAIN (ANALYZE, BUFFERS, SUMMARY) SELECT id, score FROM (SELECT c.id, (c.embedding::vector(384)) <=> "
-           "%s::vector(384) AS score FROM kb_chunk c WHERE c.tenant_id = %s AND c.department_id = ANY(%s) "
+    sql = ("EXPLAIN (ANALYZE, BUFFERS, SUMMARY) SELECT id, score FROM (SELECT c.id, (c.embedding::halfvec(384)) <=> "
+           "%s::halfvec(384) AS score FROM kb_chunk c WHERE c.tenant_id = %s AND c.department_id = ANY(%s) "
            "AND c.embedding_model = %s OFFSET 0) e ORDER BY score LIMIT 10")
     with transaction.atomic(), conn.cursor() as cur:
         cur.execute(tenant_statements(tenant_id))

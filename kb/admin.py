@@ -32,6 +32,18 @@ from tenants.scope import NotAllowed, Scope
 EDITORS = frozenset({"admin", "editor"})
 
 
+def plain_value(value: object) -> str:
+    """A search detail for a table cell, in words rather than a Python repr: lists joined by commas,
+    mappings as "key: value" pairs, None as "none"."""
+    if value is None:
+        return "none"
+    if isinstance(value, dict):
+        return "; ".join(f"{k}: {plain_value(v)}" for k, v in value.items()) or "none"
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return ", ".join(plain_value(v) for v in value) or "none"
+    return str(value)
+
+
 def progress_bar(job: IngestJob | None) -> str:
     if job is None:
         return "—"
@@ -194,7 +206,8 @@ class DocumentAdmin(TenantScopedAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
         # The latest job's progress, as a correlated subquery on rows the outer (scoped) query already chose.
-        latest = IngestJob.objects.unscoped_dangerously().filter(document=OuterRef("pk")).order_by("-id")
+        latest = (IngestJob.objects.unscoped_dangerously()
+                  .filter(document=OuterRef("pk"), tenant_id=OuterRef("tenant_id")).order_by("-id"))
         return super().get_queryset(request).annotate(
             job_status=Subquery(latest.values("status")[:1]), job_stage=Subquery(latest.values("stage")[:1]),
             job_done=Subquery(latest.values("chunks_done")[:1]), job_total=Subquery(latest.values("chunks_total")[:1]))
@@ -312,7 +325,8 @@ class ChunkAdmin(TenantScopedAdmin):
 
     @admin.display(description="text")
     def preview(self, obj) -> str:
-        return obj.text[:160] + ("…" if len(obj.text) > 160 else "")
+        # Wrapped in its column (change_list.html); a long chunk ends at a word, its whole text on its own page.
+        return obj.text if len(obj.text) <= 320 else obj.text[:320].rsplit(" ", 1)[0] + " …"
 
     def get_readonly_fields(self, request, obj=None):
         return [f.name for f in self.model._meta.fields if f.name not in {"embedding", "search_vector"}]
@@ -341,8 +355,13 @@ class ChunkAdmin(TenantScopedAdmin):
             else:
                 filters = SearchFilters(corpus_ids=(corpus.pk,) if corpus else None)
                 result = search(acting_scope(request, tenant_id), query, k=10, mode=mode, filters=filters)
+        details = [("path", result.path)] if result is not None else []
+        if result is not None:
+            details += [(f"filter: {k}", plain_value(v)) for k, v in result.applied_filter.items()]
+            details += [(f"time: {k}", f"{v} ms") for k, v in result.timings_ms.items()]
         context = {**self.admin_site.each_context(request), "opts": self.model._meta, "title": "Search preview", "query": query,
-                   "mode": mode, "corpora": corpora, "corpus_id": corpus_id, "result": result, "error": error}
+                   "mode": mode, "corpora": corpora, "corpus_id": corpus_id, "result": result, "error": error,
+                   "details": details}
         return TemplateResponse(request, "admin/kb/chunk/search.html", context)
 
 

@@ -16,9 +16,10 @@ from django.db import models
 
 from tenants.models import Tenant
 from tenants.scope import TenantScopedManager
+from tenants.tenant_models import TenantModel
 
 
-class TenantRow(models.Model):
+class TenantRow(TenantModel):
     """Abstract base of a tenant-owned row: its tenant (first field) and the tenant-scoped manager."""
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")

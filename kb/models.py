@@ -1,9 +1,15 @@
 """Corpora, documents and chunks. Every row carries its tenant; chunks also carry department,
 corpus and document so a search filters on one table.
 
-Vectors of different models are never compared: `Chunk.embedding` is an untyped pgvector column
-tagged with `embedding_model`, and each model gets its own partial expression HNSW index
-(`embedding::vector(dim)` WHERE embedding_model = key), created by kb.vector_index.
+Vectors of different models are never compared: `Chunk.embedding` is an untyped pgvector `halfvec`
+column (2-byte floats: half the bytes of `vector`, recall measured in docs/scaling.md) tagged with
+`embedding_model`, and each model gets its own partial expression HNSW index
+(`embedding::halfvec(dim)` WHERE embedding_model = key), created by kb.vector_index.
+
+Keyed by tenant in the database (kb 0011, tenants.tenant_keys): every table's primary key is
+(tenant_id, id) and every unique constraint starts with the tenant; the foreign keys between these tables
+are `db_constraint=False` here and (tenant_id, x_id) -> (tenant_id, id) in the database. Django's
+`on_delete` still runs in Python.
 """
 
 from __future__ import annotations
@@ -12,11 +18,12 @@ from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
 from django.contrib.postgres.search import SearchVectorField
 from django.db import models
-from pgvector.django import VectorField
+from pgvector.django import HalfVectorField, VectorField
 
 from kb.model_bases import BackgroundJob
 from tenants.models import Department, Tenant
 from tenants.scope import TenantScopedManager
+from tenants.tenant_models import TenantModel
 
 DEFAULT_EMBEDDING_MODEL = "minilm-l6-v2"
 DEFAULT_EMBEDDING_DIM = 384
@@ -24,10 +31,10 @@ DEFAULT_CHUNK_TARGET_TOKENS = 240
 DEFAULT_LANGUAGE = "english"
 
 
-class Corpus(models.Model):
+class Corpus(TenantModel):
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
     department = models.ForeignKey(Department, null=True, blank=True, on_delete=models.PROTECT, related_name="+",
-                                   help_text="Empty: visible to the whole tenant.")
+                                   db_constraint=False, help_text="Empty: visible to the whole tenant.")
     name = models.CharField(max_length=200)
     description = models.TextField(blank=True)
     embedding_model = models.CharField(max_length=100, default=DEFAULT_EMBEDDING_MODEL)
@@ -81,10 +88,11 @@ class DocumentStatus(models.TextChoices):
     FAILED = "failed"
 
 
-class Document(models.Model):
+class Document(TenantModel):
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
-    department = models.ForeignKey(Department, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
-    corpus = models.ForeignKey(Corpus, on_delete=models.CASCADE, related_name="documents")
+    department = models.ForeignKey(Department, null=True, blank=True, on_delete=models.PROTECT, related_name="+",
+                                   db_constraint=False)
+    corpus = models.ForeignKey(Corpus, on_delete=models.CASCADE, related_name="documents", db_constraint=False)
     title = models.CharField(max_length=500)
     source_name = models.CharField(max_length=500, help_text="File name or origin the document came from.")
     mime_type = models.CharField(max_length=100)
@@ -104,7 +112,7 @@ class Document(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["corpus", "source_name"], name="uniq_document_source"),
+            models.UniqueConstraint(fields=["tenant", "corpus", "source_name"], name="uniq_document_source"),
         ]
         indexes = [models.Index(fields=["tenant", "corpus", "status"])]
 
@@ -112,21 +120,23 @@ class Document(models.Model):
         return self.title
 
 
-class DocumentContent(models.Model):
+class DocumentContent(TenantModel):
     """The uploaded bytes, kept so a document can be re-ingested and a crashed job resumed."""
 
-    document = models.OneToOneField(Document, on_delete=models.CASCADE, primary_key=True, related_name="content")
+    document = models.OneToOneField(Document, on_delete=models.CASCADE, primary_key=True, related_name="content",
+                                    db_constraint=False)
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
     data = models.BinaryField()
 
     objects = TenantScopedManager()
 
 
-class Chunk(models.Model):
+class Chunk(TenantModel):
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
-    department = models.ForeignKey(Department, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
-    corpus = models.ForeignKey(Corpus, on_delete=models.CASCADE, related_name="+")
-    document = models.ForeignKey(Document, on_delete=models.CASCADE, related_name="chunks")
+    department = models.ForeignKey(Department, null=True, blank=True, on_delete=models.PROTECT, related_name="+",
+                                   db_constraint=False)
+    corpus = models.ForeignKey(Corpus, on_delete=models.CASCADE, related_name="+", db_constraint=False)
+    document = models.ForeignKey(Document, on_delete=models.CASCADE, related_name="chunks", db_constraint=False)
     ordinal = models.PositiveIntegerField()
     text = models.TextField()
     locator = models.CharField(max_length=1000, blank=True, help_text="Heading path or page, e.g. 'Travel > Hotels'.")
@@ -135,7 +145,7 @@ class Chunk(models.Model):
     char_end = models.PositiveIntegerField()
     token_count = models.PositiveIntegerField(default=0)
     content_hash = models.CharField(max_length=64)
-    embedding = VectorField(null=True, blank=True)
+    embedding = HalfVectorField(null=True, blank=True)
     embedding_model = models.CharField(max_length=120, blank=True)
     search_vector = SearchVectorField(null=True, editable=False)
     # Ingest-time findings, e.g. ["instructions_to_model"] from the injection detector.
@@ -145,7 +155,7 @@ class Chunk(models.Model):
     objects = TenantScopedManager()
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["document", "ordinal"], name="uniq_chunk_ordinal")]
+        constraints = [models.UniqueConstraint(fields=["tenant", "document", "ordinal"], name="uniq_chunk_ordinal")]
         indexes = [
             models.Index(fields=["tenant", "department", "embedding_model"], name="chunk_scope_idx"),
             models.Index(fields=["corpus", "embedding_model"], name="chunk_corpus_idx"),
@@ -156,11 +166,12 @@ class Chunk(models.Model):
         return f"chunk {self.pk} (part {self.ordinal + 1} of document {self.document_id})"
 
 
-class ChunkSentence(models.Model):
+class ChunkSentence(TenantModel):
     """One sentence's vector of a chunk (kb.sentences), for corpora with `sentence_vectors` on.
 
     Written with its chunk; the foreign key is ON DELETE CASCADE in the database (migration
-    kb 0004), so every raw delete or rewrite of chunks takes their sentences along.
+    kb 0004; (tenant_id, chunk_id) since kb 0011), so every raw delete or rewrite of chunks takes their
+    sentences along.
     """
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
@@ -170,7 +181,7 @@ class ChunkSentence(models.Model):
     ordinal = models.PositiveIntegerField()
     char_start = models.PositiveIntegerField(help_text="Offset in the chunk's text.")
     char_end = models.PositiveIntegerField()
-    embedding = VectorField()
+    embedding = HalfVectorField()
     embedding_model = models.CharField(max_length=120)
     # The sentence's lexemes under the same text search configuration as Chunk.search_vector, so a
     # re-rank can see which query terms one sentence holds together (computed once, at insert).
@@ -179,13 +190,16 @@ class ChunkSentence(models.Model):
     objects = TenantScopedManager()
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["chunk", "ordinal"], name="uniq_chunk_sentence_ordinal")]
+        constraints = [models.UniqueConstraint(fields=["tenant", "chunk", "ordinal"], name="uniq_chunk_sentence_ordinal")]
 
 
-class EmbeddingCache(models.Model):
+class EmbeddingCache(TenantModel):
     """Vectors by (model, dimension, sha256 of text), so unchanged text is never embedded twice.
 
-    Per tenant, so one tenant's ingest timing reveals nothing about another's texts.
+    Per tenant, so one tenant's ingest timing reveals nothing about another's texts. Kept as
+    float4 `vector` (unlike chunk and sentence vectors): it is the model's exact output, read back
+    whole by key and never searched or indexed, so a later change of storage (or a model compared
+    in full precision) can start from it without re-embedding.
     """
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
@@ -214,8 +228,9 @@ class IngestJob(BackgroundJob):
         INGEST = "ingest"
         REEMBED = "reembed"
 
-    corpus = models.ForeignKey(Corpus, on_delete=models.CASCADE, related_name="jobs")
-    document = models.ForeignKey(Document, null=True, blank=True, on_delete=models.CASCADE, related_name="jobs")
+    corpus = models.ForeignKey(Corpus, on_delete=models.CASCADE, related_name="jobs", db_constraint=False)
+    document = models.ForeignKey(Document, null=True, blank=True, on_delete=models.CASCADE, related_name="jobs",
+                                 db_constraint=False)
     kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.INGEST)
     status = models.CharField(max_length=16, choices=JobStatus.choices, default=JobStatus.QUEUED)
     stage = models.CharField(max_length=32, blank=True)

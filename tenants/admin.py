@@ -22,12 +22,15 @@ from django.shortcuts import redirect
 from django.urls import URLPattern, path
 from django.utils.html import format_html
 
-from tenants import access, services, tenant_settings
+from tenants import access, admin_invitations, invitations, services, tenant_settings
 from tenants.admin_base import (
     SESSION_TENANT,
     TenantScopedAdmin,
+    acting_scope,
     admin_scope,
     admin_tenant_choices,
+    chosen_tenant,
+    scoped_view,
 )
 from tenants.models import ApiKey, Department, Membership, Tenant
 from tenants.operator import OWNER
@@ -147,6 +150,29 @@ class GrantForm(forms.ModelForm):
         return data
 
 
+def person_name(user: Any, tenant_slug: str) -> str:
+    """How a member is shown: their full name, else their sign-in name without the tenant's own suffix."""
+    return user.get_full_name() or services.display_name(user, tenant_slug)
+
+
+def person_label(user: Any, tenant_slug: str) -> str:
+    """A person in a choice list: name and email (`Ada Lovelace <ada@example.com>`)."""
+    name = person_name(user, tenant_slug)
+    return f"{name} <{user.email}>" if user.email and user.email != name else name
+
+
+def chosen_slug(request: HttpRequest) -> str:
+    choice = chosen_tenant(request)
+    return choice.slug if choice is not None else ""
+
+
+def department_names_field(field: Any, request: HttpRequest) -> Any:
+    """The departments of a grant form, listed by name (a superuser, who sees every tenant's, reads `tenant/name`)."""
+    if field is not None and field.queryset.model is Department and not request.user.is_superuser:
+        field.label_from_instance = lambda department: department.name
+    return field
+
+
 MembershipForm = forms.modelform_factory(Membership, form=GrantForm, fields=["user", "tenant", "role", "all_departments", "departments"])
 
 
@@ -155,17 +181,55 @@ class MembershipAdmin(TenantScopedAdmin):
     """Members of the tenant; the user list holds the tenant's own users only (tenants.access.visible_users)."""
 
     form = MembershipForm
-    list_display = ["user", "tenant", "role", "all_departments", "department_names"]
+    list_display = ["person", "email", "status", "tenant", "role", "department_names"]
+    list_display_links = ["person"]
     list_filter = ["role"]
-    search_fields = ["user__username", "user__email"]
+    search_fields = ["user__username", "user__email", "user__first_name", "user__last_name"]
     view_roles = frozenset({"admin"})
+    actions = ["resend_invitation"]
+
+    @admin.display(description="person", ordering="user__username")
+    def person(self, obj) -> str:
+        return person_name(obj.user, obj.tenant.slug)
+
+    @admin.display(description="email", ordering="user__email")
+    def email(self, obj) -> str:
+        return obj.user.email or "—"
+
+    @admin.display(description="status")
+    def status(self, obj) -> str:
+        return "can sign in" if invitations.can_sign_in(obj.user) else "invited (no password yet)"
 
     @admin.display(description="departments")
     def department_names(self, obj) -> str:
-        return ", ".join(d.name for d in obj.departments.all()) or ("all" if obj.all_departments else "—")
+        return "all" if obj.all_departments else (", ".join(d.name for d in obj.departments.all()) or "—")
+
+    def get_list_display(self, request):
+        return [c for c in self.list_display if c != "tenant" or request.user.is_superuser]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
         return super().get_queryset(request).select_related("user", "tenant").prefetch_related("departments")
+
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        field = super().formfield_for_foreignkey(db_field, request, **kwargs)
+        if db_field.name == "user" and field is not None:
+            slug = chosen_slug(request)
+            field.label_from_instance = lambda user: person_label(user, slug)
+        return field
+
+    def formfield_for_manytomany(self, db_field, request, **kwargs):
+        return department_names_field(super().formfield_for_manytomany(db_field, request, **kwargs), request)
+
+    def get_urls(self) -> list[URLPattern]:
+        return [path("invite/", self.admin_site.admin_view(scoped_view(self.invite_view)), name="tenants_membership_invite"),
+                *super().get_urls()]
+
+    def invite_view(self, request):
+        return admin_invitations.invite_view(self, request)
+
+    @admin.action(description="Resend invitation (members without a password yet)")
+    def resend_invitation(self, request, queryset):
+        admin_invitations.resend_invitations(request, queryset, lambda tenant_id: acting_scope(request, tenant_id))
 
     def get_readonly_fields(self, request, obj=None):
         return ["user", "tenant"] if obj is not None else []  # a membership is not moved to another user
@@ -222,6 +286,9 @@ class ApiKeyAdmin(TenantScopedAdmin):
     actions = ["revoke"]
     view_roles = frozenset({"admin"})
 
+    def formfield_for_manytomany(self, db_field, request, **kwargs):
+        return department_names_field(super().formfield_for_manytomany(db_field, request, **kwargs), request)
+
     @admin.display(description="key")
     def prefix(self, obj) -> str:
         return f"gk_{obj.public_id}_…"
@@ -247,9 +314,10 @@ class ApiKeyAdmin(TenantScopedAdmin):
         data = form.cleaned_data
         scope = admin_scope(request)
         try:
-            if scope is None:  # a superuser, for the tenant picked in the form
+            if scope is None:  # a superuser, for the tenant picked in the form (rows read and written as the owner)
                 key, raw = ApiKey.issue(tenant=data["tenant"], name=data["name"], role=data["role"],
-                                        all_departments=data["all_departments"], departments=list(data["departments"]))
+                                        all_departments=data["all_departments"], departments=list(data["departments"]),
+                                        using="owner")
             else:
                 key, raw = services.issue_key(scope, name=data["name"], role=data["role"], all_departments=data["all_departments"],
                                               departments=list(data["departments"]))

@@ -176,6 +176,18 @@ def scoped_filter(field: str, model: type[models.Model], title: str, label=str) 
     return Filter
 
 
+def links_fill_themselves(db_field: models.ManyToManyField) -> bool:
+    """A many-to-many whose own through model (tenants.models.MembershipDepartment, ...) needs no value but
+    its two ends: every other column has a default (Django's or the database's)."""
+    through = db_field.remote_field.through
+    if through is None or through._meta.auto_created:
+        return False
+    ends = {db_field.m2m_field_name(), db_field.m2m_reverse_field_name()}
+    return all(
+        field.primary_key or field.name in ends or field.has_default() or field.has_db_default()
+        for field in through._meta.concrete_fields)
+
+
 class TenantScopedAdmin(admin.ModelAdmin):
     """Base for tenant-data admins. `view_roles` may look, `edit_roles` may add/change/delete; rows come
     from the model's visibility rule; `may_change_object` is the per-row write check (by default the
@@ -239,6 +251,10 @@ class TenantScopedAdmin(admin.ModelAdmin):
         related = db_field.related_model
         if is_tenant_scoped(related) or related._meta.app_label == "tenants":
             kwargs["queryset"] = scoped_queryset(request, related)
+        if links_fill_themselves(db_field):
+            # Django's admin shows no field for a many-to-many with a through model of its own; these fill their
+            # other columns themselves (the link's tenant: a database default), so the form's `.set()` saves them.
+            return db_field.formfield(**kwargs)
         return super().formfield_for_manytomany(db_field, request, **kwargs)
 
     def get_exclude(self, request, obj=None):
@@ -296,6 +312,16 @@ class TenantScopedAdmin(admin.ModelAdmin):
             obj.save(using="owner")
             return
         super().save_model(request, obj, form, change)
+
+    def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
+        tenant_id = getattr(form.instance, "tenant_id", None)
+        if request.user.is_superuser and tenant_id:
+            # An operator writes through the owner connection with no tenant activated; links such as
+            # tenants.models.MembershipDepartment take their tenant from the transaction's (a database default).
+            with activate(acting_scope(request, tenant_id), using="owner"):
+                super().save_related(request, form, formsets, change)
+            return
+        super().save_related(request, form, formsets, change)
 
     def delete_model(self, request: HttpRequest, obj: Any) -> None:
         self._check_delete(request, [obj])

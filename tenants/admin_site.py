@@ -6,10 +6,14 @@ choice (links to the tenant switch, `admin:tenants_tenant_switch`); never "the f
 
 from __future__ import annotations
 
+import functools
+
 from django.contrib import admin
 from django.contrib.admin.apps import AdminConfig
 from django.template.response import TemplateResponse
 from django.urls import reverse
+
+from tenants.scope import across_tenants
 
 
 class GroundedAdminConfig(AdminConfig):
@@ -24,6 +28,29 @@ class GroundedAdminSite(admin.AdminSite):
     index_title = "Knowledge base administration"
     site_url = "/"  # "View site": the chat page
     enable_nav_sidebar = False  # the home page lists the same models; the sidebar cost change lists a third of the width
+    login_template = "admin/grounded_login.html"  # Django's, plus the single sign-on button when configured
+
+    def login(self, request, extra_context=None):
+        # Here, not at the top: this module loads while the apps load, before django.contrib.auth's models exist.
+        from tenants import oidc
+
+        next_url = request.GET.get("next") or reverse("admin:index", current_app=self.name)
+        return super().login(request, {"sso": oidc.button(next_url), **(extra_context or {})})
+
+    def admin_view(self, view, cacheable=False):
+        """Each admin page. A superuser's (the operator's: every tenant's rows, on the owner connection,
+        tenants.admin_base.scoped_queryset) runs, rendering included, inside `across_tenants`."""
+
+        def operator_pages(request, *args, **kwargs):
+            if not getattr(request.user, "is_superuser", False):
+                return view(request, *args, **kwargs)
+            with across_tenants("operator: a superuser's admin pages show every tenant's rows"):
+                response = view(request, *args, **kwargs)
+                if callable(getattr(response, "render", None)) and not getattr(response, "is_rendered", True):
+                    response.render()  # templates read querysets lazily: inside the block
+                return response
+
+        return super().admin_view(functools.wraps(view)(operator_pages), cacheable)
 
     def index(self, request, extra_context=None):
         # Here, not at the top: this module loads while the apps load (GroundedAdminConfig names it), before

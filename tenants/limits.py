@@ -90,3 +90,24 @@ def failed_addresses(account: str) -> list[str]:
     """The addresses that failed to sign in as `account` in the current window (for the audit log)."""
     key, _, reset_in = _account_failure_key(account)
     return counters.remember(f"{key}:addresses", None, reset_in)
+
+
+def _password_reset_allowed(kind: str, subject: str) -> bool:
+    limit = int(product_settings.PASSWORD_RESET_REQUESTS_PER_HOUR)
+    if limit <= 0:
+        return True
+    key, window_seconds, reset_in = counters.window(kind, subject, 3600)
+    return counters.consume(key, limit, window_seconds, reset_in=reset_in).allowed
+
+
+def consume_password_reset_request(address: str) -> bool:
+    """Count one "Forgot password?" request from `address`; False past PASSWORD_RESET_REQUESTS_PER_HOUR
+    in this hour (the page then says to wait; fail open like every limit here)."""
+    return _password_reset_allowed("pwreset-ip", address)
+
+
+def consume_password_reset_email(email: str) -> bool:
+    """Count one reset email to `email` (normalised like account_key); False past PASSWORD_RESET_REQUESTS_PER_HOUR
+    in this hour: the caller then sends nothing and says nothing different, so the limit tells nobody
+    whether the address has an account."""
+    return _password_reset_allowed("pwreset-email", account_key(email))

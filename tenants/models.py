@@ -10,6 +10,7 @@ from django.db import connections, models
 from django.utils import timezone
 
 from tenants.scope import Scope, ScopeRequired, activate
+from tenants.tenant_models import TenantAwareManager, TenantModel
 
 
 class Role(models.TextChoices):
@@ -35,9 +36,11 @@ class Tenant(models.Model):
         return self.name
 
 
-class Department(models.Model):
+class Department(TenantModel):
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="departments")
     name = models.CharField(max_length=200)
+
+    objects = TenantAwareManager()
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["tenant", "name"], name="uniq_department_name")]
@@ -46,7 +49,7 @@ class Department(models.Model):
         return f"{self.tenant.slug}/{self.name}"
 
 
-class TenantUser(models.Model):
+class TenantUser(TenantModel):
     """The tenant a user account belongs to (its home). Users created by a tenant's admins (API or
     admin site) belong to that tenant; a tenant's admins find and attach only their own tenant's users.
     Cross-tenant memberships (a consultant in two tenants) are made by operators through the owner
@@ -55,18 +58,22 @@ class TenantUser(models.Model):
     user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, primary_key=True, related_name="home")
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="users")
 
+    objects = TenantAwareManager()
+
     def __str__(self) -> str:
         return f"{self.user} @ {self.tenant.slug}"
 
 
-class Membership(models.Model):
+class Membership(TenantModel):
     """A user's role in a tenant. `all_departments` or an explicit department list."""
 
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
     role = models.CharField(max_length=16, choices=Role.choices, default=Role.READER)
     all_departments = models.BooleanField(default=False)
-    departments = models.ManyToManyField(Department, blank=True)
+    departments = models.ManyToManyField(Department, blank=True, through="MembershipDepartment")
+
+    objects = TenantAwareManager()
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["user", "tenant"], name="uniq_membership")]
@@ -86,7 +93,7 @@ def hash_secret(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-class ApiKey(models.Model):
+class ApiKey(TenantModel):
     """A program's credential. Only the hash of the secret is stored; the raw key is shown once.
 
     Raw form: gk_<public id>_<secret>. The public id finds the row; the secret is compared
@@ -95,17 +102,21 @@ class ApiKey(models.Model):
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="api_keys")
     name = models.CharField(max_length=200)
-    public_id = models.CharField(max_length=16, unique=True, editable=False)
+    # Unique per tenant (a key is found by it before its tenant is known: indexed on its own too).
+    public_id = models.CharField(max_length=16, db_index=True, editable=False)
     secret_hash = models.CharField(max_length=64, editable=False)
     role = models.CharField(max_length=16, choices=Role.choices, default=Role.READER)
     all_departments = models.BooleanField(default=False)
-    departments = models.ManyToManyField(Department, blank=True)
+    departments = models.ManyToManyField(Department, blank=True, through="ApiKeyDepartment")
     created_at = models.DateTimeField(auto_now_add=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
 
+    objects = TenantAwareManager()
+
     class Meta:
         verbose_name = "API key"
+        constraints = [models.UniqueConstraint(fields=["tenant", "public_id"], name="uniq_apikey_public_id")]
 
     def __str__(self) -> str:
         return f"{self.name} ({KEY_PREFIX}{self.public_id}_…)"
@@ -143,6 +154,45 @@ class ApiKey(models.Model):
 
     def scope(self) -> Scope:
         return principal_scope(self, f"key:{self.public_id}")
+
+
+def current_tenant_default() -> models.Func:
+    """A column's database default: the transaction's proven tenant (`grounded_tenant()`, tenants.rls), so
+    Django's many-to-many writes (`.set()`, `.add()`, the admin's widgets) fill a link's tenant by themselves.
+    NULL, hence refused (NOT NULL), with no tenant activated."""
+    return models.Func(function="grounded_tenant", output_field=models.BigIntegerField())
+
+
+class MembershipDepartment(TenantModel):
+    """A member's department (the table Django made for the many-to-many, with its tenant added).
+
+    Foreign keys between tenant tables are `db_constraint=False` here and in every app: the database holds
+    them as (tenant_id, x_id) -> (tenant_id, id) (tenants.tenant_keys; tenants 0008). A link's keys are
+    checked at each statement, so a link to another tenant's department fails when written."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+", db_default=current_tenant_default())
+    membership = models.ForeignKey(Membership, on_delete=models.CASCADE, db_constraint=False)
+    department = models.ForeignKey(Department, on_delete=models.CASCADE, db_constraint=False)
+
+    objects = TenantAwareManager()  # Django's many-to-many reads and writes get the acting tenant's term
+
+    class Meta:
+        db_table = "tenants_membership_departments"
+        constraints = [models.UniqueConstraint(fields=["tenant", "membership", "department"], name="uniq_membership_department")]
+
+
+class ApiKeyDepartment(TenantModel):
+    """An API key's department (the many-to-many's table, with its tenant added; as MembershipDepartment)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+", db_default=current_tenant_default())
+    apikey = models.ForeignKey(ApiKey, on_delete=models.CASCADE, db_constraint=False)
+    department = models.ForeignKey(Department, on_delete=models.CASCADE, db_constraint=False)
+
+    objects = TenantAwareManager()
+
+    class Meta:
+        db_table = "tenants_apikey_departments"
+        constraints = [models.UniqueConstraint(fields=["tenant", "apikey", "department"], name="uniq_apikey_department")]
 
 
 def principal_scope(principal: Membership | ApiKey, label: str) -> Scope:

@@ -13,9 +13,11 @@ from dataclasses import dataclass
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
+from django.db.models import Prefetch
 from django.utils import timezone
 
-from tenants.models import ApiKey, Membership, Role, Tenant, TenantUser
+from tenants.models import ApiKey, Department, Membership, Role, Tenant, TenantUser
+from tenants.scope import across_tenants
 
 OWNER = "owner"
 log = logging.getLogger("grounded.operator")
@@ -52,7 +54,8 @@ def make_tenant_admin(*, tenant: Tenant, username: str, password: str,
         user.is_staff = True
         user.set_password(password)
         user.save(using=OWNER)
-        TenantUser.objects.using(OWNER).get_or_create(user=user, defaults={"tenant": tenant})
+        with across_tenants("operator: an existing account's home may be another tenant"):
+            TenantUser.objects.using(OWNER).get_or_create(user=user, defaults={"tenant": tenant})
         membership, _ = Membership.objects.using(OWNER).get_or_create(user=user, tenant=tenant)
         membership.role = Role.ADMIN
         membership.all_departments = True
@@ -84,7 +87,8 @@ def reset_member_password(*, tenant: Tenant, username: str, password: str) -> Me
     password is the operator's own business: `manage.py changepassword`); the answer for an unknown
     name and a non-member is the same."""
     with transaction.atomic(using=OWNER):
-        membership = (Membership.objects.using(OWNER).select_related("user", "tenant").prefetch_related("departments")
+        membership = (Membership.objects.using(OWNER).select_related("user", "tenant")
+                      .prefetch_related(Prefetch("departments", queryset=Department.objects.filter(tenant=tenant)))
                       .filter(tenant=tenant, user__username=username).first())
         if membership is None:
             raise NotAMember(f"no member {username!r} in tenant {tenant.slug!r}")

@@ -5,8 +5,9 @@ tenant_id with `grounded_tenant()`: the transaction's `app.tenant_id`, but only 
 `app.tenant_proof` signed by the application process (tenants.db_wall), so SQL run as the application
 role cannot name a tenant of its choosing. An unset, unproven or expired tenant matches nothing, so a
 forgotten scope fails closed. The tenants app's own tables and link tables are in
-tenants/migrations/0003_row_level_security.py; the guard on auth_user (no privilege flags, sign-in
-details only of the current tenant's own users) in 0003 and 0006_guard_user_accounts.py; the wall's
+tenants/migrations/0003_row_level_security.py (the link tables' policies compare their own tenant_id since
+0008_tenant_keys.py, which also made every policy call `grounded_tenant()` bare: no subquery); the guard on
+auth_user (no privilege flags, sign-in details only of the current tenant's own users) in 0003 and 0006_guard_user_accounts.py; the wall's
 key, schema and functions in 0007_database_wall.py (and `WALL_SQL`, which every `enable_rls` repeats so
 that a migration of any app, in any order, finds them).
 """
@@ -23,11 +24,12 @@ from tenants.db_wall import install_key
 
 # What policies compared tenant_id with before the wall (0007 rewrites policies from it, and back).
 LEGACY_TENANT_EXPR = "NULLIF(current_setting('app.tenant_id', true), '')::bigint"
-# The current tenant, proven: see WALL_SQL. As a subquery (an InitPlan: evaluated once per statement and
-# table reference), not a bare call: the planner evaluates a bare STABLE call in a Filter once per row, and
-# one call checks an HMAC (~10 us; bench/db_wall.py, docs/architecture.md). A distributed PostgreSQL that
-# refuses subqueries in policies would need the bare call, and a check that costs less per row.
-TENANT_EXPR = "(SELECT grounded_tenant())"
+# The current tenant, proven: see WALL_SQL. A bare call, no subquery: Citus refuses subqueries in the policies of
+# distributed tables (tenants 0008 rewrote every policy from INITPLAN_TENANT_EXPR to this). The planner may
+# evaluate a bare STABLE call in a Filter once per row (bench/db_wall.py measures the cost, docs/architecture.md).
+TENANT_EXPR = "grounded_tenant()"
+# What policies compared tenant_id with from tenants 0007 to 0008: an InitPlan, once per statement and table.
+INITPLAN_TENANT_EXPR = "(SELECT grounded_tenant())"
 
 PRIVATE_SCHEMA = "grounded_private"
 

@@ -122,7 +122,7 @@ def activate(scope: Scope, using: str = "default") -> Iterator[Scope]:
     Nested use restores the outer tenant on exit (SET LOCAL would otherwise leak to the end of
     the outer transaction), with a fresh proof.
     """
-    with transaction.atomic(using=using):
+    with transaction.atomic(using=using), acting_for(scope.tenant_id):
         previous = _current_tenant(using)
         _set_tenant(using, scope.tenant_id)
         try:
@@ -133,6 +133,52 @@ def activate(scope: Scope, using: str = "default") -> Iterator[Scope]:
                 pass
             else:
                 _set_tenant(using, previous)
+
+
+# The tenant this code acts for (set by `activate`), read by the tenant models' base manager and save()
+# to add `tenant_id` to the queries Django makes by itself; None outside any activation.
+_ACTING_TENANT: contextvars.ContextVar[int | None] = contextvars.ContextVar("acting_tenant", default=None)
+# Why the block works across tenants (`across_tenants`); None outside one.
+_ACROSS: contextvars.ContextVar[str | None] = contextvars.ContextVar("across_tenants", default=None)
+
+
+@contextlib.contextmanager
+def acting_for(tenant_id: int | None) -> Iterator[None]:
+    """The block acts for `tenant_id` (`acting_tenant()`), without touching the database's RLS setting.
+    `activate` uses it; call it alone only where the tenant is known and RLS is set by other means
+    (a raw-SQL script that sends its own SET LOCAL)."""
+    token = _ACTING_TENANT.set(tenant_id)
+    try:
+        yield
+    finally:
+        _ACTING_TENANT.reset(token)
+
+
+def acting_tenant() -> int | None:
+    """The tenant of the innermost `activate` / `acting_for` block (inside `across_tenants` too: a
+    block that acts for one tenant there still names it); None outside one."""
+    return _ACTING_TENANT.get()
+
+
+@contextlib.contextmanager
+def across_tenants(reason: str) -> Iterator[None]:
+    """Mark a block that deliberately queries without a tenant: the operator's cross-tenant pages,
+    sign-in look-ups before a tenant is known, maintenance commands. Its statements may name tenant
+    tables without a `tenant_id` term (on a distributed database they go to every shard), so keep
+    each use rare and say why in `reason`; the test-time query checker (tests/query_checker.py)
+    refuses such statements anywhere else. Grants no access: RLS and the scoped managers still apply."""
+    if not reason.strip():
+        raise ValueError("across_tenants needs a reason")
+    token = _ACROSS.set(reason)
+    try:
+        yield
+    finally:
+        _ACROSS.reset(token)
+
+
+def crossing_tenants() -> str | None:
+    """The reason of the innermost `across_tenants` block; None outside one."""
+    return _ACROSS.get()
 
 
 # Tenant whose rows Django's model validation may query (see `validating_tenant`); None outside it.

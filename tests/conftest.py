@@ -12,7 +12,7 @@ from django.conf import settings
 
 from kb.embedded.postgres import ensure_server
 from tenants.conf.environment import get_str
-from tests import databases
+from tests import databases, query_checker
 from tests.logs import every_log_record
 
 os.environ.setdefault("GROUNDED_EMBEDDER", "hash")
@@ -28,11 +28,13 @@ if databases.xdist_worker():
     # its quiet time). Each keeps every core: a test that runs alone at the end still uses them all.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-pytest_plugins = ["tests.factories"]
+pytest_plugins = ["tests.factories", "tests.standby"]  # standby: the read-replica tests' streaming standby
 
 
 def pytest_addoption(parser):
     parser.addoption("--runslow", action="store_true", default=False, help="run slow tests")
+    parser.addoption("--tenant-sql-log", default=None,
+                     help="survey: append tenant query checker violations to this file instead of failing")
 
 
 def pytest_configure(config):
@@ -131,6 +133,28 @@ def _eager_celery_by_default():
     app.conf.task_always_eager = eager
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _tenant_query_checker(pytestconfig):
+    """Every statement of the session on a tenant table carries a tenant_id term for it, or the
+    statement raises (tests/query_checker.py; exemptions there)."""
+    from django.apps import apps
+
+    query_checker.RECORD["path"] = pytestconfig.getoption("--tenant-sql-log")
+    query_checker.install(query_checker.tenant_tables_of(apps.get_models(include_auto_created=True)))
+
+
+@pytest.fixture(autouse=True)
+def _tenantless_sql_marker(request):
+    """`@pytest.mark.tenantless_sql("why")`: the test issues tenant-less SQL on purpose (adversarial RLS
+    tests); the query checker lets it through."""
+    marker = request.node.get_closest_marker("tenantless_sql")
+    if marker is None:
+        yield
+        return
+    with query_checker.allowed(str(marker.args[0]) if marker.args else request.node.nodeid):
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _no_network_models(monkeypatch):
     """Tests never reach a real model API."""
@@ -151,7 +175,8 @@ def django_db_setup(django_test_environment, django_db_blocker):
     from django.db import connections
 
     def use(name: str) -> None:
-        for alias in ("owner", "default"):
+        # A replica configured by DATABASE_REPLICA_URL reads this database too (its standby's copy of it).
+        for alias in ("owner", "default", *(["replica"] if "replica" in connections.settings else [])):
             connections[alias].close()
             connections[alias].settings_dict["NAME"] = name
 

@@ -103,3 +103,10 @@ def make_chunk(corpus: Corpus, text: str, ordinal: int | None = None, title: str
 @pytest.fixture
 def tenant_factory(db):
     return make_tenant
+
+
+def as_stored(values: Iterable[float]) -> list[float]:
+    """A vector as kb_chunk and kb_chunksentence store it (halfvec): each value rounded to a 2-byte float."""
+    import numpy as np  # only the vector tests need it
+
+    return [float(v) for v in np.asarray(list(values), dtype=np.float16)]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -80,3 +81,35 @@ def test_docker_compose_is_valid_and_has_the_production_shape():
     for name in ("web", "worker", "beat", "migrate"):
         assert f"digests:{env['CHAIN_DIGEST_DIR']}" in services[name]["volumes"], name
     assert set(compose["volumes"]) >= {"pgdata", "digests"}
+
+
+def test_the_citus_profile_is_a_coordinator_two_workers_and_a_setup_that_distributes():
+    """docker-compose's `citus` profile (docs/scaling.md). Docker does not run here, so this reads the file:
+    the shape, the pinned official image, the two settings the product needs from Citus, and a setup that
+    registers the workers, migrates, then applies `distribution_check --sql` and checks again."""
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    services = compose["services"]
+    citus = {name: s for name, s in services.items() if "citus" in s.get("profiles", [])}
+    assert set(citus) == {"citus-coordinator", "citus-worker-1", "citus-worker-2", "citus-setup"}
+    # The rest as before, but for the streaming standby of the `replica` profile (docs/replicas.md).
+    assert [name for name, s in services.items() if name not in citus and "profiles" in s] == ["postgres-replica"]
+    for name in ("citus-coordinator", "citus-worker-1", "citus-worker-2"):
+        node = citus[name]
+        base = re.search(r"^FROM (\S+)$", node["build"]["dockerfile_inline"], re.M).group(1)
+        assert re.fullmatch(r"citusdata/citus:\d+\.\d+\.\d+", base), base  # the official image, a pinned version
+        assert "postgresql-17-pgvector" in node["build"]["dockerfile_inline"]
+        assert {"citus.propagate_set_commands=local", "citus.enable_unsafe_triggers=on"} <= set(node["command"])
+        assert "healthcheck" in node and f"{name}:/var/lib/postgresql/data" in node["volumes"]
+        assert name in compose["volumes"]
+    setup = citus["citus-setup"]
+    assert setup["image"] == services["web"]["image"] and setup["restart"] == "no"
+    assert setup["environment"]["DATABASE_URL"].endswith("@citus-coordinator:5432/grounded")
+    assert {dep: c["condition"] for dep, c in setup["depends_on"].items()} == {
+        n: "service_healthy" for n in ("citus-coordinator", "citus-worker-1", "citus-worker-2")}
+    script = setup["command"][-1]
+    steps = [script.index(s) for s in ("citus_add_node", "manage.py migrate", "distribution_check --sql > ",
+                                       "< /tmp/distribute.sql", "manage.py distribution_check\n")]
+    assert steps == sorted(steps), script
+    assert "-ec" in setup["command"]  # a failing step (a rule broken: distribution_check exits 1) stops the setup
+    # The app reaches the cluster by DB_HOST; without it, the single node as before.
+    assert "@${DB_HOST:-postgres}:5432/" in services["web"]["environment"]["DATABASE_URL"]

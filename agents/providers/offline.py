@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from agents import judge
@@ -146,7 +146,7 @@ class OfflineProvider:
 
     def _answer(self, request: ModelRequest) -> tuple[str, list[ToolCall]]:
         facets = _facets_seen(request) if not request.facets else Facets.from_tool({"enumerations": request.facets.get("narrow_by")})
-        return compose_answer(request.question, _chunks_from(request), facets.values()), []
+        return compose_answer(request.question, _chunks_from(request), facets.values(), emit=request.on_text), []
 
 
 def _key(query: str, filters: dict | None) -> str:
@@ -227,14 +227,18 @@ def _ranked_sentences(part: str, chunks: list[SeenChunk], values: Sequence[str],
     return sorted(out, key=lambda x: -x[0])
 
 
-def compose_answer(question: str, chunks: list[SeenChunk], values: Sequence[str] = ()) -> str:
+def compose_answer(question: str, chunks: list[SeenChunk], values: Sequence[str] = (),
+                   emit: Callable[[str], None] | None = None) -> str:
     """The extractive answer. Without a relevance model, the sentences the words rules pick
     (`compose_by_words`). With one (agents.judge), the model has the last word on whether the
     question is answered: an answer the words found stands when every part's best sentence reaches
     the calibrated `answers` threshold, else the question is declined; when the words find none, the
-    model's own picks answer it if every part reaches the `sure` threshold (`_compose_judged`)."""
+    model's own picks answer it if every part reaches the `sure` threshold (`_compose_judged`).
+
+    `emit` receives the words' answer as it is composed, line by line (agents.streaming: the caller
+    sends the final text again from a reset when the judge replaces it)."""
     values = list(values)
-    by_words = compose_by_words(question, chunks, values)
+    by_words = compose_by_words(question, chunks, values, emit=emit)
     if not judge.enabled():
         return by_words
     judged = judge.judge_question(question, chunks)
@@ -247,9 +251,12 @@ def compose_answer(question: str, chunks: list[SeenChunk], values: Sequence[str]
     return f"{NOT_ENOUGH_EVIDENCE}: the documents you can see do not answer the question (the passages that come closest do not say it)."
 
 
-def compose_by_words(question: str, chunks: list[SeenChunk], values: Sequence[str] = ()) -> str:
+def compose_by_words(question: str, chunks: list[SeenChunk], values: Sequence[str] = (),
+                     emit: Callable[[str], None] | None = None) -> str:
     """Quote, per part, the sentences that answer it (and, for a part answered through a name the
-    evidence gave, the best sentence about that name); name the parts nothing answers.
+    evidence gave, the best sentence about that name); name the parts nothing answers. Each part is
+    headed by the question's own words for it (first letter capitalised). `emit` receives each part's
+    heading and quotes, a line at a time, as soon as the part is composed.
 
     A sentence is quoted once, for the first part it answers, unless it is also the best answer of
     a later part; only sentences scoring at least RELATIVE_MIN of their part's best and ANSWERABLE
@@ -287,6 +294,9 @@ def compose_by_words(question: str, chunks: list[SeenChunk], values: Sequence[st
         used.update(s for s, _ in picked)
         if picked:
             lines.append(_part_lines(len(lines) + 1, part, picked, chunks))
+            if emit is not None:  # the lines joined by "\n" are the answer: each sent with the break before it
+                for i, line in enumerate(lines[-1].split("\n")):
+                    emit(line if len(lines) == 1 and i == 0 else "\n" + line)
         else:
             missing.append(part)
     if lines and missing and choice == "property" and len(missing) < len(parts):
@@ -305,15 +315,16 @@ def compose_by_words(question: str, chunks: list[SeenChunk], values: Sequence[st
 def _part_lines(number: int, part: str, picked: Sequence[tuple[str, int]], chunks: list[SeenChunk]) -> str:
     """One numbered part of an extractive answer and its quotes, each cited and followed by its source."""
     quotes = "\n".join(f'   - "{_shown(s)}" [c:{cid}]{_source_of(cid, chunks)}' for s, cid in picked)
-    return f"{number}. {part.strip()}:\n{quotes}"
+    heading = part.strip()
+    return f"{number}. {heading[:1].upper()}{heading[1:]}:\n{quotes}"
 
 
 def _extractive(question: str, lines: list[str], chunks: list[SeenChunk], values: Sequence[str]) -> str:
-    """The extractive answer's text: a yes or no when the question compares things and the quotes decide it, then the parts."""
+    """The extractive answer's text: a yes or no when the question compares things and the quotes decide it, then the
+    parts. That it is extractive is said once by the page showing it (the chat's mode note), not in every answer."""
     verdict = yes_no_verdict(question, chunks, values)
-    head = f"{verdict.capitalize()}, from the sentences below. " if verdict else ""
-    return head + "Extractive answer (offline mode: the sentences below are quoted from the sources, not generated).\n\n" + \
-        "\n".join(lines)
+    head = f"{verdict.capitalize()}, from the sentences below.\n\n" if verdict else ""
+    return head + "\n".join(lines)
 
 
 def _compose_judged(judged: judge.Judgement, chunks: list[SeenChunk]) -> str:

@@ -7,7 +7,8 @@ loop turns into an error message the model can correct.
 Every call is bounded: `max_tokens` is the request's output cap, and the reply is streamed
 (`stream: true`) so that a call still running at the request's deadline is abandoned by closing
 its connection, which is what makes a server stop generating. No read waits past the deadline
-either. A server that answers a streamed request with one JSON body is read as such.
+either. A server that answers a streamed request with one JSON body is read as such. The reply's
+text pieces go to `request.on_text` as they arrive: the chat shows the answer token by token.
 `finish_reason` is kept on the turn ("length" = cut off).
 """
 
@@ -82,7 +83,7 @@ class OpenAICompatProvider:
                     raise ProviderError(f"openai-compatible endpoint refused the request: HTTP {response.status_code}: "
                                         f"{response.read()[:300]!r}")
                 if "text/event-stream" in response.headers.get("content-type", ""):
-                    data = read_stream(response, request.deadline)
+                    data = read_stream(response, request.deadline, request.on_text)
                 else:
                     data = json.loads(response.read())
             data["choices"][0]["message"]  # noqa: B018 - a reply without a message is garbled: retry
@@ -99,11 +100,13 @@ def call_timeout(timeout_s: float, deadline: float | None) -> httpx.Timeout:
     return httpx.Timeout(left, connect=min(left, 10.0))
 
 
-def read_stream(response: httpx.Response, deadline: float | None) -> dict:
+def read_stream(response: httpx.Response, deadline: float | None, on_text: Callable[[str], None] | None = None) -> dict:
     """A streamed chat completion assembled into the non-streamed shape ({"choices": [{"message", "finish_reason"}], "usage"}).
 
     Stops reading at `deadline` (the caller's `with` then closes the connection): DeadlineExceeded.
-    A stream that ends before a finish_reason or [DONE] was cut: _Cut (retryable).
+    A stream that ends before a finish_reason or [DONE] was cut: _Cut (retryable). `on_text`
+    receives each piece of the reply's text as it arrives (agents.streaming; a retried call sends its
+    text again, which the caller's TextStream.finish sets right with a reset).
     """
     content: list[str] = []
     calls: dict[int, dict] = {}
@@ -122,6 +125,8 @@ def read_stream(response: httpx.Response, deadline: float | None) -> dict:
             delta = choice.get("delta") or choice.get("message") or {}
             if delta.get("content"):
                 content.append(delta["content"])
+                if on_text is not None:
+                    on_text(delta["content"])
             for i, tc in enumerate(delta.get("tool_calls") or []):
                 slot = calls.setdefault(tc.get("index", i), {"id": None, "function": {"name": "", "arguments": ""}})
                 slot["id"] = tc.get("id") or slot["id"]

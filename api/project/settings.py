@@ -26,21 +26,21 @@ except config.ConfigError as exc:
 BASE_DIR = Path(__file__).resolve().parents[2]
 
 
-def parse_database_url(url: str) -> dict:
-    """postgres://user:password@host:port/name?sslmode=... -> Django DATABASES entry."""
+def parse_database_url(url: str, name: str = "DATABASE_URL") -> dict:
+    """postgres://user:password@host:port/name?sslmode=... -> Django DATABASES entry (`name`: the variable, for errors)."""
     parts = urlsplit(url)
     if parts.scheme not in {"postgres", "postgresql", "pgsql"} or not parts.path.strip("/"):
         raise ImproperlyConfigured(
-            "DATABASE_URL is malformed: expected postgres://user:password@host:port/dbname"
+            f"{name} is malformed: expected postgres://user:password@host:port/dbname"
         )
     try:
         port = parts.port
     except ValueError:
-        raise ImproperlyConfigured("DATABASE_URL is malformed: the port is not a number") from None
+        raise ImproperlyConfigured(f"{name} is malformed: the port is not a number") from None
     query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
     host = parts.hostname or query.pop("host", "")
     return {
-        "ENGINE": "django.db.backends.postgresql",
+        "ENGINE": "tenants.db_backend",  # Django's PostgreSQL backend, for tables keyed by tenant
         "NAME": unquote(parts.path.lstrip("/")),
         "USER": unquote(parts.username or ""),
         "PASSWORD": unquote(parts.password or ""),
@@ -127,6 +127,37 @@ MIDDLEWARE = [
 # it (tenants/accounts.py; the application role changes a password only inside the user's home tenant).
 AUTHENTICATION_BACKENDS = ["tenants.accounts.SignInBackend"]
 LOGIN_REDIRECT_URL = "/"  # a sign-in at /login/ without `next` lands in the chat (Django's default is a 404)
+
+# Single sign-on through the company's OpenID Connect provider (tenants/oidc.py, api/oidc.py): off without a client id
+# (then no backend, no button, and /oidc/ answers 404; tests override these settings). It signs in existing, active
+# accounts by verified email only.
+OIDC_RP_CLIENT_ID = get_str("OIDC_RP_CLIENT_ID")
+if OIDC_RP_CLIENT_ID:
+    AUTHENTICATION_BACKENDS.append("tenants.oidc.CompanySignInBackend")
+OIDC_RP_CLIENT_SECRET = get_str("OIDC_RP_CLIENT_SECRET")
+OIDC_OP_DISCOVERY_URL = get_str("OIDC_OP_DISCOVERY_URL")
+OIDC_OP_AUTHORIZATION_ENDPOINT = get_str("OIDC_OP_AUTHORIZATION_ENDPOINT")
+OIDC_OP_TOKEN_ENDPOINT = get_str("OIDC_OP_TOKEN_ENDPOINT")
+OIDC_OP_USER_ENDPOINT = get_str("OIDC_OP_USER_ENDPOINT")
+OIDC_OP_JWKS_ENDPOINT = get_str("OIDC_OP_JWKS_ENDPOINT")
+OIDC_RP_SIGN_ALGO = get_str("OIDC_RP_SIGN_ALGO")
+OIDC_PROVIDER_NAME = get_str("OIDC_PROVIDER_NAME")
+# mozilla-django-oidc's other settings are fixed in tenants/oidc.py (FIXED: PKCE and nonce on, no user created).
+
+# Invitations and password resets (tenants/invitations.py, api/onboarding.py) are emailed: through SMTP when
+# EMAIL_HOST is set, else printed on the server's console (scripts/run's terminal).
+EMAIL_HOST = get_str("EMAIL_HOST")
+EMAIL_BACKEND = ("django.core.mail.backends.smtp.EmailBackend" if EMAIL_HOST
+                 else "django.core.mail.backends.console.EmailBackend")
+EMAIL_PORT = get_int("EMAIL_PORT")
+EMAIL_HOST_USER = get_str("EMAIL_HOST_USER")
+EMAIL_HOST_PASSWORD = get_str("EMAIL_HOST_PASSWORD")
+EMAIL_USE_TLS = get_bool("EMAIL_USE_TLS")
+EMAIL_TIMEOUT = 10  # seconds: an unreachable SMTP server fails the send instead of holding a web worker
+DEFAULT_FROM_EMAIL = get_str("DEFAULT_FROM_EMAIL")
+INVITE_LINK_MAX_AGE_SECONDS = get_int("INVITE_LINK_MAX_AGE_SECONDS")
+PASSWORD_RESET_TIMEOUT = get_int("PASSWORD_RESET_LINK_MAX_AGE_SECONDS")
+PASSWORD_RESET_REQUESTS_PER_HOUR = get_int("PASSWORD_RESET_REQUESTS_PER_HOUR")
 ROOT_URLCONF = "api.project.urls"
 WSGI_APPLICATION = "api.project.wsgi.application"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -189,6 +220,17 @@ _owner["TEST"] = {"NAME": _test_name}
 _app = {**_owner, "USER": DATABASE_APP_USER, "PASSWORD": DATABASE_APP_PASSWORD, "TEST": {"NAME": _test_name}}
 # "owner" is listed first so the test runner creates and migrates the test database as owner.
 DATABASES = {"owner": _owner, "default": _app}
+# A streaming standby, as the application role: searches, lists and the chat's reads may go there
+# (tenants.replicas chooses per read; docs/replicas.md). Without DATABASE_REPLICA_URL there is no
+# "replica" alias and every read stays on "default". The router sends no write and no migration there.
+_replica_url = get_str("DATABASE_REPLICA_URL")
+if _replica_url:
+    _replica = parse_database_url(_replica_url, "DATABASE_REPLICA_URL")
+    if not _replica["USER"]:
+        _replica.update(USER=DATABASE_APP_USER, PASSWORD=DATABASE_APP_PASSWORD)
+    _replica["TEST"] = {"MIRROR": "default"}  # tests read the standby of the test database, never create one
+    DATABASES["replica"] = _replica
+DATABASE_ROUTERS = ["tenants.replicas.ReplicaRouter"]
 # The key that signs the tenant proofs row-level security checks (tenants/db_wall.py); hex.
 DATABASE_WALL_KEY = get_str("DATABASE_WALL_KEY")
 DATABASE_WALL_KEY_FILE = get_str("DATABASE_WALL_KEY_FILE")  # default: <GROUNDED_DATA_DIR>.db_wall_key

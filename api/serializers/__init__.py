@@ -29,6 +29,7 @@ from api.serializers.common import (  # noqa: F401
 )
 from api.serializers.conversations import (  # noqa: F401
     ConversationDetailSerializer,
+    ConversationRenameSerializer,
     ConversationSerializer,
     FeedbackSerializer,
     MessageRequestSerializer,
@@ -98,6 +99,7 @@ __all__ = [
     "CitationSerializer",
     "RunDetailSerializer",
     "ConversationSerializer",
+    "ConversationRenameSerializer",
     "TurnSerializer",
     "ConversationDetailSerializer",
     "MessageRequestSerializer",

@@ -7,12 +7,20 @@ from rest_framework import serializers
 from agents.loop import STRATEGIES
 from agents.models import Citation, Run, RunStep
 from agents.services import MAX_QUESTION_CHARS
-from api.serializers.common import IntegerListField, ObjectField, ScopeField, StringListField
+from api.serializers.common import IntegerListField, ObjectField, ScopeField, StringListField, id_field
+
+
+def corpus_choice_field() -> serializers.ListField:
+    """The corpora a question is asked of (ids from GET /corpora/); left out: all the caller's."""
+    return serializers.ListField(child=id_field(), required=False, allow_empty=False, max_length=100,
+                                 help_text="Ask only these of your corpora (ids from GET /corpora/); an id you cannot "
+                                           "see is a 400 on this field. Left out: all of them.")
 
 
 class AskRequestSerializer(serializers.Serializer):
     question = serializers.CharField(max_length=MAX_QUESTION_CHARS, trim_whitespace=True)
     strategy = serializers.ChoiceField(choices=list(STRATEGIES), default="auto")
+    corpus_ids = corpus_choice_field()
 
 
 class RunSerializer(serializers.ModelSerializer):

@@ -6,8 +6,9 @@ from rest_framework import serializers
 
 from agents.loop import STRATEGIES
 from agents.models import Conversation, Feedback, Run
+from agents.rendering import answer_html
 from agents.services import MAX_QUESTION_CHARS
-from api.serializers.agents import CitationSerializer
+from api.serializers.agents import CitationSerializer, corpus_choice_field
 
 
 class ConversationSerializer(serializers.ModelSerializer):
@@ -20,18 +21,27 @@ class ConversationSerializer(serializers.ModelSerializer):
         extra_kwargs = {"title": {"required": False, "allow_blank": True, "max_length": 200}}
 
 
+class ConversationRenameSerializer(serializers.Serializer):
+    title = serializers.CharField(max_length=200, trim_whitespace=True, help_text="The new title (not empty).")
+
+
 class TurnSerializer(serializers.ModelSerializer):
     """One turn of a conversation: what was typed, the standalone question answered, and the answer.
     The context carries `citations` (run id -> [Citation]) and `chunks` (id -> Chunk)."""
 
     run_id = serializers.IntegerField(source="id", read_only=True)
     citations = serializers.SerializerMethodField()
+    answer_html = serializers.SerializerMethodField(help_text="The answer's Markdown as sanitised HTML, citations as "
+                                                    "button.cite[data-chunk] (agents.rendering).")
 
     class Meta:
         model = Run
-        fields = ["run_id", "turn", "message", "question", "answer", "outcome", "grounded", "missing", "strategy", "created_at",
-                  "citations"]
+        fields = ["run_id", "turn", "message", "question", "answer", "answer_html", "outcome", "grounded", "missing", "strategy",
+                  "created_at", "citations"]
         read_only_fields = fields
+
+    def get_answer_html(self, obj) -> str:
+        return answer_html(obj.answer)
 
     def get_citations(self, obj) -> CitationSerializer(many=True):  # type: ignore[valid-type]
         return CitationSerializer(self.context["citations"].get(obj.id, []), many=True, context=self.context).data
@@ -52,6 +62,7 @@ class MessageRequestSerializer(serializers.Serializer):
     message = serializers.CharField(max_length=MAX_QUESTION_CHARS, trim_whitespace=True,
                                     help_text="The next question, as the user typed it (a follow-up may refer to earlier turns).")
     strategy = serializers.ChoiceField(choices=list(STRATEGIES), default="auto")
+    corpus_ids = corpus_choice_field()
 
 
 class FeedbackSerializer(serializers.ModelSerializer):

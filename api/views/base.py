@@ -4,12 +4,14 @@ bodies and cursors checked before they reach a query."""
 from __future__ import annotations
 
 import codecs
+import contextlib
 import re
 from collections.abc import Callable
 from datetime import datetime, time
 from typing import Any
 
 from django.conf import settings
+from django.db import OperationalError
 from django.db.models import QuerySet
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
@@ -17,7 +19,7 @@ from rest_framework import status
 from rest_framework.exceptions import NotFound, ParseError, ValidationError
 from rest_framework.pagination import CursorPagination
 from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
-from rest_framework.permissions import IsAuthenticated
+from rest_framework.permissions import SAFE_METHODS, IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.serializers import Serializer
 from rest_framework.utils import json
@@ -28,7 +30,8 @@ from api.permissions import RolePermission
 from api.ratelimit import PerKeyRateThrottle
 from api.serializers import ID_MAX, MAX_JSON_DEPTH
 from kb.metadata import json_problem
-from tenants.scope import Scope, activate
+from tenants.replicas import PRIMARY, note_write, read_alias, reading
+from tenants.scope import NotVisible, Scope, activate
 
 # A JSON body larger than this is refused unread (DRF reads JSON bodies past Django's
 # DATA_UPLOAD_MAX_MEMORY_SIZE). The largest legitimate body (1,000 document ids) is ~20 KB.
@@ -106,6 +109,9 @@ class ScopedAPIView(APIView):
     pagination_class = IdCursorPagination
     scope: Scope
     roles: frozenset[str] = frozenset()
+    # A successful POST, PUT, PATCH or DELETE pins the caller's next reads to what it wrote (tenants.replicas.
+    # note_write). False: the view writes nothing (a search), or pins itself (a stored run: agents.services).
+    pins_writes = True
 
     def initial(self, request, *args, **kwargs) -> None:
         super().initial(request, *args, **kwargs)
@@ -113,6 +119,8 @@ class ScopedAPIView(APIView):
 
     def finalize_response(self, request, response, *args, **kwargs):
         response = super().finalize_response(request, response, *args, **kwargs)
+        if self.pins_writes and request.method not in SAFE_METHODS and response.status_code < 400 and hasattr(self, "scope"):
+            note_write(self.scope)  # the caller's next reads see what it just changed (tenants.replicas)
         # Tenant data: never stored by shared caches or the browser's disk cache.
         if not response.has_header("Cache-Control") or "no-cache" in response["Cache-Control"]:
             response["Cache-Control"] = "private, no-store" if not response.streaming else "no-cache, no-store"
@@ -131,11 +139,26 @@ class ScopedAPIView(APIView):
         ser.is_valid(raise_exception=True)
         return ser.validated_data
 
-    def read_one(self, read: Callable[[Scope], Any]) -> Response:
+    def read_one(self, read: Callable[[Scope], Any], *, replica: bool = False) -> Response:
         """A GET of one row: 200 with `read(self.scope)` (the row's JSON; an access_* call in it raises
-        NotVisible, a 404, for an id the caller may not see), computed inside the scope's activation."""
+        NotVisible, a 404, for an id the caller may not see), computed inside the scope's activation.
+
+        `replica`: read on the read replica where tenants.replicas allows it; a row the replica does
+        not have (not replayed yet: a run id a stream just handed out) is read again on the primary,
+        so lag never turns into a 404; nor does a replica that fails under the read turn into a 500."""
+        if replica and (alias := read_alias(self.scope)) != PRIMARY:
+            try:
+                with reading(self.scope, alias=alias):
+                    return Response(read(self.scope))
+            except (NotVisible, OperationalError):
+                pass  # perhaps not replayed yet, or the replica is gone: the primary decides
         with activate(self.scope):
             return Response(read(self.scope))
+
+    def reading(self) -> contextlib.AbstractContextManager[str]:
+        """A read-only block for the caller's scope on the read replica where tenants.replicas allows it
+        (else the primary): ORM reads inside go there; yields the alias."""
+        return reading(self.scope)
 
     def delete_one(self, remove: Callable[[Scope], object]) -> Response:
         """A DELETE of one row: `remove(self.scope)` inside the scope's activation, then 204."""

@@ -29,7 +29,7 @@ class CorpusList(ScopedAPIView):
 
     @extend_schema(responses=s.CorpusSerializer(many=True))
     def get(self, request: Request) -> Response:
-        with activate(self.scope):
+        with self.reading():  # the read replica where tenants.replicas allows it
             qs = visible_corpora(self.scope).annotate(document_count=Count("documents"))
             return self.paginated(qs, s.CorpusSerializer)
 
@@ -129,7 +129,7 @@ class DocumentList(ScopedAPIView):
     @extend_schema(parameters=[OpenApiParameter("corpus", int), OpenApiParameter("status", str, enum=DocumentStatus.values)],
                    responses=s.DocumentSerializer(many=True))
     def get(self, request: Request) -> Response:
-        with activate(self.scope):
+        with self.reading():  # the read replica where tenants.replicas allows it
             qs = _with_latest_job(visible_documents(self.scope), self.scope)
             if request.query_params.get("corpus"):
                 qs = qs.filter(corpus=access_corpus(self.scope, request.query_params["corpus"]))
@@ -228,6 +228,7 @@ class Search(ScopedAPIView):
     """Search the chunks the caller may see; filters only narrow."""
 
     roles = READ_KB
+    pins_writes = False  # a POST that writes nothing
 
     @extend_schema(request=s.SearchRequestSerializer, responses=s.SearchResponseSerializer)
     def post(self, request: Request) -> Response:

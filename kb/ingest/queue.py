@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from kb.ingest.jobs import TRANSIENT_ERRORS
 from kb.models import IngestJob, JobStatus
+from tenants.scope import across_tenants
 
 logger = logging.getLogger(__name__)
 
@@ -109,11 +110,12 @@ def resume_stuck_jobs(*, older_than: float = 600, running_older_than: float | No
              .annotate(last_seen=Coalesce("heartbeat_at", "started_at", "created_at"))
              .filter(Q(status=JobStatus.RUNNING, last_seen__lt=running_cutoff) | Q(status=JobStatus.QUEUED, last_seen__lt=queued_cutoff))
              .order_by("last_seen"))
-    jobs = list(stale.values_list("id", "tenant_id", "kind")[:limit])
-    if not jobs:
-        return []
-    # Touch them so a reaper running again soon does not resend them twice.
-    IngestJob.objects.unscoped_dangerously(using="owner").filter(pk__in=[j[0] for j in jobs]).update(heartbeat_at=now)
+    with across_tenants("maintenance: the reaper resends stuck jobs of every tenant"):
+        jobs = list(stale.values_list("id", "tenant_id", "kind")[:limit])
+        if not jobs:
+            return []
+        # Touch them so a reaper running again soon does not resend them twice.
+        IngestJob.objects.unscoped_dangerously(using="owner").filter(pk__in=[j[0] for j in jobs]).update(heartbeat_at=now)
     for job_id, tenant_id, kind in jobs:
         enqueue_job(job_id, tenant_id, kind)
     logger.info("reaper resent %d jobs", len(jobs))

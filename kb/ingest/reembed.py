@@ -104,8 +104,9 @@ def _stage_sentences(scope: Scope, job: IngestJob, corpus_id: int, target: str, 
         sha, text, source = _TEXTS[True]
         with activate(scope), connections["default"].cursor() as cur:
             cur.execute(f"SELECT DISTINCT ON (x.sha) x.sha, x.text FROM (SELECT {sha} AS sha, {text} AS text FROM {source} "  # noqa: S608  (fragments from the fixed _TEXTS table)
-                        "WHERE c.id = ANY(%s)) x WHERE NOT EXISTS (SELECT 1 FROM kb_embeddingcache e WHERE e.tenant_id = %s "
-                        "AND e.model_key = %s AND e.text_sha256 = x.sha) ORDER BY x.sha", [ids, scope.tenant_id, target])
+                        "WHERE c.tenant_id = %s AND c.id = ANY(%s)) x WHERE NOT EXISTS (SELECT 1 FROM kb_embeddingcache e "
+                        "WHERE e.tenant_id = %s AND e.model_key = %s AND e.text_sha256 = x.sha) ORDER BY x.sha",
+                        [scope.tenant_id, ids, scope.tenant_id, target])
             page = cur.fetchall()
         if page:
             vectors_for(scope, embedder, dict(page))
@@ -121,19 +122,22 @@ _SENTENCE_TEXT = "substr(c.text, s.char_start + 1, s.char_end - s.char_start)"
 _TEXTS = {
     False: ("c.content_hash", "c.text", "kb_chunk c"),
     True: (f"encode(sha256(convert_to({_SENTENCE_TEXT}, 'UTF8')), 'hex')", _SENTENCE_TEXT,
-           "kb_chunksentence s JOIN kb_chunk c ON c.id = s.chunk_id"),
+           "kb_chunksentence s JOIN kb_chunk c ON c.id = s.chunk_id AND c.tenant_id = s.tenant_id"),
 }
 
 
 def _count_texts(scope: Scope, corpus_id: int) -> int:
     with activate(scope), connections["default"].cursor() as cur:
-        cur.execute("SELECT count(DISTINCT content_hash) FROM kb_chunk WHERE corpus_id = %s", [corpus_id])
+        cur.execute("SELECT count(DISTINCT content_hash) FROM kb_chunk WHERE tenant_id = %s AND corpus_id = %s",
+                    [scope.tenant_id, corpus_id])
         return cur.fetchone()[0]
 
 
 def _missing_sql(select: str, sentences: bool, tail: str = "") -> str:
+    """Parameters: tenant, corpus, tenant, model key, then the tail's."""
     sha, text, source = _TEXTS[sentences]
-    return (f"SELECT {select} FROM (SELECT {sha} AS sha, {text} AS text FROM {source} WHERE c.corpus_id = %s) x "  # noqa: S608  (fragments from _TEXTS; select and tail are literals of the callers)
+    return (f"SELECT {select} FROM (SELECT {sha} AS sha, {text} AS text FROM {source} "  # noqa: S608  (fragments from _TEXTS; select and tail are literals of the callers)
+            "WHERE c.tenant_id = %s AND c.corpus_id = %s) x "
             "WHERE NOT EXISTS (SELECT 1 FROM kb_embeddingcache e WHERE e.tenant_id = %s AND e.model_key = %s "
             f"AND e.text_sha256 = x.sha){tail}")
 
@@ -142,13 +146,13 @@ def _missing_texts(scope: Scope, corpus_id: int, model_key: str, *, limit: int, 
     """(sha256, text) of the corpus's chunks (or stored sentences) with no vector of `model_key` in the cache yet."""
     with activate(scope), connections["default"].cursor() as cur:
         cur.execute(_missing_sql("DISTINCT ON (x.sha) x.sha, x.text", sentences, " ORDER BY x.sha LIMIT %s"),
-                    [corpus_id, scope.tenant_id, model_key, limit])
+                    [scope.tenant_id, corpus_id, scope.tenant_id, model_key, limit])
         return cur.fetchall()
 
 
 def _count_missing(scope: Scope, corpus_id: int, model_key: str) -> int:
     with activate(scope), connections["default"].cursor() as cur:
-        cur.execute(_missing_sql("count(DISTINCT x.sha)", False), [corpus_id, scope.tenant_id, model_key])
+        cur.execute(_missing_sql("count(DISTINCT x.sha)", False), [scope.tenant_id, corpus_id, scope.tenant_id, model_key])
         return cur.fetchone()[0]
 
 
@@ -173,20 +177,23 @@ def _switch_model(scope: Scope, job: IngestJob, corpus_id: int, target: str, emb
                 with connections["default"].cursor() as cur:
                     cur.execute(
                         "UPDATE kb_chunk c SET embedding = e.embedding, embedding_model = %s FROM kb_embeddingcache e "
-                        "WHERE c.corpus_id = %s AND e.tenant_id = c.tenant_id AND e.model_key = %s "
+                        "WHERE c.tenant_id = %s AND c.corpus_id = %s AND e.tenant_id = c.tenant_id AND e.model_key = %s "
                         "AND e.text_sha256 = c.content_hash AND c.embedding_model IS DISTINCT FROM %s",
-                        [target, corpus_id, target, target])
-                    cur.execute("SELECT count(*) FROM kb_chunk WHERE corpus_id = %s AND embedding_model <> %s", [corpus_id, target])
+                        [target, scope.tenant_id, corpus_id, target, target])
+                    cur.execute("SELECT count(*) FROM kb_chunk WHERE tenant_id = %s AND corpus_id = %s AND embedding_model <> %s",
+                                [scope.tenant_id, corpus_id, target])
                     if cur.fetchone()[0]:
                         raise OperationalError("re-embed switch left chunks on the old model; retrying")
                     if sentences:
                         cur.execute(
                             f"UPDATE kb_chunksentence s SET embedding = e.embedding, embedding_model = %s "  # noqa: S608  (_TEXTS fragment)
-                            f"FROM kb_chunk c, kb_embeddingcache e WHERE c.id = s.chunk_id AND c.corpus_id = %s "
+                            f"FROM kb_chunk c, kb_embeddingcache e WHERE s.tenant_id = %s AND c.id = s.chunk_id "
+                            f"AND c.tenant_id = s.tenant_id AND c.corpus_id = %s "
                             f"AND e.tenant_id = s.tenant_id AND e.model_key = %s AND e.text_sha256 = {_TEXTS[True][0]} "
-                            f"AND s.embedding_model IS DISTINCT FROM %s", [target, corpus_id, target, target])
+                            f"AND s.embedding_model IS DISTINCT FROM %s", [target, scope.tenant_id, corpus_id, target, target])
                         cur.execute("SELECT count(*) FROM kb_chunksentence s JOIN kb_chunk c ON c.id = s.chunk_id "
-                                    "WHERE c.corpus_id = %s AND s.embedding_model <> %s", [corpus_id, target])
+                                    "AND c.tenant_id = s.tenant_id WHERE s.tenant_id = %s AND c.corpus_id = %s "
+                                    "AND s.embedding_model <> %s", [scope.tenant_id, corpus_id, target])
                         if cur.fetchone()[0]:
                             raise OperationalError("re-embed switch left sentences on the old model; retrying")
                 Corpus.objects.for_scope(scope).filter(pk=corpus_id).update(

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import logging
 import re
 import threading
 import time
@@ -26,7 +27,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from django.db import DatabaseError, connections, transaction
+from django.db import DatabaseError, OperationalError, connections, transaction
 
 from kb.retrieval.postprocess import postprocess
 from kb.retrieval.prepare import PlannedCorpus, SharedParameter, prepare
@@ -34,16 +35,22 @@ from kb.retrieval.query import HIT_COLS, HIT_JOIN, Mode, SearchFilters, SearchRe
 from kb.retrieval.retrieve import retrieve
 from kb.retrieval.tunables import MAX_K, snapshot
 from tenants.db_wall import tenant_statements
+from tenants.replicas import PRIMARY, mark_unreachable, read_alias
 from tenants.scope import Scope
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 def search(scope: Scope, query: str, *, k: int = 10, mode: Mode = "hybrid", filters: SearchFilters | None = None,
            max_distance: float | None = None, mmr_lambda: float | None = None,
            query_vectors: Mapping[str, Sequence[float]] | None = None, rerank: bool = False,
-           rerank_query: str | None = None, using: str = "default") -> SearchResult:
+           rerank_query: str | None = None, using: str | None = None) -> SearchResult:
     """Search the chunks `scope` may see. Must not be given a tenant id from anywhere but the scope.
+
+    `using`: the database alias; None lets tenants.replicas.read_alias choose (the read replica when
+    one is configured, caught up with the caller's own writes and the caller is not inside a
+    transaction on "default"; else "default").
 
     Best first. `query_vectors` (model key -> vector) skips embedding the query, e.g. when the
     caller already embedded it; `max_distance` drops vector-side hits farther than that cosine
@@ -56,16 +63,30 @@ def search(scope: Scope, query: str, *, k: int = 10, mode: Mode = "hybrid", filt
         raise TypeError("search needs a tenants.scope.Scope")
     if mode not in ("vector", "keyword", "hybrid"):
         raise ValueError(f"unknown search mode {mode!r}")
+    chosen = using or read_alias(scope)
     knobs = snapshot()
-    args = (scope, query, max(1, min(int(k), MAX_K)), mode, filters or SearchFilters(), max_distance, mmr_lambda,
-            query_vectors, rerank, rerank_query, using, knobs)
-    try:
+    k, filters = max(1, min(int(k), MAX_K)), filters or SearchFilters()
+
+    def run(alias: str) -> SearchResult:
         # A search that needs only the visible corpora (vector mode, no document-level filters)
         # resolves them in the same round trip as its first ranking statement when this process
         # has seen the scope before (kb.retrieval.prepare); if they changed meanwhile, it runs again.
-        return _search(*args, speculate=bool(knobs["RETRIEVAL_REUSE_PLANS"]))
-    except StalePlan:
-        return _search(*args, speculate=False)
+        args = (scope, query, k, mode, filters, max_distance, mmr_lambda, query_vectors, rerank, rerank_query, alias, knobs)
+        try:
+            return _search(*args, speculate=bool(knobs["RETRIEVAL_REUSE_PLANS"]))
+        except StalePlan:
+            return _search(*args, speculate=False)
+
+    try:
+        return run(chosen)
+    except OperationalError:
+        if using is not None or chosen == PRIMARY:
+            raise
+        # The read replica failed under it (gone, or a query cancelled by a conflict with its recovery):
+        # the primary answers, and this process reads there for a while (tenants.replicas).
+        log.warning("search on the read replica failed; searching the primary", exc_info=True)
+        mark_unreachable()
+        return run(PRIMARY)
 
 
 def _search(scope: Scope, query: str, k: int, mode: Mode, filters: SearchFilters, max_distance: float | None,
@@ -320,8 +341,12 @@ class TenantStatements:
         returns its rows' hit columns (query.HIT_COLS), kept there by chunk id for postprocess.hydrate."""
         sql, sparams = ranking, params
         if prefetched is not None:
+            # The tenant term on the hydrating join too (a distributed database routes by it), a parameter
+            # after the ranking's own so the prepared statement stays one for every tenant.
             sql = (f"WITH ranked AS MATERIALIZED ({ranking}) SELECT ranked.score, {HIT_COLS} FROM ranked "
-                   f"JOIN kb_chunk c ON c.id = ranked.id {HIT_JOIN} ORDER BY ranked.score {order}, c.id")
+                   f"JOIN kb_chunk c ON c.id = ranked.id AND c.tenant_id = %s {HIT_JOIN} "
+                   f"ORDER BY ranked.score {order}, c.id")
+            sparams = [*params, int(self.tenant)]
         rows = self.query_prepared(sql, sparams, before, after) if prepared else self.query(sql, sparams)[0]
         if prefetched is None:
             return [(r[0], float(r[1])) for r in rows]

@@ -25,6 +25,7 @@ from django.db import connections
 from kb.embedding import embed_windowed, get_embedder
 from kb.retrieval.query import Mode, SearchFilters
 from kb.retrieval.tunables import MAX_QUERY_TERMS, MODEL_KEY
+from kb.vector_index import cast_type  # the type of the model's index expression, which a query must repeat
 from tenants.scope import Scope
 
 if TYPE_CHECKING:  # the search entry's types, for annotations only (it imports this module)
@@ -242,11 +243,6 @@ def query_vector(model_key: str, query: str, given: Mapping[str, Sequence[float]
         while len(_qvec_cache) > 512:
             _qvec_cache.popitem(last=False)
     return vec
-
-
-def cast_type(dim: int) -> str:
-    """vector(d) up to 2,000 dimensions, halfvec(d) above: must match kb.vector_index's index expression."""
-    return f"vector({int(dim)})" if dim <= 2000 else f"halfvec({int(dim)})"
 
 
 _vec_templates: dict[int, str] = {}

@@ -4,7 +4,6 @@ typed once, stored encrypted, never shown again."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django import forms
@@ -16,9 +15,14 @@ from django.utils.html import format_html
 
 from kb import access
 from kb.models import Source, SourceItem, SourceSync
-from kb.sources.services import check_source_config, check_source_secret, source_create, source_update
+from kb.sources.forms import TEST_BUTTON, SourceForm, kind_setting_fields, rule_fields, rule_rows_for, source_form
+from kb.sources.kinds import CONNECTORS, kind_fields
+from kb.sources.models import SourceKind
+from kb.sources.selectors import SYNC_LEGEND, SYNC_SIGNS, grantable_departments
+from kb.sources.services import source_create, source_update
 from kb.sources.sync import request_sync
-from tenants.admin_base import TenantScopedAdmin, acting_scope, scoped_queryset
+from tenants.admin_base import TenantScopedAdmin, acting_scope, admin_scope, scoped_queryset
+from tenants.models import Department
 from tenants.scope import NotAllowed, Scope
 
 EDITORS = frozenset({"admin", "editor"})
@@ -27,67 +31,16 @@ EDITORS = frozenset({"admin", "editor"})
 def sync_summary(sync: SourceSync | None) -> str:
     if sync is None:
         return "never synced"
-    text = (f"{sync.status}: +{sync.added} ~{sync.changed} ↔{sync.moved} -{sync.removed} !{sync.failed}"
-            f" ({sync.unchanged} unchanged)")
+    counts = " ".join(f"{sign}{getattr(sync, name)}" for sign, name, _ in SYNC_SIGNS)
+    text = f"{sync.status}: {counts} ({sync.unchanged} unchanged)"
     if sync.seconds is not None:
         text += f" in {sync.seconds:.1f} s"
     return text
 
 
-class SourceForm(forms.ModelForm):
-    """The source's settings, checked by the same services the API calls (kb.sources.services)."""
-
-    credentials = forms.CharField(
-        required=False, widget=forms.PasswordInput(render_value=False),
-        help_text='JSON, e.g. {"access_key_id": "...", "secret_access_key": "..."} (s3) or {"authorization": "Bearer ..."} '
-                  "(website). Stored encrypted and never shown again; leave empty to keep the stored ones. They are bound to the "
-                  "address: changing the start URL's or endpoint's scheme, host or port (or the bucket) removes them unless "
-                  "new ones are typed here.")
-    clear_credentials = forms.BooleanField(required=False, help_text="Remove the stored credentials.")
-
-    def clean_credentials(self):
-        raw = self.cleaned_data.get("credentials") or ""
-        if not raw.strip():
-            return None
-        try:
-            value = json.loads(raw)
-        except ValueError:
-            raise forms.ValidationError("not JSON (nothing of what you typed is shown back)") from None
-        kind = self.data.get("kind") or self.instance.kind
-        try:
-            return check_source_secret(kind, value)
-        except NotAllowed as exc:
-            raise forms.ValidationError(str(exc)) from None
-
-    def clean(self) -> dict[str, Any]:
-        super().clean()
-        data = self.cleaned_data
-        kind = data.get("kind") or self.instance.kind
-        tenant_id = self._tenant_id(data)
-        if "config" in data and kind and tenant_id:
-            try:
-                data["config"] = check_source_config(kind, data["config"], tenant_id=tenant_id)
-            except NotAllowed as exc:
-                self.add_error("config", str(exc))
-        return data
-
-    def _tenant_id(self, data: dict[str, Any]) -> int | None:
-        """The tenant whose grants the config must fit: the acting scope's, else (superusers) the
-        source's or its chosen corpus's."""
-        scope = getattr(self, "acting_scope", None)
-        if scope is not None:
-            return scope.tenant_id
-        if self.instance.tenant_id:
-            return self.instance.tenant_id
-        corpus = data.get("corpus")
-        return corpus.tenant_id if corpus is not None else None
-
-
 @admin.register(Source)
 class SourceAdmin(TenantScopedAdmin):
     form = SourceForm
-    fields = ["name", "corpus", "kind", "config", "credentials", "clear_credentials", "department_rules", "schedule_minutes",
-              "paused", "has_credentials", "last_sync_summary", "next_sync_at", "created_by", "created_at"]
     list_display = ["name", "corpus", "kind", "schedule", "paused", "last_sync_summary", "next_sync_at"]
     list_filter = ["kind", "paused"]
     search_fields = ["name"]
@@ -95,9 +48,32 @@ class SourceAdmin(TenantScopedAdmin):
     view_roles = EDITORS
     actions = ["sync_now", "pause", "resume"]
     change_form_template = "admin/kb/source/change_form.html"
+    change_list_template = "admin/kb/source/change_list.html"
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
         return super().get_queryset(request).select_related("corpus", "last_sync")
+
+    def get_fieldsets(self, request, obj=None):
+        """The kind's settings in a fieldset of their own (on the add page every kind's, the page's script
+        shows the chosen one's), then the department rules, then what the syncs report."""
+        kinds = [obj.kind] if obj is not None else list(CONNECTORS)
+        settings = [(f"{SourceKind(kind).label} settings",
+                     {"fields": kind_setting_fields(kind), "classes": ["source-kind", f"source-kind-{kind}"]}) for kind in kinds]
+        takes_secret = obj is not None and any(f.secret for f in kind_fields(obj.kind))
+        status = [*(["has_credentials"] if takes_secret else []), "last_sync_summary", "next_sync_at", "created_by",
+                  "created_at"] if obj else []
+        return [(None, {"fields": ["name", "corpus", "kind", "schedule_minutes", "paused"]}), *settings,
+                *([("Stored credentials", {"fields": ["clear_credentials"]})] if takes_secret else []),
+                ("Department rules", {"fields": rule_fields(rule_rows_for(obj)),
+                                      "description": "Which department each item's document goes to, picked by name."}),
+                *([("Syncs", {"fields": status})] if status else [])]
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        scope = admin_scope(request)
+        departments = (grantable_departments(scope) if scope is not None
+                       else list(scoped_queryset(request, Department).select_related("tenant").order_by("tenant_id", "name")))
+        kwargs["form"] = source_form(scope=scope, departments=departments, rule_rows=rule_rows_for(obj))
+        return super().get_form(request, obj, change=change, **kwargs)
 
     def get_readonly_fields(self, request, obj=None):
         # The kind and corpus fix what the items are: a new source for another place or corpus.
@@ -118,16 +94,23 @@ class SourceAdmin(TenantScopedAdmin):
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         scope = acting_scope(request, obj.corpus.tenant_id)
         data = form.cleaned_data
-        secret = {} if data.get("clear_credentials") else data.get("credentials")
+        secret = data.get("credentials")  # checked by the form: {} removes, None keeps the stored ones
+        if form.connection_note:
+            messages.info(request, form.connection_note)
         try:
             if not change:
-                created = source_create(scope=scope, corpus=obj.corpus, name=obj.name, kind=obj.kind, config=obj.config,
-                                        credentials=secret, department_rules=obj.department_rules,
-                                        schedule_minutes=obj.schedule_minutes, paused=obj.paused)
+                created = source_create(scope=scope, corpus=obj.corpus, name=obj.name, kind=obj.kind, config=data["config"],
+                                        credentials=secret, department_rules=data["department_rules"],
+                                        schedule_minutes=obj.schedule_minutes, paused=obj.paused, first_sync=True)
                 obj.pk = created.pk
+                if not created.paused:
+                    messages.info(request, "The first sync is queued: its progress shows under Recent syncs.")
                 return
-            fields = {name: getattr(obj, name) for name in form.changed_data
-                      if name in {"name", "config", "department_rules", "schedule_minutes", "paused"}}
+            fields = {name: getattr(obj, name) for name in form.changed_data if name in {"name", "schedule_minutes", "paused"}}
+            if data["config"] != obj.config:
+                fields["config"] = data["config"]
+            if data["department_rules"] != obj.department_rules:
+                fields["department_rules"] = data["department_rules"]
             if secret is not None:
                 fields["credentials"] = secret
             updated = source_update(scope=scope, source=obj, **fields)
@@ -143,6 +126,11 @@ class SourceAdmin(TenantScopedAdmin):
             context["failed_items"] = list(scoped_queryset(request, SourceItem).filter(source_id=obj.pk)
                                            .exclude(error="").order_by("key")[:50])
             context["summary"] = sync_summary
+        context["sync_signs"], context["sync_legend"] = SYNC_SIGNS, SYNC_LEGEND
+        context["test_button"] = TEST_BUTTON
+        form = context["adminform"].form
+        if getattr(form, "testing_only", False) and not form.errors:
+            messages.success(request, f"{form.connection_note}. Nothing is saved yet: press Save to keep it.")
         return super().render_change_form(request, context, add=add, change=change, form_url=form_url, obj=obj)
 
     @admin.display(description="schedule")
@@ -151,7 +139,10 @@ class SourceAdmin(TenantScopedAdmin):
 
     @admin.display(description="last sync")
     def last_sync_summary(self, obj) -> str:
-        return sync_summary(obj.last_sync)
+        return format_html('<span class="sync-summary" title="{}">{}</span>', SYNC_LEGEND, sync_summary(obj.last_sync))
+
+    def changelist_view(self, request, extra_context=None):
+        return super().changelist_view(request, {**(extra_context or {}), "sync_signs": SYNC_SIGNS, "sync_legend": SYNC_LEGEND})
 
     @admin.display(description="credentials stored", boolean=True)
     def has_credentials(self, obj) -> bool:

@@ -13,6 +13,21 @@ class SourceError(Exception):
     """The source as a whole cannot be read (bad configuration, unreachable, refused credentials)."""
 
 
+@dataclass(frozen=True)
+class ConfigField:
+    """One setting of a source kind, declared once next to the kind's `check_config` (which stays the only
+    rule): what the admin form shows for it. `type`: "text", "url", "int", "float" or "bool"; `secret`:
+    a credential (write-only, stored encrypted), not a config key. `required` only marks the field; the
+    kind's check_config says what is missing."""
+
+    name: str
+    label: str
+    type: str = "text"
+    required: bool = False
+    help: str = ""
+    secret: bool = False
+
+
 class ItemError(Exception):
     """One item cannot be read; the sync records it and goes on."""
 

@@ -22,9 +22,16 @@ from collections.abc import Generator, Iterator
 from functools import partial
 from pathlib import PurePosixPath
 
-from kb.sources.base import Entry, ItemError, SourceError
+from kb.sources.base import ConfigField, Entry, ItemError, SourceError
 from kb.sources.grants import folder_under_ceiling
 from tenants.conf import product_settings
+
+FIELDS = (
+    ConfigField("path", "Folder path", required=True,
+                help="The folder's absolute path on the server, under a folder granted to this tenant."),
+    ConfigField("include_hidden", "Include hidden files", type="bool", help="Also read files and folders whose name starts with a dot."),
+)
+FAULT_FIELD = "path"  # the setting to blame when the folder cannot be listed
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC

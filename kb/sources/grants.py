@@ -27,7 +27,7 @@ from kb.sources.outbound import OutboundPolicy
 from tenants.conf import product_settings
 from tenants.models import Tenant
 from tenants.operator import OWNER
-from tenants.scope import Scope, activate
+from tenants.scope import Scope, across_tenants, activate
 
 log = logging.getLogger("grounded.operator")
 
@@ -204,8 +204,9 @@ def _lock(using: str) -> None:
 
 
 def _check_disjoint(tenant: Tenant, folder: str, using: str) -> None:
-    others = (SourceGrant.objects.unscoped_dangerously(using=using).filter(kind=SourceGrant.Kind.FOLDER)
-              .exclude(tenant=tenant).select_related("tenant"))
+    with across_tenants("operator: a folder is granted to one tenant only, so every other tenant's grants are read"):
+        others = list(SourceGrant.objects.unscoped_dangerously(using=using).filter(kind=SourceGrant.Kind.FOLDER)
+                      .exclude(tenant=tenant).select_related("tenant"))
     for other in others:
         if overlaps(folder, other.value):
             how = ("is" if folder == other.value else "is inside" if is_within(folder, other.value) else "contains")

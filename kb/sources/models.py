@@ -35,7 +35,8 @@ class Source(TenantRow):
     """One place a corpus follows. `config` holds no secret; credentials live only in `secret`,
     Fernet-encrypted (kb.sources.crypto), written once and never shown again."""
 
-    corpus = models.ForeignKey("kb.Corpus", on_delete=models.CASCADE, related_name="sources")  # by name: kb.models imports this module
+    # "kb.Corpus" by name: kb.models imports this module. Keys between tenant tables: see kb.models.
+    corpus = models.ForeignKey("kb.Corpus", on_delete=models.CASCADE, related_name="sources", db_constraint=False)
     name = models.CharField(max_length=200)
     kind = models.CharField(max_length=16, choices=SourceKind.choices)
     config = models.JSONField(default=dict, blank=True, help_text="Where and how to read (no secrets): see docs/sources.md.")
@@ -47,7 +48,9 @@ class Source(TenantRow):
     schedule_minutes = models.PositiveIntegerField(default=60, help_text="Minutes between scheduled syncs; 0: only on demand.")
     paused = models.BooleanField(default=False, help_text="A paused source is not synced, on schedule or on demand.")
     next_sync_at = models.DateTimeField(null=True, blank=True, db_index=True)
-    last_sync = models.ForeignKey("SourceSync", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    # NO ACTION in the database (kb 0011: Citus refuses ON DELETE SET NULL on a tenant-keyed key): Django nulls it.
+    last_sync = models.ForeignKey("SourceSync", null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
+                                  db_constraint=False)
     created_by = models.CharField(max_length=200, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -70,7 +73,7 @@ class SourceSync(BackgroundJob):
         SCHEDULE = "schedule"
         MANUAL = "manual"
 
-    source = models.ForeignKey(Source, on_delete=models.CASCADE, related_name="syncs")
+    source = models.ForeignKey(Source, on_delete=models.CASCADE, related_name="syncs", db_constraint=False)
     trigger = models.CharField(max_length=16, choices=Trigger.choices, default=Trigger.MANUAL)
     requested_by = models.CharField(max_length=200, blank=True)
     status = models.CharField(max_length=16, choices=SyncStatus.choices, default=SyncStatus.QUEUED)
@@ -106,11 +109,12 @@ class SourceItem(TenantRow):
         FAILED = "failed"  # the last attempt failed; the previous version (if any) stays searchable
         REMOVED = "removed"  # gone upstream: its document was deleted (audit rows keep what was cited)
 
-    source = models.ForeignKey(Source, on_delete=models.CASCADE, related_name="items")
+    source = models.ForeignKey(Source, on_delete=models.CASCADE, related_name="items", db_constraint=False)
     key = models.CharField(max_length=1000, help_text="Relative path, object key or URL.")
     # Plain integer, not a foreign key: the item outlives its document for audit.
     document_id = models.BigIntegerField(null=True, blank=True)
-    department = models.ForeignKey(Department, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    department = models.ForeignKey(Department, null=True, blank=True, on_delete=models.PROTECT, related_name="+",
+                                   db_constraint=False)
     signature = models.CharField(max_length=200, blank=True, help_text="ETag, size+mtime or content hash upstream.")
     sha256 = models.CharField(max_length=64, blank=True)
     size_bytes = models.PositiveBigIntegerField(default=0)
@@ -121,7 +125,7 @@ class SourceItem(TenantRow):
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["source", "key"], name="uniq_source_item_key")]
+        constraints = [models.UniqueConstraint(fields=["tenant", "source", "key"], name="uniq_source_item_key")]
 
     def __str__(self) -> str:
         return self.key
@@ -137,12 +141,13 @@ class SourceChange(TenantRow):
         REMOVED = "removed"
         FAILED = "failed"
 
-    sync = models.ForeignKey(SourceSync, on_delete=models.CASCADE, related_name="changes")
+    sync = models.ForeignKey(SourceSync, on_delete=models.CASCADE, related_name="changes", db_constraint=False)
     key = models.CharField(max_length=1000)
     action = models.CharField(max_length=16, choices=Action.choices)
     document_id = models.BigIntegerField(null=True, blank=True)
     document_version = models.PositiveIntegerField(null=True, blank=True)
-    department = models.ForeignKey(Department, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    department = models.ForeignKey(Department, null=True, blank=True, on_delete=models.PROTECT, related_name="+",
+                                   db_constraint=False)
     error = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 

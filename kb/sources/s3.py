@@ -15,9 +15,25 @@ import socket
 from collections.abc import Iterator
 from typing import Any
 
-from kb.sources.base import Entry, ItemError, SourceError
+from kb.sources.base import ConfigField, Entry, ItemError, SourceError
 from kb.sources.outbound import OutboundPolicy, OutboundRefused, url_origin
 from tenants.conf import product_settings
+
+FIELDS = (
+    ConfigField("bucket", "Bucket", required=True),
+    ConfigField("prefix", "Prefix", help='Only objects whose key starts with this, e.g. "handbook/".'),
+    ConfigField("endpoint_url", "Endpoint URL", type="url",
+                help="For MinIO, Ceph, R2...: e.g. https://minio.example:9000. Empty: AWS S3."),
+    ConfigField("region", "Region", help="Default us-east-1."),
+    ConfigField("access_key_id", "Access key id", secret=True, help="Empty (with the secret): anonymous access."),
+    ConfigField("secret_access_key", "Secret access key", secret=True),
+)
+FAULT_FIELD = "bucket"
+# S3 error codes (in a listing's SourceError) -> the setting at fault.
+FAULT_CODES = {"NoSuchBucket": "bucket", "InvalidBucketName": "bucket", "AccessDenied": "access_key_id",
+               "InvalidAccessKeyId": "access_key_id", "SignatureDoesNotMatch": "secret_access_key",
+               "EndpointConnectionError": "endpoint_url", "ConnectTimeoutError": "endpoint_url",
+               "OutboundRefused": "endpoint_url"}
 
 _TIMEOUT = 30
 

@@ -6,7 +6,28 @@ from collections.abc import Iterable
 
 from django.db.models import QuerySet
 
+from tenants.access import visible_departments
+from tenants.models import Department
+from tenants.scope import Scope
+
 PRODUCED = ("added", "changed")  # a move keeps the version it moves
+
+# The signs of a sync summary ("+3 ~1 ↔0 -0 !0"), each the SourceSync count it shows (kb.sources.sync counts them).
+SYNC_SIGNS = (
+    ("+", "added", "new items ingested"),
+    ("~", "changed", "changed items re-ingested"),
+    ("↔", "moved", "items moved to another department or key, their chunks kept"),
+    ("-", "removed", "items gone upstream, their documents deleted"),
+    ("!", "failed", "items that could not be read or parsed (a previous version stays searchable)"),
+)
+SYNC_LEGEND = "; ".join(f"{sign} {name}: {meaning}" for sign, name, meaning in SYNC_SIGNS) + \
+    "; unchanged items are not fetched again"
+
+
+def grantable_departments(scope: Scope) -> list[Department]:
+    """The departments a source's mapping rules may name for `scope`, by name: of its tenant, visible to it
+    and ones it may place documents in (kb.access.check_may_manage_source makes the final check)."""
+    return [d for d in visible_departments(scope).order_by("name") if scope.may_change_department(d.pk)]
 
 
 def version_origins(changes: QuerySet, versions: Iterable[tuple[int, int]]) -> dict[tuple[int, int], dict]:

@@ -15,6 +15,7 @@ from kb.sources.crypto import encrypt_secret
 from kb.sources.grants import check_granted, outbound_policy_for
 from kb.sources.models import Source, SourceKind
 from kb.sources.rules import normalise_rules
+from kb.sources.sync import request_sync
 from tenants.access import departments_in_scope
 from tenants.scope import NotAllowed, Scope, activate
 
@@ -65,7 +66,9 @@ def check_source_secret(kind: str, secret: object) -> dict:
     raise NotAllowed(f"a {kind} source takes no such credentials", field="credentials")
 
 
-def _rules(scope: Scope, corpus: Corpus, rules: object) -> list[dict]:
+def check_source_rules(scope: Scope, corpus: Corpus, rules: object) -> list[dict]:
+    """The normalised department rules of a source of `corpus`: well formed, every department visible to `scope`
+    and one it may place documents in (kb.access). Raises NotAllowed on field "department_rules"."""
     if problem := json_problem(rules, max_depth=3, max_string=1000, check_text=True):
         raise NotAllowed(f"department rules: {problem}", field="department_rules")
     if isinstance(rules, list) and len(rules) > 200:
@@ -84,9 +87,22 @@ def _rules(scope: Scope, corpus: Corpus, rules: object) -> list[dict]:
 
 
 def source_create(*, scope: Scope, corpus: Corpus, name: str, kind: str, config: dict, credentials: dict | None = None,
-                  department_rules: list | None = None, schedule_minutes: int = 60, paused: bool = False) -> Source:
+                  department_rules: list | None = None, schedule_minutes: int = 60, paused: bool = False,
+                  first_sync: bool = False) -> Source:
     """A new source of `corpus` (checked: role, corpus, rules, config). Credentials are encrypted here
-    and never returned."""
+    and never returned. `first_sync`: an unpaused source's first sync is queued at once, in the same
+    transaction ("sync now" after commit: kb.sources.sync.request_sync), rather than at the next scheduler pass."""
+    with activate(scope):
+        source = _create(scope=scope, corpus=corpus, name=name, kind=kind, config=config, credentials=credentials,
+                         department_rules=department_rules, schedule_minutes=schedule_minutes, paused=paused)
+        if first_sync and not source.paused:
+            request_sync(scope=scope, source=source)
+            source = Source.objects.for_scope(scope).get(pk=source.pk)  # with the next_sync_at request_sync set
+        return source
+
+
+def _create(*, scope: Scope, corpus: Corpus, name: str, kind: str, config: dict, credentials: dict | None,
+            department_rules: list | None, schedule_minutes: int, paused: bool) -> Source:
     with activate(scope):
         access.check_may_manage_source(scope, corpus, set())
         name = (name or "").strip()
@@ -95,7 +111,7 @@ def source_create(*, scope: Scope, corpus: Corpus, name: str, kind: str, config:
         _check_schedule(schedule_minutes)
         clean = check_source_config(kind, config, tenant_id=scope.tenant_id)
         secret = check_source_secret(kind, credentials)
-        rules = _rules(scope, corpus, department_rules)
+        rules = check_source_rules(scope, corpus, department_rules)
         try:
             with transaction.atomic():
                 return Source.objects.create(tenant_id=scope.tenant_id, corpus=corpus, name=name, kind=kind, config=clean,
@@ -131,7 +147,7 @@ def source_update(*, scope: Scope, source: Source, name: object = _UNCHANGED, co
         if credentials is not _UNCHANGED:
             locked.secret = encrypt_secret(check_source_secret(locked.kind, credentials))
         if department_rules is not _UNCHANGED:
-            locked.department_rules = _rules(scope, locked.corpus, department_rules)
+            locked.department_rules = check_source_rules(scope, locked.corpus, department_rules)
         if schedule_minutes is not _UNCHANGED:
             _check_schedule(schedule_minutes)
             locked.schedule_minutes = schedule_minutes

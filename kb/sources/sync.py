@@ -38,13 +38,12 @@ from kb.metadata import text_problem
 from kb.models import Corpus, Document, DocumentStatus, IngestJob, JobStatus
 from kb.parse_sandbox import parse_document
 from kb.parsing import ParseError, declared_type
-from kb.sources import folder, s3, website
 from kb.sources.base import Entry, ItemError, Listing, SourceError, item_title
 from kb.sources.crypto import SecretUnreadable, decrypt_secret
-from kb.sources.grants import check_granted
-from kb.sources.models import ACTIVE_SYNC, Source, SourceChange, SourceItem, SourceKind, SourceSync, SyncStatus
+from kb.sources.kinds import open_listing
+from kb.sources.models import ACTIVE_SYNC, Source, SourceChange, SourceItem, SourceSync, SyncStatus
 from kb.sources.rules import department_for
-from tenants.scope import NotAllowed, Scope, activate
+from tenants.scope import NotAllowed, Scope, across_tenants, activate
 
 logger = logging.getLogger(__name__)
 
@@ -61,12 +60,7 @@ STALE_QUEUED_SECONDS = 300  # a queued sync older than this lost its message: re
 def listing_for(source: Source) -> Listing:
     """The connector listing of `source` (credentials decrypted here, handed only to the connector), under its
     tenant's outbound policy. The grants are checked again first: a revoked grant fails the sync (SourceError)."""
-    policy = check_granted(source.tenant_id, source.kind, source.config)  # and the tenant's outbound policy
-    secret = decrypt_secret(source.secret)
-    if source.kind == SourceKind.FOLDER:
-        return folder.FolderListing(source.config, secret)
-    listing = s3.S3Listing if source.kind == SourceKind.S3 else website.WebsiteListing
-    return listing(source.config, secret, policy=policy)
+    return open_listing(source.tenant_id, source.kind, source.config, decrypt_secret(source.secret))
 
 
 def source_name_for_item(source: Source, key: str) -> str:
@@ -120,11 +114,12 @@ def schedule_due_sources(*, now: datetime | None = None, limit: int = 200) -> li
     """Queue a sync of every unpaused source whose schedule is due, and resend queued syncs whose
     message was lost. Across tenants: maintenance, owner connection (like the job reaper)."""
     now = now or timezone.now()
-    due = list(Source.objects.unscoped_dangerously(using="owner")
-               .filter(paused=False, schedule_minutes__gt=0)
-               .filter(next_sync_at__isnull=True).values_list("id", "tenant_id")[:limit])
-    due += list(Source.objects.unscoped_dangerously(using="owner")
-                .filter(paused=False, schedule_minutes__gt=0, next_sync_at__lte=now).values_list("id", "tenant_id")[:limit])
+    with across_tenants("maintenance: the scheduler finds due sources of every tenant"):
+        due = list(Source.objects.unscoped_dangerously(using="owner")
+                   .filter(paused=False, schedule_minutes__gt=0)
+                   .filter(next_sync_at__isnull=True).values_list("id", "tenant_id")[:limit])
+        due += list(Source.objects.unscoped_dangerously(using="owner")
+                    .filter(paused=False, schedule_minutes__gt=0, next_sync_at__lte=now).values_list("id", "tenant_id")[:limit])
     started = []
     for source_id, tenant_id in due:
         scope = Scope.system(tenant_id, principal="source-scheduler")
@@ -138,11 +133,11 @@ def schedule_due_sources(*, now: datetime | None = None, limit: int = 200) -> li
             continue
         if created:
             started.append(sync.pk)
-    lost = (SourceSync.objects.unscoped_dangerously(using="owner")
-            .filter(status=SyncStatus.QUEUED, created_at__lt=now - timedelta(seconds=STALE_QUEUED_SECONDS))
-            .values_list("id", "tenant_id")[:limit])
-    for sync_id, tenant_id in lost:
-        enqueue_sync(sync_id, tenant_id)
+    with across_tenants("maintenance: the scheduler resends lost syncs of every tenant"):
+        for sync_id, tenant_id in list(SourceSync.objects.unscoped_dangerously(using="owner").filter(
+                status=SyncStatus.QUEUED, created_at__lt=now - timedelta(seconds=STALE_QUEUED_SECONDS))
+                .values_list("id", "tenant_id")[:limit]):
+            enqueue_sync(sync_id, tenant_id)
     return started
 
 

@@ -22,9 +22,22 @@ from urllib.parse import urldefrag, urljoin, urlsplit
 import httpx
 from lxml import etree, html
 
-from kb.sources.base import Entry, SourceError
+from kb.sources.base import ConfigField, Entry, SourceError
 from kb.sources.outbound import OutboundPolicy, OutboundRefused, http_client, url_origin
 from tenants.conf import product_settings
+
+FIELDS = (
+    ConfigField("start_url", "Start URL", type="url", required=True, help="Pages on this URL's host are crawled from here."),
+    ConfigField("sitemap_url", "Sitemap URL", type="url", help="Optional, on the start URL's host; else robots.txt's."),
+    ConfigField("max_pages", "Max pages", type="int", help="Empty: the server's limit (never above it)."),
+    ConfigField("max_depth", "Max link depth", type="int", help="Empty: the server's limit."),
+    ConfigField("max_page_bytes", "Max bytes per page", type="int", help="Empty: the server's limit."),
+    ConfigField("timeout_seconds", "Timeout per request (s)", type="float", help="Empty: the server's limit."),
+    ConfigField("time_limit_seconds", "Time limit per crawl (s)", type="int", help="Empty: the server's limit."),
+    ConfigField("authorization", "Authorization header", secret=True,
+                help='e.g. "Bearer ...": sent to the start URL\'s origin only.'),
+)
+FAULT_FIELD = "start_url"
 
 USER_AGENT = "grounded-sources/1.0"
 _TYPES = {"text/html": "text/html", "application/xhtml+xml": "text/html", "text/plain": "text/plain",

@@ -71,7 +71,10 @@ class Setting(Declaration):
 
 SERVICES, MODELS, WEB, SOURCES, LOCAL = (
     "Services and secrets", "Models", "Web server and HTTP", "Sources", "Embedded database, scripts and tests")
+SSO = "Single sign-on (OIDC)"
 GROUP_INTROS = {
+    SSO: "Optional sign-in through the company's OpenID Connect provider; off unless `OIDC_RP_CLIENT_ID` is set "
+         "([README](../README.md#single-sign-on-oidc)). It signs in existing, active accounts only, matched by verified email.",
     SOURCES: "What a corpus's folder, bucket and website sources may reach, and how they are scheduled ([sources.md](sources.md)).",
     LOCAL: "Read by the embedded database and broker, `scripts/` and the test suite.",
 }
@@ -93,6 +96,14 @@ DECLARED: tuple[Setting, ...] = (
     Setting("DATABASE_APP_PASSWORD", str, "", "its password", SERVICES, shown="empty", secret=True, main=True),
     Setting("DB_CONN_MAX_AGE", int, 60, "seconds a database connection is reused, embedded or `DATABASE_URL` (0: a new "
             "connection per request)", SERVICES, minimum=0),
+    Setting("DATABASE_REPLICA_URL", str, "", "a streaming standby of the database, `postgres://host:5432/db` (user and password: "
+            "`DATABASE_APP_USER`/`DATABASE_APP_PASSWORD` unless given): searches, lists and the chat's reads go there, every write "
+            "to the primary ([replicas.md](replicas.md))", SERVICES, shown="none: every read on the primary", secret=True),
+    Setting("REPLICA_PIN_SECONDS", int, 60, "after a caller's write (a run stored, a document uploaded), its reads use the replica "
+            "only once it has replayed that write, for at most this long (0: no pin; [replicas.md](replicas.md#reading-your-own-writes))",
+            SERVICES, minimum=0),
+    Setting("REPLICA_MAX_LAG_SECONDS", int, 30, "a replica further behind than this serves no reads until it catches up (0: no "
+            "bound)", SERVICES, minimum=0),
     Setting("REDIS_URL", str, "", "broker, cache and rate limits (the embedded one: the broker, and rate limits under `scripts/run`)",
             SERVICES, shown="none: the embedded Redis (a unix socket in `<GROUNDED_DATA_DIR>.redis/`, started and stopped by "
             "`scripts/run`; [architecture.md](architecture.md#the-embedded-broker-and-the-worker))", secret=True, main=True),
@@ -112,6 +123,25 @@ DECLARED: tuple[Setting, ...] = (
             "database's reach ([audit.md](audit.md))", SERVICES, secret=True, main=True),
     Setting("CHAIN_SIGNING_KEY_FILE", str, lambda env: _data_dir(env) + ".chain_key", "where that key is kept when "
             "`CHAIN_SIGNING_KEY` is not set", SERVICES, shown="`<GROUNDED_DATA_DIR>.chain_key`, created once (mode 0600)", main=True),
+    Setting("EMAIL_HOST", str, "", "the SMTP server invitations and password resets are sent through", SERVICES,
+            shown="none: emails are printed on the server's console", main=True),
+    Setting("EMAIL_PORT", int, 587, "its port", SERVICES, minimum=1),
+    Setting("EMAIL_HOST_USER", str, "", "its user name", SERVICES),
+    Setting("EMAIL_HOST_PASSWORD", str, "", "its password", SERVICES, secret=True),
+    Setting("EMAIL_USE_TLS", bool, True, "STARTTLS to the SMTP server", SERVICES),
+    Setting("DEFAULT_FROM_EMAIL", str, "grounded <noreply@localhost>", "the sender of those emails", SERVICES, main=True),
+    Setting("OIDC_RP_CLIENT_ID", str, "", "this application's client id at the identity provider; set, it adds \"Sign in with "
+            "...\" to the chat's and the admin's sign-in pages", SSO, shown="none: single sign-on off", main=True),
+    Setting("OIDC_RP_CLIENT_SECRET", str, "", "its client secret", SSO, secret=True),
+    Setting("OIDC_OP_DISCOVERY_URL", str, "", "the provider's `.well-known/openid-configuration` URL: the endpoints and issuer "
+            "are read from it (at the first sign-in, then kept); or give the four endpoints below", SSO),
+    Setting("OIDC_OP_AUTHORIZATION_ENDPOINT", str, "", "the provider's authorization endpoint (instead of discovery)", SSO),
+    Setting("OIDC_OP_TOKEN_ENDPOINT", str, "", "its token endpoint", SSO),
+    Setting("OIDC_OP_USER_ENDPOINT", str, "", "its userinfo endpoint", SSO),
+    Setting("OIDC_OP_JWKS_ENDPOINT", str, "", "its JWKS endpoint (the keys that sign ID tokens)", SSO),
+    Setting("OIDC_RP_SIGN_ALGO", str, "RS256", "the algorithm ID tokens must be signed with", SSO,
+            choices=("RS256", "RS384", "RS512", "ES256", "ES384", "ES512")),
+    Setting("OIDC_PROVIDER_NAME", str, "single sign-on", "the name on the sign-in pages' button, after \"Sign in with\"", SSO),
     Setting("DATABASE_WALL_KEY", str, "", "hex of the key (at least 32 bytes) that signs the tenant proofs row-level security "
             "checks; `migrate` copies it where the application role cannot read it "
             "([architecture.md](architecture.md#tenancy-the-scope-and-two-walls))", SERVICES, secret=True),
@@ -208,6 +238,12 @@ DECLARED: tuple[Setting, ...] = (
     Setting("SIGN_IN_FAILURES_PER_ACCOUNT", int, 10, "failed sign-ins (admin, chat) per account, from any addresses, per window "
             "before even the right password is refused (0 disables; [api.md](api.md#rate-limits-and-budgets))", WEB, minimum=0, main=True),
     Setting("SIGN_IN_ACCOUNT_WINDOW_SECONDS", int, 900, "that window", WEB, minimum=1, main=True),
+    Setting("INVITE_LINK_MAX_AGE_SECONDS", int, 7 * 24 * 3600, "how long the link of an invitation email works "
+            "([README](../README.md#onboarding-people))", WEB, shown="604800 (7 days)", minimum=60),
+    Setting("PASSWORD_RESET_LINK_MAX_AGE_SECONDS", int, 3600, "how long a password-reset link works (Django's "
+            "`PASSWORD_RESET_TIMEOUT`)", WEB, shown="3600 (1 hour)", minimum=60),
+    Setting("PASSWORD_RESET_REQUESTS_PER_HOUR", int, 5, "\"Forgot password?\" requests per client address per hour, and "
+            "reset emails per email address per hour (0 disables the limit)", WEB, minimum=0),
     Setting("DEFAULT_DAILY_RUNS", int, 0, "agent runs per tenant per UTC day; `Tenant.settings[\"daily_runs\"]` overrides it", WEB,
             shown="0 (unlimited)", minimum=0, main=True),
     Setting("RETRIEVAL_PARALLEL_WORKERS", int, 2, "side connections per process on which hybrid searches run BM25 beside the vector "

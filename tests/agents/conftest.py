@@ -35,8 +35,8 @@ def add_chunk(corpus: Corpus, text: str, title: str, *, flags: list[str] | None 
     scope = whole_tenant(corpus.tenant)
     with activate(scope):
         with connections["default"].cursor() as cur:
-            cur.execute("UPDATE kb_chunk SET search_vector = to_tsvector('english', %s || ' ' || text) WHERE id = %s",
-                        [title, chunk.id])
+            cur.execute("UPDATE kb_chunk SET search_vector = to_tsvector('english', %s || ' ' || text) "
+                        "WHERE tenant_id = %s AND id = %s", [title, chunk.tenant_id, chunk.id])
         if flags:
             Chunk.objects.for_scope(scope).filter(pk=chunk.pk).update(flags=flags)
             chunk.flags = flags

@@ -24,6 +24,7 @@ def _ask(tenant, n: int = 1) -> list[Run]:
 
 
 @pytest.mark.django_db(databases=["default", "owner"])
+@pytest.mark.tenantless_sql("adversarial: forged changes to the trace tables are refused whatever they name")
 def test_app_role_cannot_update_delete_or_truncate_trace_rows():
     tenant = make_tenant("Acme")
     make_policy_corpus(tenant)
@@ -44,6 +45,7 @@ def test_app_role_cannot_update_delete_or_truncate_trace_rows():
 
 
 @pytest.mark.django_db(databases=["default", "owner"])
+@pytest.mark.tenantless_sql("adversarial: the owner's forged changes are refused by the triggers")
 def test_triggers_reject_changes_even_for_the_owner():
     tenant = make_tenant("Acme")
     make_policy_corpus(tenant)
@@ -104,6 +106,7 @@ TAMPERS = {
 
 @pytest.mark.django_db(databases=["default", "owner"], transaction=True)
 @pytest.mark.parametrize("what", list(TAMPERS))
+@pytest.mark.tenantless_sql("adversarial: a forger's edits as the database owner, by row id")
 def test_verify_chain_names_the_first_broken_run(what):
     tenant = make_tenant("Acme")
     other = make_tenant("Globex")

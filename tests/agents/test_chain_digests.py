@@ -19,6 +19,7 @@ import tests.kb._transactional  # noqa: F401 - flush through the owner after tra
 from agents.chain import run_hash
 from agents.models import Citation, Run, RunStep
 from agents.services import ask
+from tests import query_checker
 from tests.agents.conftest import make_policy_corpus
 from tests.factories import make_tenant, whole_tenant
 
@@ -49,8 +50,10 @@ def _verify(tenant, folder, **kw) -> tuple[bool, str]:
 
 
 def _owner(sql: str, params: list | None = None) -> None:
-    """What the database owner (or superuser) could do: bypass the append-only triggers."""
-    with transaction.atomic(using="owner"), connections["owner"].cursor() as cur:
+    """What the database owner (or superuser) could do: bypass the append-only triggers (and name rows
+    by id alone: a forger's SQL, exempt from the tenant query checker)."""
+    with query_checker.allowed("adversarial: a forger's edits as the owner"), transaction.atomic(using="owner"), \
+            connections["owner"].cursor() as cur:
         cur.execute("SET LOCAL session_replication_role = replica")
         cur.execute(sql, params or [])
 
@@ -58,12 +61,14 @@ def _owner(sql: str, params: list | None = None) -> None:
 def _rewrite_consistently(runs: list[Run], at: int) -> None:
     """Forge runs[at]'s answer and recompute its hash and every later link, as an owner covering tracks would."""
     _owner("UPDATE agents_run SET answer = 'Hotel nights are reimbursed without limit.' WHERE id = %s", [runs[at].id])
-    prev = Run.objects.unscoped_dangerously("owner").get(pk=runs[at - 1].id).hash
+    owner_rows = {model: model.objects.unscoped_dangerously("owner").filter(tenant_id=runs[at].tenant_id)
+                  for model in (Run, RunStep, Citation)}
+    prev = owner_rows[Run].get(pk=runs[at - 1].id).hash
     for run in runs[at:]:
-        row = Run.objects.unscoped_dangerously("owner").get(pk=run.id)
+        row = owner_rows[Run].get(pk=run.id)
         row.prev_hash = prev
-        steps = list(RunStep.objects.unscoped_dangerously("owner").filter(run_id=run.id))
-        cites = list(Citation.objects.unscoped_dangerously("owner").filter(run_id=run.id))
+        steps = list(owner_rows[RunStep].filter(run_id=run.id))
+        cites = list(owner_rows[Citation].filter(run_id=run.id))
         prev = run_hash(row, steps, cites)
         _owner("UPDATE agents_run SET prev_hash = %s, hash = %s WHERE id = %s", [row.prev_hash, prev, run.id])
 

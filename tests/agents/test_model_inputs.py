@@ -54,6 +54,6 @@ def test_the_recorded_input_is_under_the_hash_chain():
     with transaction.atomic(using="owner"), connections["owner"].cursor() as cur:
         cur.execute("SET LOCAL session_replication_role = replica")
         cur.execute("UPDATE agents_runstep SET model_input = jsonb_set(model_input, '{max_output_tokens}', '1') "
-                    "WHERE run_id = %s AND kind = 'model_call'", [run.id])
+                    "WHERE tenant_id = %s AND run_id = %s AND kind = 'model_call'", [tenant.id, run.id])
     report = verify_tenant_chain(tenant.id)
     assert not report.ok and report.first_break.run_id == run.id and "hash mismatch" in report.first_break.reason

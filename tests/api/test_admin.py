@@ -10,10 +10,11 @@ import re
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.files.uploadedfile import SimpleUploadedFile
+from django.test import Client
 
 from agents.models import Run
 from kb.models import Chunk, Document, IngestJob
-from tenants.models import ApiKey
+from tenants.models import ApiKey, ApiKeyDepartment, Membership, MembershipDepartment
 from tenants.principals import authenticate_key
 from tenants.scope import activate
 from tests.api.conftest import CANARY
@@ -231,7 +232,37 @@ def test_superuser_cannot_give_a_key_another_tenants_department(client, world):
     r = client.post("/admin/tenants/apikey/add/", {"tenant": world.a.id, "name": "mixed", "role": "reader", "departments": [b_dept.id]})
     assert r.status_code == 200 and r.context["adminform"].form.errors == {
         "departments": ["departments must belong to the same tenant"]}
-    assert not ApiKey.objects.using("owner").filter(name="mixed").exists()
+    assert not ApiKey.objects.using("owner").filter(tenant_id__in=[world.a.id, world.b.id], name="mixed").exists()
+
+
+def test_department_widgets_save_through_the_link_models(admin_client, world):
+    """Keys' and members' departments have link models of their own (tenants 0008): the admin still shows the
+    widget, and what it saves carries the tenant."""
+    first, second = departments_of(world.a)[:2]
+    member = staff(world, "reader", departments=[first])
+    membership = Membership.objects.using("owner").get(tenant_id=world.a.id, user_id=member.id)
+    r = admin_client.post(f"/admin/tenants/membership/{membership.pk}/change/", {"role": "reader", "departments": [second.id]})
+    assert r.status_code == 302, r.content.decode()[:2000]
+    assert list(MembershipDepartment.objects.using("owner").filter(tenant_id=world.a.id, membership=membership).values_list(
+        "tenant_id", "department_id")) == [(world.a.id, second.id)]
+    # An operator (owner connection, no tenant activated by the admin) too: the links take the member's tenant.
+    operator = Client()
+    operator.force_login(make_staff_user("root3", "x" * 12, superuser=True, email="r3@x.test"))
+    r = operator.post(f"/admin/tenants/membership/{membership.pk}/change/", {"role": "reader", "departments": [first.id, second.id]})
+    assert r.status_code == 302, r.content.decode()[:2000]
+    assert sorted(MembershipDepartment.objects.using("owner").filter(tenant_id=world.a.id, membership=membership).values_list(
+        "tenant_id", "department_id")) == [(world.a.id, first.id), (world.a.id, second.id)]
+    r = operator.post("/admin/tenants/apikey/add/", {"tenant": world.a.id, "name": "operator's", "role": "reader",
+                                                      "departments": [first.id]})
+    assert r.status_code == 302, r.content.decode()[:2000]
+    assert list(ApiKeyDepartment.objects.using("owner").filter(tenant_id=world.a.id, apikey__name="operator's").values_list(
+        "tenant_id", "department_id")) == [(world.a.id, first.id)]
+    assert 'name="departments"' in admin_client.get("/admin/tenants/apikey/add/").content.decode()
+    r = admin_client.post("/admin/tenants/apikey/add/", {"name": "linked", "role": "reader", "departments": [first.id, second.id]})
+    assert r.status_code == 302, r.content.decode()[:2000]
+    key = ApiKey.objects.using("owner").get(tenant_id=world.a.id, name="linked")
+    links = ApiKeyDepartment.objects.using("owner").filter(tenant_id=world.a.id, apikey=key)
+    assert sorted(links.values_list("tenant_id", "department_id")) == sorted([(world.a.id, first.id), (world.a.id, second.id)])
 
 
 def test_staff_with_two_tenants_switches_between_them(client, world):

@@ -4,12 +4,16 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 
 import pytest
 
 import tests.kb._transactional  # noqa: F401 - flush through the owner after transactional tests
+from agents.models import Run
+from agents.providers.offline import OfflineProvider
 from agents.selectors import run_steps
+from agents.services import ask
 from api.views import agents as agent_views
 from tenants.scope import activate
 from tests.agents.conftest import make_policy_corpus
@@ -28,6 +32,15 @@ def read_stream(chunks) -> list[tuple[str, dict | None]]:
     return events
 
 
+def streamed_text(events: list[tuple[str, dict | None]]) -> str:
+    """The answer as a reader of the `text` events shows it: pieces appended, a reset starting afresh."""
+    shown = ""
+    for kind, data in events:
+        if kind == "text" and data is not None:
+            shown = (data["delta"] if data["reset"] else shown + data["delta"])
+    return shown
+
+
 @pytest.mark.django_db(databases=["default", "owner"], transaction=True)
 def test_stream_yields_each_step_then_answer_and_done(settings):
     settings.DEFAULT_ANSWER_PROVIDER = "offline"
@@ -37,9 +50,11 @@ def test_stream_yields_each_step_then_answer_and_done(settings):
     events = read_stream(agent_views.ask_events(
         scope, "How much is a hotel night, and how many days of annual leave are there?", "auto"))
     kinds = [kind for kind, _ in events if kind != "comment"]
-    assert kinds[-2:] == ["answer", "done"] and set(kinds[:-2]) == {"step"}, kinds
+    assert kinds[-2:] == ["answer", "done"] and set(kinds[:-2]) == {"step", "text"}, kinds
     answer, done = events[-2][1], events[-1][1]
-    assert set(answer) == {"answer", "outcome", "grounded", "missing", "citations"}
+    # The answer's text arrived piece by piece before `done`, and the pieces (from the last reset) are the answer.
+    assert streamed_text(events) == answer["answer"] and kinds.count("text") >= 2
+    assert set(answer) == {"answer", "answer_html", "outcome", "grounded", "missing", "citations"}
     assert answer["outcome"] == "answered" and answer["grounded"]
     steps = [data for kind, data in events if kind == "step"]
     with activate(scope):
@@ -95,3 +110,42 @@ def test_a_run_the_database_refuses_to_store_ends_the_stream_with_run_not_record
         from agents.models import Run
 
         assert not Run.objects.for_scope(scope).exists()
+
+
+class HeldProvider:
+    """The offline provider, its second reply held until the test lets it go: the reader can leave meanwhile."""
+
+    name, model = "offline", "extractive-v2"
+
+    def __init__(self) -> None:
+        self.inner, self.calls = OfflineProvider(), 0
+        self.waiting, self.go = threading.Event(), threading.Event()
+
+    def generate(self, request):
+        self.calls += 1
+        if self.calls == 2:
+            self.waiting.set()
+            self.go.wait(30)
+        return self.inner.generate(request)
+
+
+@pytest.mark.django_db(databases=["default", "owner"], transaction=True)
+def test_a_reader_that_leaves_stops_the_run_after_its_step_in_progress():
+    """Stop in the chat closes the stream: the server closes the generator, and the run stops after the
+    step it is in, stored as failed with the steps it made and an error saying it was stopped."""
+    tenant = make_tenant("Acme")
+    make_policy_corpus(tenant)
+    scope = whole_tenant(tenant)
+    held = HeldProvider()
+    stream = agent_views.ask_events(scope, "How much is a hotel night?", "agentic",
+                                    asker=lambda **kwargs: ask(provider=held, spend_budget=False, **kwargs))
+    assert next(stream).startswith(b"event: step")  # the agent's first call (it asks for the facets)
+    assert held.waiting.wait(30)  # the second call is under way
+    stream.close()  # what the server does when a write to a reader that left fails
+    held.go.set()
+    deadline = time.monotonic() + 30
+    with activate(scope):
+        while (run := Run.objects.for_scope(scope).first()) is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert run is not None and run.outcome == "failed" and run.error.startswith("RunStopped: the asker stopped the run")
+        assert [s.name for s in run_steps(scope, run.id)] == ["agent", "facets", "agent"]  # nothing after the step in progress

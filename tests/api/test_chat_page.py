@@ -47,6 +47,21 @@ def test_sign_in_then_ask_in_a_conversation_with_the_session(world):
     assert client.post("/logout/").status_code == 302 and client.get("/").status_code == 302
 
 
+def test_the_corpus_picker_and_starter_questions_hold_only_what_the_user_may_see(world):
+    user = get_user_model().objects.create_user(username="seller", password="pw-chat-12345")
+    make_membership(user, world.a, "reader", departments=[world.sales])
+    client = Client()
+    client.login(username="seller", password="pw-chat-12345")
+    html = client.get("/").content.decode()
+    picker = html.split('id="corpora"')[1].split("</details>")[0]
+    assert f'value="{world.shared.id}"' in picker and f'value="{world.sales_corpus.id}"' in picker
+    assert f'value="{world.eng_corpus.id}"' not in picker and "eng-only" not in html  # another department's
+    assert "globex" not in html.lower()  # another tenant's
+    assert 'data-question="What does Travel policy say about employees?"' in html and "Pricing" in html and "Runbook" not in html
+    # The mode is said once, in the page: not in each answer.
+    assert html.count("Offline mode:") == 1
+
+
 def test_a_sign_in_without_next_lands_in_the_chat(world):
     member(world, "walk-in")
     signed_in = Client().post("/login/", {"username": "walk-in", "password": "pw-chat-12345"})

@@ -16,7 +16,7 @@ from api.views import agents as agent_views
 from tenants.models import ApiKey
 from tenants.scope import Scope, activate
 from tests.api.conftest import issue
-from tests.api.test_ask_stream import read_stream
+from tests.api.test_ask_stream import read_stream, streamed_text
 
 HOTEL = "How much may employees spend on hotels per night?"
 
@@ -94,7 +94,9 @@ def test_the_stream_sends_steps_then_answer_then_done(world, monkeypatch):
     assert r.status_code == 200 and r["Content-Type"] == "text/event-stream"
     events = [(kind, data) for kind, data in read_stream(r.streaming_content) if kind != "comment"]
     kinds = [kind for kind, _ in events]
-    assert kinds[-2:] == ["answer", "done"] and set(kinds[:-2]) == {"step"}, kinds
+    assert kinds[-2:] == ["answer", "done"] and set(kinds[:-2]) == {"step", "text"}, kinds
+    # The answer's text is streamed, at least a heading and a quote, before `done`: the reader shows it as it comes.
+    assert kinds.count("text") >= 2 and streamed_text(events) == events[-2][1]["answer"]
     steps = [data for kind, data in events if kind == "step"]
     assert steps[0]["name"] == "followup" and [s["ordinal"] for s in steps] == list(range(len(steps)))
     done = events[-1][1]
@@ -113,6 +115,39 @@ def test_delete_hides_the_thread_from_its_owner_and_keeps_its_runs(world):
     assert reader.get("/api/v1/conversations/").json()["results"] == []
     run = world.client("a-admin").get(f"/api/v1/runs/{run_id}/")
     assert run.status_code == 200 and run.json()["conversation"] == cid
+
+
+def test_rename_and_search_are_the_owners_only(world):
+    reader = world.client("a-reader")
+    travel = start(reader)
+    assert say(reader, travel, HOTEL).status_code == 200
+    other = start(reader)
+    r = reader.patch(f"/api/v1/conversations/{other}/", {"title": "  Leave   questions "}, format="json")
+    assert r.status_code == 200 and r.json()["title"] == "Leave questions"
+    assert reader.get(f"/api/v1/conversations/{other}/").json()["title"] == "Leave questions"
+
+    def found(client, q: str) -> list[int]:
+        r = client.get("/api/v1/conversations/", {"q": q})
+        assert r.status_code == 200, r.content
+        return [c["id"] for c in r.json()["results"]]
+
+    assert found(reader, "leave") == [other]  # by title
+    assert found(reader, "SPEND ON HOTELS") == [travel]  # by a question asked in it
+    assert found(reader, "100%_") == []  # wildcards are text
+    assert sorted(found(reader, "")) == sorted([travel, other])
+    for who in ("b-reader", "a-editor", "a-admin"):  # another tenant's user, another principal of the same tenant
+        client = world.client(who)
+        assert client.patch(f"/api/v1/conversations/{travel}/", {"title": "mine"}, format="json").status_code == 404, who
+        assert found(client, "hotels") == [] and found(client, "Travel") == [], who
+    assert reader.get(f"/api/v1/conversations/{travel}/").json()["title"] == "Travel"
+    for body in ({"title": "   "}, {}, {"title": "t" * 201}):
+        r = reader.patch(f"/api/v1/conversations/{other}/", body, format="json")
+        assert r.status_code == 400 and "title" in r.json()["error"]["fields"], body
+    assert reader.get("/api/v1/conversations/", {"q": "a\x00b"}).status_code == 400
+    # A deleted conversation is found by nobody, its owner included.
+    assert reader.delete(f"/api/v1/conversations/{travel}/").status_code == 204
+    assert found(reader, "hotels") == [] and reader.patch(f"/api/v1/conversations/{travel}/", {"title": "x"},
+                                                          format="json").status_code == 404
 
 
 def test_bad_input_is_a_400_on_its_field_and_roles_are_checked(world):

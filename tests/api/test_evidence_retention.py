@@ -67,6 +67,7 @@ def test_evidence_is_visible_only_to_scopes_that_saw_its_department(world):
         assert not Evidence.objects.for_scope(whole_tenant(world.b)).exists()
 
 
+@pytest.mark.tenantless_sql("adversarial: tenant-less UPDATE and DELETE of evidence are refused")
 def test_the_application_role_cannot_change_or_delete_evidence(world):
     from django.db import DatabaseError, connections, transaction
 

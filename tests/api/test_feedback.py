@@ -63,6 +63,7 @@ def test_only_the_asker_rates_and_bad_input_names_its_field(world):
         assert r.status_code == 400 and field in r.json()["error"]["fields"], body
 
 
+@pytest.mark.tenantless_sql("adversarial: tenant-less UPDATE and DELETE of feedback are refused")
 def test_feedback_is_append_only(world):
     run_id = ask(world)
     rate(world, "a-reader", run_id, {"rating": "down", "comment": "wrong"})

@@ -78,7 +78,7 @@ def check_own_tenant_session(world, chunk: Chunk, mine: dict) -> None:
     assert _data(mine["read"])[0]["chunk_id"] == chunk.id
     answer = mine["ask"]
     assert answer["outcome"] == "answered" and "150 EUR" in answer["answer"] and answer["citations"]
-    run = Run.objects.unscoped_dangerously("owner").get(pk=answer["run_id"])
+    run = Run.objects.unscoped_dangerously("owner").get(pk=answer["run_id"], tenant_id=world.a.id)
     public_id = world.keys["a-reader"].split("_")[1]
     assert run.principal == f"key:{public_id} via mcp" and run.tenant_id == world.a.id
     assert verify_tenant_chain(world.a.id).ok
@@ -89,7 +89,7 @@ def check_other_tenant_session(world, chunk: Chunk, theirs: dict) -> None:
     assert {c["name"] for c in theirs["corpora"]} == {f"globex {CANARY}"}
     assert all("150 EUR" not in r["text"] for r in theirs["search"])
     assert _error(theirs["read"]).endswith(f"chunk {chunk.id} not found")
-    assert Run.objects.unscoped_dangerously("owner").get(pk=theirs["ask"]["run_id"]).tenant_id == world.b.id
+    assert Run.objects.unscoped_dangerously("owner").filter(pk=theirs["ask"]["run_id"], tenant_id=world.b.id).exists()
     assert "150 EUR" not in theirs["ask"]["answer"]
 
 
@@ -149,7 +149,7 @@ def test_http_with_a_bearer_key(world, http_server, settings, fixed_lockout_wind
 
     mine = anyio.run(session, world.keys["a-reader"])
     assert mine["tools"] >= TOOLS and "150 EUR" in mine["search"][0]["text"]
-    run = Run.objects.unscoped_dangerously("owner").get(pk=mine["ask"]["run_id"])
+    run = Run.objects.unscoped_dangerously("owner").get(pk=mine["ask"]["run_id"], tenant_id=world.a.id)
     assert run.principal.endswith(" via mcp") and run.tenant_id == world.a.id and mine["ask"]["grounded"]
     assert verify_tenant_chain(world.a.id).ok
 

@@ -147,7 +147,7 @@ def test_ask_stream_emits_steps_then_answer(world, monkeypatch):
     steps = [d for e, d in events if e == "step"]
     assert [s["ordinal"] for s in steps] == sorted(s["ordinal"] for s in steps)
     answer = events[-2][1]
-    assert set(answer) == {"answer", "outcome", "grounded", "missing", "citations"}
+    assert set(answer) == {"answer", "answer_html", "outcome", "grounded", "missing", "citations"}
     run_id = events[-1][1]["run_id"]
     detail = world.client("a-auditor").get(f"/api/v1/runs/{run_id}/").json()
     assert len(detail["steps"]) == len(steps)

@@ -5,8 +5,6 @@ Authorization header to the new host)."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from kb.models import Source
@@ -101,8 +99,7 @@ def test_finding_4_s3_credentials_are_bound_to_endpoint_and_bucket(world, settin
 # --- the admin -------------------------------------------------------------------------------------------
 
 def _form(world, **fields) -> dict:
-    return {"name": "Intranet", "corpus": world.shared.id, "kind": "website", "department_rules": "[]",
-            "schedule_minutes": 0, **fields}
+    return {"name": "Intranet", "corpus": world.shared.id, "kind": "website", "schedule_minutes": 0, **fields}
 
 
 ADMIN_DB = pytest.mark.django_db(transaction=True, databases=["default", "owner"])  # staff users: the owner connection
@@ -114,12 +111,14 @@ def test_finding_3_the_admin_form_refuses_metadata_and_shared_addresses(client, 
     client.force_login(staff(world, "admin"))
     for config, field, reason in (({"start_url": "http://100.100.100.200/latest/meta-data/"}, "config.start_url", "cloud metadata"),
                                   ({"start_url": "http://100.64.0.1/"}, "config.start_url", "shared address space")):
-        r = client.post("/admin/kb/source/add/", _form(world, config=json.dumps(config)))
+        r = client.post("/admin/kb/source/add/", _form(world, website_start_url=config["start_url"]))
         page = r.content.decode()
         assert r.status_code == 200 and field in page and reason in page, page[:2000]
-    r = client.post("/admin/kb/source/add/", _form(world, kind="s3", name="Bucket",
-                                                   config=json.dumps({"bucket": "b", "endpoint_url": "http://100.64.0.1"})))
+        assert list(r.context["adminform"].form.errors) == ["website_start_url"]
+    r = client.post("/admin/kb/source/add/", _form(world, kind="s3", name="Bucket", s3_bucket="b",
+                                                   s3_endpoint_url="http://100.64.0.1"))
     assert r.status_code == 200 and "config.endpoint_url" in r.content.decode()
+    assert list(r.context["adminform"].form.errors) == ["s3_endpoint_url"]
     with activate(whole_tenant(world.a)):
         assert not Source.objects.for_scope(whole_tenant(world.a)).exists()
 
@@ -129,21 +128,20 @@ def test_finding_4_the_admin_drops_credentials_when_the_address_changes(client, 
     settings.SOURCES_ALLOW_PRIVATE_HOSTS = True
     first, second = hosts
     client.force_login(staff(world, "admin"))
-    r = client.post("/admin/kb/source/add/", _form(world, config=json.dumps({"start_url": f"http://127.0.0.1:{first.port}/"}),
-                                                   credentials=json.dumps({"authorization": TOKEN})))
+    r = client.post("/admin/kb/source/add/", _form(world, website_start_url=f"http://127.0.0.1:{first.port}/",
+                                                   website_authorization=TOKEN))
     assert r.status_code == 302, r.content.decode()[:2000]
     scope = whole_tenant(world.a)
     with activate(scope):
         source = Source.objects.for_scope(scope).get(name="Intranet")
     assert source.has_secret
     change = f"/admin/kb/source/{source.pk}/change/"
-    r = client.post(change, _form(world, config=json.dumps({"start_url": f"http://127.0.0.1:{second.port}/"})), follow=True)
+    r = client.post(change, _form(world, website_start_url=f"http://127.0.0.1:{second.port}/"), follow=True)
     assert r.status_code == 200 and "stored credentials were removed" in r.content.decode(), r.content.decode()[:2000]
     with activate(scope):
         source.refresh_from_db()
     assert not source.has_secret
-    r = client.post(change, _form(world, config=json.dumps({"start_url": f"http://127.0.0.1:{first.port}/"}),
-                                  credentials=json.dumps({"authorization": TOKEN})))
+    r = client.post(change, _form(world, website_start_url=f"http://127.0.0.1:{first.port}/", website_authorization=TOKEN))
     assert r.status_code == 302
     with activate(scope):
         source.refresh_from_db()

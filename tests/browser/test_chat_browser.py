@@ -6,6 +6,7 @@ the source panel opens inside the screen. Screenshots go to test-artifacts/ (git
 
 from __future__ import annotations
 
+import pytest
 from django.contrib.auth import get_user_model
 
 from tests.api.conftest import World, ingest, world  # noqa: F401  (fixture)
@@ -26,6 +27,13 @@ def on_screen(tab, locator) -> bool:
     box, view = locator.bounding_box(), tab.viewport_size
     return (locator.is_visible() and box is not None and box["x"] >= 0 and box["y"] >= 0
             and box["x"] + box["width"] <= view["width"] and box["y"] + box["height"] <= view["height"])
+
+
+def axe_violations(tab) -> list[str]:
+    """axe-core's serious and critical violations on the page as it is now (rule id and the first offending element)."""
+    axe = pytest.importorskip("axe_playwright_python.sync_playwright").Axe()
+    found = axe.run(tab).response["violations"]
+    return [f"{v['id']}: {v['nodes'][0]['html'][:120]}" for v in found if v.get("impact") in ("serious", "critical")]
 
 
 def test_employee_asks_follows_up_opens_a_source_and_gives_feedback(live_server, world: World, page):  # noqa: F811
@@ -141,3 +149,109 @@ def test_employee_asks_follows_up_opens_a_source_and_gives_feedback(live_server,
     shot(page, "chat-feedback-review")
     exported = page.request.get(f"{live_server.url}/admin/agents/feedback/export.csv?rating=down").text()
     assert "Does not say who approves late taxis" in exported and "taxi rides" in exported
+
+
+def test_an_answer_streams_in_and_conversations_are_renamed_searched_and_deleted(live_server, world: World, page):  # noqa: F811
+    """Issue 52's chat: the answer's text arrives in pieces before the checked answer replaces it; the corpus
+    picker lists only the corpora the employee may see and narrows the question; starter questions on an empty
+    thread; regenerate, copy and stop; a conversation renamed with the keyboard, found by search, deleted."""
+    ingest(world.shared, "Expense Policy", "Meals on business trips are reimbursed up to 40 EUR per day. "
+                                           "Taxi rides after 22:00 are reimbursed up to 60 EUR.")
+    employee = get_user_model().objects.create_user(username="fay", password="chat-horse-9")
+    make_membership(employee, world.a, "reader", departments=[world.sales])
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=live_server.url)
+    page.goto(f"{live_server.url}/")
+    page.fill("#id_username", "fay")
+    page.fill("#id_password", "chat-horse-9")
+    page.click("button[type=submit]")
+    page.wait_for_selector("#question")
+
+    # One mode note in the page; starters from the titles fay may see; a picker of her corpora only.
+    assert "Offline mode" in page.inner_text("#mode-note")
+    starters = page.locator("#starters button").all_inner_texts()
+    assert "What does Expense Policy say about meals?" in starters and not any("Runbook" in s for s in starters), starters
+    page.click("#corpora summary")
+    names = page.locator("#corpora label").all_inner_texts()
+    assert sorted(n.strip() for n in names) == ["sales-only", "shared"], names
+
+    # The text streams in: pieces appended to the draft before the checked answer replaces it.
+    page.evaluate("""() => { window.pieces = 0; window.answered = false;
+        new MutationObserver((records) => { for (const r of records) for (const n of r.addedNodes) {
+            if (n.nodeType === 3 && n.parentElement?.classList.contains('draft') && !window.answered) window.pieces++;
+            if (n.nodeType === 1 && n.classList.contains('a')) window.answered = true; } })
+          .observe(document.getElementById('messages'), {childList: true, subtree: true}); }""")
+    page.locator("#starters button", has_text="What does Expense Policy say about meals?").click()
+    page.wait_for_selector(".turn:nth-child(1) .a")
+    assert page.evaluate("window.pieces") >= 2
+    first = page.locator(".turn").nth(0)
+    assert "40 EUR" in first.locator(".a").inner_text() and first.locator(".a li").count() >= 1  # Markdown list rendered
+    assert "Extractive answer" not in first.inner_text() and page.locator("#starters").is_hidden()
+
+    # Copy puts the answer on the clipboard with its sources listed.
+    first.get_by_role("button", name="Copy the answer with its sources").click()
+    page.wait_for_selector("text=Copied, with its sources.")
+    copied = page.evaluate("navigator.clipboard.readText()")
+    assert "40 EUR" in copied and "Sources:\n[1] Expense Policy" in copied and "[c:" not in copied
+
+    # Regenerate asks the same message again as the next turn.
+    first.get_by_role("button", name="Ask again: What does Expense Policy say about meals?").click()
+    page.wait_for_selector(".turn:nth-child(2) .a")
+    assert page.locator(".turn").nth(1).locator(".q").inner_text() == "What does Expense Policy say about meals?"
+
+    # Only sales-only ticked: the same question finds nothing (the policy is in shared).
+    page.locator("#corpora label", has_text="shared").locator("input").uncheck()
+    assert "sales-only" in page.inner_text("#corpora-summary")
+    page.fill("#question", "How much are meals on business trips reimbursed?")
+    page.keyboard.press("Enter")
+    page.wait_for_selector(".turn:nth-child(3) .a")
+    assert "Not enough evidence" in page.inner_text(".turn:nth-child(3) .a")
+    page.locator("#corpora label", has_text="shared").locator("input").check()
+
+    # Stop: while an answer runs, Stop is shown; pressing it ends the wait at once and says so.
+    page.route("**/messages/stream/", lambda route: None)  # the server never answers this one
+    page.fill("#question", "What about taxis?")
+    page.keyboard.press("Enter")
+    page.wait_for_selector("#stop:not([hidden])")
+    page.click("#stop")
+    page.wait_for_selector("text=Stopped.")
+    page.wait_for_selector("#stop", state="hidden")
+    assert page.locator("#send").is_enabled()
+    page.unroute("**/messages/stream/")
+
+    # Rename with the keyboard, find by search, delete.
+    page.locator("#threads li button[aria-label^='Rename']").first.focus()
+    page.keyboard.press("Enter")
+    page.keyboard.type("My trip costs")  # the title is selected: typing replaces it
+    page.keyboard.press("Enter")
+    page.wait_for_selector("#threads button.open:text-is('My trip costs')")
+    page.click("#new")
+    assert page.locator("#starters").is_visible()
+    page.locator("#starters button").first.click()
+    page.wait_for_selector(".turn:nth-child(1) .a")
+    page.wait_for_function("document.querySelectorAll('#threads li').length === 2")  # the list is read again after the answer
+    page.fill("#thread-search", "TRIP COSTS")  # in the title only
+    page.wait_for_function("document.querySelectorAll('#threads li').length === 1")
+    assert page.inner_text("#threads").strip().startswith("My trip costs")
+    shot(page, "chat-stream-1400")
+    serious = axe_violations(page)
+    assert serious == [], serious
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.locator("#threads li button[aria-label='Delete “My trip costs”']").click()
+    page.wait_for_selector("text=Deleted “My trip costs”.", state="attached")
+    page.fill("#thread-search", "")
+    page.wait_for_function("document.querySelectorAll('#threads li').length === 1")
+    assert "My trip costs" not in page.inner_text("#threads")
+
+    # Every control has a name a screen reader can say; at phone width nothing scrolls sideways and Ask is on screen.
+    unnamed = page.evaluate("""() => [...document.querySelectorAll('button, input, textarea, summary')]
+        .filter((e) => e.offsetParent !== null)
+        .filter((e) => !(e.getAttribute('aria-label') || e.textContent.trim() || (e.id && document.querySelector(`label[for="${e.id}"]`))
+                         || e.closest('label')))
+        .map((e) => e.outerHTML.slice(0, 80))""")
+    assert unnamed == [], unnamed
+    page.set_viewport_size(PHONE)
+    assert overflow(page)["x"] <= 0
+    page.evaluate("window.scrollTo(0, document.scrollingElement.scrollHeight)")  # the question box ends the page
+    shot(page, "chat-stream-phone")
+    assert on_screen(page, page.locator("#send")) and on_screen(page, page.locator("#question")), \
+        (page.locator("#send").bounding_box(), page.viewport_size)

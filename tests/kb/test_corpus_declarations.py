@@ -129,8 +129,8 @@ def test_changing_the_language_recomputes_the_keyword_index(tenant):
     save_corpus(scope=scope, corpus=corpus, changed=["language"])
     assert [h.corpus_id for h in search(scope, "annuelle", k=5, mode="keyword").hits] == [corpus.id]
     with activate(scope), connections["default"].cursor() as cur:
-        cur.execute("SELECT count(*) FROM kb_chunk WHERE corpus_id = %s AND search_vector @@ to_tsquery('french', 'conges')",
-                    [corpus.id])
+        cur.execute("SELECT count(*) FROM kb_chunk WHERE tenant_id = %s AND corpus_id = %s "
+                    "AND search_vector @@ to_tsquery('french', 'conges')", [scope.tenant_id, corpus.id])
         assert cur.fetchone()[0] == Chunk.objects.for_scope(scope).filter(corpus=corpus).count() > 0
 
 

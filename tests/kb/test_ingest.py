@@ -21,7 +21,7 @@ from kb.ingest import vectors as ingest_vectors
 from kb.models import Chunk, Corpus, Document, EmbeddingCache, IngestJob
 from kb.vector_index import ensure_vector_index, index_name
 from tenants.scope import activate
-from tests.factories import make_tenant, whole_tenant
+from tests.factories import as_stored, make_tenant, whole_tenant
 from tests.fakes import embedders as fake_embedders
 from tests.kb import _transactional  # noqa: F401  (flush transactional tests as owner)
 
@@ -93,11 +93,11 @@ def test_upload_runs_eagerly_without_broker_and_writes_searchable_chunks(scope, 
     assert all(c.content_hash == sha(c.text) and c.tenant_id == scope.tenant_id for c in chunks)
     with activate(scope), connections["default"].cursor() as cur:
         # The title is searchable through every chunk; body words through theirs.
-        cur.execute("SELECT count(*) FROM kb_chunk WHERE document_id = %s AND search_vector @@ plainto_tsquery('english', 'travel policy')",
-                    [doc.pk])
+        cur.execute("SELECT count(*) FROM kb_chunk WHERE tenant_id = %s AND document_id = %s "
+                    "AND search_vector @@ plainto_tsquery('english', 'travel policy')", [scope.tenant_id, doc.pk])
         assert cur.fetchone()[0] == len(chunks)
-        cur.execute("SELECT ordinal FROM kb_chunk WHERE document_id = %s AND search_vector @@ plainto_tsquery('english', 'hotels')",
-                    [doc.pk])
+        cur.execute("SELECT ordinal FROM kb_chunk WHERE tenant_id = %s AND document_id = %s "
+                    "AND search_vector @@ plainto_tsquery('english', 'hotels')", [scope.tenant_id, doc.pk])
         assert [r[0] for r in cur.fetchall()] == [0]
 
 
@@ -330,7 +330,7 @@ def test_reembed_switches_atomically_and_keeps_old_model_until_then(scope, corpu
     chunks = chunks_of(scope, doc)
     assert {c.embedding_model for c in chunks} == {"hash:32"} and {len(c.embedding) for c in chunks} == {32}
     for c in chunks:
-        assert list(c.embedding) == pytest.approx(HashEmbedder(32).embed([c.text])[0], abs=1e-6)
+        assert list(c.embedding) == pytest.approx(as_stored(HashEmbedder(32).embed([c.text])[0]), rel=1e-6, abs=1e-9)
     job = refresh(scope, job)
     assert (job.status, job.chunks_done, job.chunks_total) == ("done", n, n)
     assert run_reembed_job(job_id=job.pk, tenant_id=scope.tenant_id) == "skipped"
@@ -341,7 +341,7 @@ def test_reembed_switches_atomically_and_keeps_old_model_until_then(scope, corpu
         assert EmbeddingCache.objects.for_scope(scope).filter(model_key="hash:32").count() >= n
 
 
-def test_ensure_vector_index_uses_vector_or_halfvec_by_dimension():
+def test_ensure_vector_index_is_on_halfvec_at_every_dimension():
     small = ensure_vector_index("test-model:8", 8)
     big = ensure_vector_index("gemini-embedding-001:3072", 3072)
     assert small == index_name("test-model:8") == "chunk_hnsw_test_model_8"
@@ -349,7 +349,8 @@ def test_ensure_vector_index_uses_vector_or_halfvec_by_dimension():
     with connections["owner"].cursor() as cur:
         cur.execute("SELECT indexname, indexdef FROM pg_indexes WHERE indexname IN (%s, %s)", [small, big])
         defs = dict(cur.fetchall())
-    assert "hnsw" in defs[small] and "vector(8)" in defs[small] and "'test-model:8'" in defs[small]
+    assert "hnsw" in defs[small] and "halfvec(8)" in defs[small] and "'test-model:8'" in defs[small]
+    assert "halfvec_cosine_ops" in defs[small]
     assert "halfvec(3072)" in defs[big] and "halfvec_cosine_ops" in defs[big]
     assert index_name("minilm-l6-v2:384") == "chunk_hnsw_minilm_l6_v2_384"  # the migration's own index
     assert len(index_name("x" * 200 + ":8")) <= 63
@@ -541,6 +542,6 @@ def test_a_target_above_the_models_window_gives_chunks_of_the_target_embedded_by
     for chunk in chunks:  # the hash model takes any length, so the windows show as a (small) difference
         windowed = embed_windowed(HashEmbedder(dim=64), [chunk.text])[0]
         whole = HashEmbedder(dim=64).embed([chunk.text])[0]
-        assert list(chunk.embedding) == pytest.approx(list(windowed), abs=1e-6)
+        assert list(chunk.embedding) == pytest.approx(as_stored(windowed), rel=1e-6, abs=1e-9)
         if chunk.token_count > 512:
-            assert max(abs(a - b) for a, b in zip(chunk.embedding, whole, strict=True)) > 1e-4
+            assert max(abs(a - b) for a, b in zip(windowed, whole, strict=True)) > 1e-4

@@ -27,8 +27,8 @@ def _chunks(tenant, texts: list[str]) -> list[Chunk]:
                                     char_end=len(t), content_hash=hashlib.sha256(t.encode()).hexdigest())
                for i, t in enumerate(texts)]
         with connections["default"].cursor() as cur:
-            cur.execute("UPDATE kb_chunk SET search_vector = to_tsvector(%s::regconfig, text) WHERE corpus_id = %s",
-                        [c.language, c.id])
+            cur.execute("UPDATE kb_chunk SET search_vector = to_tsvector(%s::regconfig, text) "
+                        "WHERE tenant_id = %s AND corpus_id = %s", [c.language, c.tenant_id, c.id])
     return out
 
 

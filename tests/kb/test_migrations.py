@@ -9,42 +9,15 @@ this checks the values, not the tenant-by-tenant loop.)
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 from django.db import connections
-from django.db.migrations.executor import MigrationExecutor
+
+from tests.kb.scratch_database import migrate_to, scratch_alias  # noqa: F401  (fixture)
 
 BEFORE = ("kb", "0004_chunk_sentences")
 AFTER = ("kb", "0005_sentence_lexemes")
 
 
-@pytest.fixture
-def scratch_alias(django_db_blocker):
-    """A connection alias to a new, empty database on the owner's server, dropped afterwards."""
-    owner = connections["owner"]
-    name = f"{owner.settings_dict['NAME']}_migr_{uuid.uuid4().hex[:8]}"
-    alias = f"migrations_{uuid.uuid4().hex[:8]}"
-    with django_db_blocker.unblock():
-        with owner._nodb_cursor() as cur:
-            cur.execute(f'CREATE DATABASE "{name}"')
-        connections.settings[alias] = {**owner.settings_dict, "NAME": name}
-        try:
-            yield alias
-        finally:
-            connections[alias].close()
-            del connections[alias]
-            del connections.settings[alias]
-            with owner._nodb_cursor() as cur:
-                cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-def _migrate(alias: str, target: tuple[str, str]):
-    """Migrate `alias` to `target` (and what it depends on); the historical apps at that state."""
-    executor = MigrationExecutor(connections[alias])
-    executor.migrate([target])
-    executor.loader.build_graph()
-    return executor.loader.project_state([target]).apps
 
 
 def _sentences_before_0005(alias: str, apps, tenant_name: str, text: str, spans: list[tuple[int, int]]) -> list[int]:
@@ -62,15 +35,16 @@ def _sentences_before_0005(alias: str, apps, tenant_name: str, text: str, spans:
             for i, (s, e) in enumerate(spans)]
 
 
-def test_0005_fills_the_lexemes_of_every_tenants_sentences_from_their_offsets(scratch_alias):
+@pytest.mark.tenantless_sql("reads every tenant's rows as the owner to check what a migration wrote")
+def test_0005_fills_the_lexemes_of_every_tenants_sentences_from_their_offsets(scratch_alias):  # noqa: F811  (the fixture)
     alias = scratch_alias
-    apps = _migrate(alias, BEFORE)
+    apps = migrate_to(alias, BEFORE)
     travel = "Read this first. Hotels are reimbursed up to 180 euros a night."
     leave = "Leave rules. Parental leave lasts sixteen weeks."
     acme = _sentences_before_0005(alias, apps, "Acme", travel, [(0, 16), (17, len(travel))])
     globex = _sentences_before_0005(alias, apps, "Globex", leave, [(13, len(leave))])
 
-    _migrate(alias, AFTER)
+    migrate_to(alias, AFTER)
 
     with connections[alias].cursor() as cur:
         cur.execute("SELECT id, lexemes FROM kb_chunksentence ORDER BY id")

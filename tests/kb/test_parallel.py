@@ -35,7 +35,8 @@ def _corpus_with(tenant, texts: list[str], marker: str) -> None:
     for i, text in enumerate(texts):
         chunk = make_chunk(corpus, f"{text} {marker}", title=f"Policy {i}", embedding=emb.embed([f"{text} {marker}"])[0])
         with activate(scope), connections["default"].cursor() as cur:
-            cur.execute("UPDATE kb_chunk SET search_vector = to_tsvector('english', text) WHERE id = %s", [chunk.id])
+            cur.execute("UPDATE kb_chunk SET search_vector = to_tsvector('english', text) WHERE tenant_id = %s AND id = %s",
+                        [chunk.tenant_id, chunk.id])
 
 
 @pytest.fixture

@@ -50,8 +50,8 @@ def chunk(d: Document, text: str, embedding: list[float] | None = None, ordinal:
             content_hash=hashlib.sha256(text.encode()).hexdigest(), embedding=embedding,
             embedding_model=model_key or c.model_key)
         with connections["default"].cursor() as cur:
-            cur.execute("UPDATE kb_chunk SET search_vector = to_tsvector(%s::regconfig, %s || ' ' || text) WHERE id = %s",
-                        [c.language, d.title, ch.id])
+            cur.execute("UPDATE kb_chunk SET search_vector = to_tsvector(%s::regconfig, %s || ' ' || text) "
+                        "WHERE tenant_id = %s AND id = %s", [c.language, d.title, ch.tenant_id, ch.id])
     return ch
 
 
@@ -371,8 +371,8 @@ def test_keyword_scores_are_bm25():
         terms = [r[0] for r in cur.fetchall()]
         tfs = []
         for ch in chunks:
-            cur.execute("SELECT lexeme, array_length(positions, 1) FROM unnest((SELECT search_vector FROM kb_chunk WHERE id = %s))",
-                        [ch.id])
+            cur.execute("SELECT lexeme, array_length(positions, 1) FROM unnest((SELECT search_vector FROM kb_chunk "
+                        "WHERE tenant_id = %s AND id = %s))", [ch.tenant_id, ch.id])
             tfs.append(dict(cur.fetchall()))
     n = len(chunks)
     lengths = [len(t) for t in texts]
@@ -433,6 +433,7 @@ def test_keyword_candidates_capped_by_count(settings):
     assert res.path == "bm25(candidates from 2/3 terms)"
 
 
+@pytest.mark.tenantless_sql("adversarial: a keyword match with no tenant term is filtered by RLS alone")
 def test_keyword_match_uses_the_gin_index_under_rls():
     """Under RLS a condition can only drive an index when its function is LEAKPROOF (migration kb 0003)."""
     tenant = make_tenant("Gin")

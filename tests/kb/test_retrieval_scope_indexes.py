@@ -277,7 +277,8 @@ def test_keyword_candidates_widen_in_scope_terms_before_every_lexeme(settings):
                 for i, t in enumerate(chunks)])
             made[part] = [r.id for r in rows]
         with connections["default"].cursor() as cur:
-            cur.execute("UPDATE kb_chunk SET search_vector = to_tsvector('english', text) WHERE corpus_id = %s", [c.id])
+            cur.execute("UPDATE kb_chunk SET search_vector = to_tsvector('english', text) "
+                        "WHERE tenant_id = %s AND corpus_id = %s", [c.tenant_id, c.id])
     only_a = SearchFilters(metadata={"part": "a"})
     # narwhal (df 2) fits the cap of 3, otter (df 4) does not: one narwhal chunk is in part a, fewer
     # than k. In scope (a quarter of the chunks) the budget is 12: narwhal + otter, not walrus (10).

@@ -10,7 +10,7 @@ from kb.models import Chunk, ChunkSentence, Corpus, Document
 from kb.retrieval import search
 from kb.sentences import fuse, sentence_spans
 from tenants.scope import activate
-from tests.factories import make_tenant, whole_tenant
+from tests.factories import as_stored, make_tenant, whole_tenant
 from tests.kb import _transactional  # noqa: F401  (flush transactional tests as owner)
 
 pytestmark = pytest.mark.django_db(databases=["default", "owner"])
@@ -100,6 +100,7 @@ def test_sentences_are_written_with_chunks_replaced_and_deleted_with_them(tenant
         assert cur.fetchone()[0] == 0
 
 
+@pytest.mark.tenantless_sql("adversarial: SQL with no tenant term sees no other tenant's sentences (RLS)")
 def test_sentence_rows_are_invisible_to_another_tenant(tenant, scope, upload):
     upload(make_corpus(tenant, scope, "Reserve", sentence_vectors=True), "a.txt", DOCS["a.txt"])
     other = whole_tenant(make_tenant("Rivals"))
@@ -135,12 +136,13 @@ def test_rerank_counts_the_query_terms_one_sentence_holds(tenant, scope, upload)
     with activate(scope):
         plain = [name_of[h.document_id] for h in search(scope, QUERY, k=4, mode="hybrid").hits]
     with activate(scope), connections["default"].cursor() as cur:  # every sentence one vector: the vector side ties
-        cur.execute("UPDATE kb_chunksentence SET embedding = (SELECT embedding FROM kb_chunksentence LIMIT 1) WHERE tenant_id = %s",
-                    [tenant.pk])
+        cur.execute("UPDATE kb_chunksentence SET embedding = (SELECT embedding FROM kb_chunksentence WHERE tenant_id = %s "
+                    "LIMIT 1) WHERE tenant_id = %s", [tenant.pk, tenant.pk])
     with_terms = order()
     with activate(scope), connections["default"].cursor() as cur:  # now a.txt's sentences lose their lexemes too
-        cur.execute("UPDATE kb_chunksentence s SET lexemes = '{}' FROM kb_chunk c WHERE c.id = s.chunk_id AND c.document_id = %s",
-                    [docs["a.txt"].pk])
+        cur.execute("UPDATE kb_chunksentence s SET lexemes = '{}' FROM kb_chunk c WHERE s.tenant_id = %s "
+                    "AND c.id = s.chunk_id AND c.tenant_id = s.tenant_id AND c.document_id = %s",
+                    [tenant.pk, docs["a.txt"].pk])
     without = order()
     # b.txt leads the hybrid order; a.txt's one sentence holding every query term lifts it above b.txt
     # by terms alone, and without its lexemes it falls back behind.
@@ -197,7 +199,7 @@ def test_reembed_moves_the_sentences_with_their_chunks_and_the_rerank_keeps_work
     assert rows and {r.embedding_model for r in rows} == {"hash:128"}
     for r in rows:
         text = r.chunk.text[r.char_start:r.char_end]
-        assert list(r.embedding) == pytest.approx(embed_windowed(HashEmbedder(128), [text], "document")[0], abs=1e-6)
+        assert list(r.embedding) == pytest.approx(as_stored(embed_windowed(HashEmbedder(128), [text], "document")[0]), rel=1e-6, abs=1e-9)
     assert (job.status, job.stage) == ("done", "done")
     # The re-rank scores sentences of the chunks' model only: it still promotes a.txt's sentence.
     with activate(scope):

@@ -95,6 +95,7 @@ class _Rollback(Exception):
 
 
 @pytest.mark.django_db(databases=["default", "owner"], transaction=True)
+@pytest.mark.tenantless_sql("adversarial: a forger's one-byte edits as the owner, by row id")
 def test_one_byte_change_in_any_trace_column_breaks_the_chain(reliability):
     """Audit integrity: a one-byte change in any column of a run, step or citation row is detected"""
     tenant = make_tenant("Acme")
@@ -124,6 +125,7 @@ def test_one_byte_change_in_any_trace_column_breaks_the_chain(reliability):
 
 
 @pytest.mark.django_db(databases=["default", "owner"], transaction=True)
+@pytest.mark.tenantless_sql("adversarial: a forger's edit as the owner, by row id")
 def test_verify_chain_command_reports_a_changed_citation_byte(reliability):
     """Audit integrity: `manage.py verify_chain` exits non-zero and names the run after a one-byte change"""
     tenant = make_tenant("Acme")
@@ -141,6 +143,7 @@ def test_verify_chain_command_reports_a_changed_citation_byte(reliability):
 
 
 @pytest.mark.django_db(databases=["default", "owner"])
+@pytest.mark.tenantless_sql("adversarial: every UPDATE, DELETE and TRUNCATE the application role could try")
 def test_app_role_cannot_change_any_column_of_finished_runs(reliability):
     """Audit integrity: UPDATE of every column, DELETE and TRUNCATE of trace rows fail for the application role"""
     tenant = make_tenant("Acme")

@@ -103,6 +103,7 @@ def _count(table: str, side: Side, tenant: int | None) -> int:
     return sql(f"SELECT count(*) FROM {table} WHERE {where}", params, tenant=tenant)[1][0][0]
 
 
+@pytest.mark.tenantless_sql("adversarial: SQL that omits the tenant must still see only the RLS tenant's rows")
 def test_other_tenants_principals_are_invisible_and_unchangeable(sides):
     a, b = sides
     for table, (where, params) in _owned(b).items():
@@ -121,6 +122,7 @@ def test_other_tenants_principals_are_invisible_and_unchangeable(sides):
     assert sql("SELECT secret_hash FROM tenants_apikey WHERE public_id = %s", [b.raw_key.split("_")[1]], tenant=a.tenant_id)[1] == []
 
 
+@pytest.mark.tenantless_sql("adversarial: SQL without a tenant sees and changes nothing")
 def test_nothing_is_visible_without_a_tenant(sides):
     for table in _owned(sides[0]):
         assert sql(f"SELECT count(*) FROM {table}", tenant=None)[1] == [(0,)], table
@@ -141,6 +143,21 @@ def test_rows_for_another_tenant_cannot_be_inserted(sides):
         assert "row-level security" in refused(statement, params, tenant=a.tenant_id), statement
 
 
+@pytest.mark.tenantless_sql("reads the links by their parent's id to check the tenant the database gave them")
+def test_links_carry_their_parents_tenant_and_a_user_keeps_one_home(sides):
+    """Tenants 0008: Django's `.set()` filled each link's tenant (the column's default, the proven tenant), and
+    with the homes keyed by (tenant_id, user_id) a second tenant still cannot give another tenant's user a home
+    there (the auth_user guard would then let it change that user's password)."""
+    a, b = sides
+    for table, column, parent in [("tenants_apikey_departments", "apikey_id", a.key_id),
+                                  ("tenants_membership_departments", "membership_id", a.member_id)]:
+        rows = sql(f"SELECT tenant_id, department_id FROM {table} WHERE {column} = %s", [parent], tenant=a.tenant_id)[1]
+        assert rows == [(a.tenant_id, a.department_id)], table
+    assert "tenants_tenantuser_one_home" in refused(
+        "INSERT INTO tenants_tenantuser (tenant_id, user_id) VALUES (%s, %s)", [b.tenant_id, a.user_id], tenant=b.tenant_id)
+
+
+@pytest.mark.tenantless_sql("adversarial: raw link inserts that leave the tenant to the database's default")
 def test_a_key_or_member_cannot_be_linked_to_another_tenants_department(sides):
     a, b = sides
     for table, column, parent in [("tenants_apikey_departments", "apikey_id", a.key_id),

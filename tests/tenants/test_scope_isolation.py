@@ -73,6 +73,7 @@ def raw_texts(sql_tenant: int | None) -> set[str]:
         return {r[0] for r in cur.fetchall()}
 
 
+@pytest.mark.tenantless_sql("adversarial: raw SQL without a tenant term sees only the RLS tenant's rows")
 def test_rls_hides_other_tenants_from_raw_sql(two_tenants):
     a, b = two_tenants
     assert raw_texts(None) == set()  # no tenant set: nothing, not everything

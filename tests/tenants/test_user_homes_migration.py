@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.kb.test_migrations import _migrate, scratch_alias  # noqa: F401  (fixture)
 
 
+@pytest.mark.tenantless_sql("reads every tenant's rows as the owner to check what a migration wrote")
 def test_0004_gives_single_tenant_users_their_home_and_leaves_the_others(scratch_alias):  # noqa: F811
     alias = scratch_alias
     apps = _migrate(alias, ("tenants", "0003_row_level_security"))

@@ -1,8 +1,8 @@
-"""Django's PostgreSQL backend, pointed at the embedded server, which it starts on first use."""
-
-from django.db.backends.postgresql import base
+"""Django's PostgreSQL backend (as tenants.db_backend: tables keyed by tenant), pointed at the embedded server,
+which it starts on first use."""
 
 from kb.embedded.postgres import ensure_server
+from tenants.db_backend import base
 
 
 class DatabaseWrapper(base.DatabaseWrapper):

@@ -18,7 +18,7 @@ from django.db import connections
 from kb.models import Source
 from kb.sources.sync import request_sync, schedule_due_sources
 from tenants.conf import product_settings
-from tenants.scope import NotAllowed, Scope, activate
+from tenants.scope import NotAllowed, Scope, across_tenants, activate
 
 logger = logging.getLogger(__name__)
 
@@ -32,7 +32,9 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, source: int | None, loop: bool, **options: Any) -> None:
         if source is not None:
-            row = Source.objects.unscoped_dangerously(using="owner").filter(pk=source).values_list("tenant_id", flat=True).first()
+            with across_tenants("maintenance command: the tenant of the source named on the command line"):
+                row = (Source.objects.unscoped_dangerously(using="owner").filter(pk=source)
+                       .values_list("tenant_id", flat=True).first())
             if row is None:
                 raise CommandError(f"no source {source}")
             scope = Scope.system(row, principal="manage.py sync_sources")

@@ -1,0 +1,1 @@
+"""The database ENGINE for a DATABASE_URL: Django's PostgreSQL backend for tables keyed by tenant (base.py)."""
