@@ -64,8 +64,10 @@ class Standby:
         return str(POSTGRES_BIN_PATH / name)
 
     def run(self, *args: str, timeout: float = 120) -> str:
-        out = subprocess.run(list(args), check=True, capture_output=True, text=True, timeout=timeout,
+        out = subprocess.run(list(args), check=False, capture_output=True, text=True, timeout=timeout,
                              user=self.system_user, cwd="/")
+        if out.returncode:  # the command's own words, not only its status
+            raise RuntimeError(f"{Path(args[0]).name} exited with {out.returncode}: {out.stderr.strip() or out.stdout.strip()}")
         return out.stdout
 
     def primary_sql(self, sql: str, params: tuple = ()) -> list[tuple]:
@@ -130,8 +132,18 @@ def build_standby(folder: Path) -> Standby:
     if system_user is not None:
         shutil.chown(folder, system_user, system_user)
     folder.chmod(0o700)
-    standby.run(standby.bin("pg_basebackup"), "-h", str(primary), "-p", str(primary_port), "-U", "postgres",
-                "-D", str(folder), "-R", "-X", "stream", "-c", "fast", "--no-sync")
+    for attempt in range(3):  # a primary restarting under another test (reliability faults) refuses for a moment
+        try:
+            standby.run(standby.bin("pg_basebackup"), "-h", str(primary), "-p", str(primary_port), "-U", "postgres",
+                        "-D", str(folder), "-R", "-X", "stream", "-c", "fast", "--no-sync")
+            break
+        except RuntimeError:
+            if attempt == 2:
+                raise
+            ensure_server()
+            for leftover in folder.iterdir():  # pg_basebackup wants an empty folder
+                shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink()
+            time.sleep(2)
     # The copy carries the primary's ALTER SYSTEM settings (1 GB of shared buffers): a test standby needs little.
     with open(folder / "postgresql.auto.conf", "a") as conf:
         conf.write(f"\ncluster_name = '{APPLICATION_NAME}'\nshared_buffers = '64MB'\nhot_standby = on\n"

@@ -9,7 +9,15 @@ errors, unreadable replies) are ours, with exponential backoff; the SDK's own ar
 Every call is bounded like the OpenAI-compatible one: `max_output_tokens` from the request, a
 per-request timeout that never passes the request's deadline, and a streamed reply
 (`streamGenerateContent`) that is closed, connection and all, when the deadline comes first.
-The finish reason MAX_TOKENS becomes finish_reason "length" on the turn.
+The finish reason MAX_TOKENS becomes finish_reason "length" on the turn. A stream that ends without
+any finish reason (the connection closed mid-reply) is cut: retried like any unreadable reply.
+
+Every call streams, so a request with `on_text` (the answer's text, agents.streaming) gets each
+chunk's answer text as it arrives: the chat shows a Gemini answer as it is generated, whatever the
+turn. A turn that calls tools may stream text first; the caller drops it (TextStream.clear). A
+retried call sends its text again from the start, which the caller's TextStream.finish sets right
+with a reset. Thoughts are never sent. The turn itself is assembled from all the chunks
+(`from_chunks`), so text, function calls, usage and finish reason are what they would be unstreamed.
 """
 
 from __future__ import annotations
@@ -96,16 +104,28 @@ class GeminiProvider:
                 for chunk in stream:
                     check_reply_deadline(request.deadline)
                     chunks.append(chunk)
+                    if request.on_text is not None:
+                        for piece in answer_text(chunk):
+                            request.on_text(piece)
             finally:
                 # google-genai declares an Iterator; it returns a generator, whose close() ends the HTTP response too.
                 stream.close()  # type: ignore[attr-defined]
             if not any(c.candidates for c in chunks) and not any(c.prompt_feedback and c.prompt_feedback.block_reason for c in chunks):
                 raise errors.UnknownApiResponseError("response has no candidates")
+            if any(c.candidates for c in chunks) and not any(c.candidates and c.candidates[0].finish_reason for c in chunks):
+                raise errors.UnknownApiResponseError("the stream ended before the reply was finished (no finish reason)")
             return chunks
 
         chunks = with_retries(call, attempts=self.max_attempts, backoff_s=self.backoff_s, classify=_retryable,
                               sleep=self.sleep, deadline=request.deadline, what=f"gemini {self.model}")
         return from_chunks(chunks)
+
+
+def answer_text(chunk: types.GenerateContentResponse) -> list[str]:
+    """The pieces of answer text in one streamed chunk (thoughts and function calls are not answer text)."""
+    candidate = chunk.candidates[0] if chunk.candidates else None
+    parts = (candidate.content.parts or []) if candidate is not None and candidate.content is not None else []
+    return [part.text for part in parts if part.text and not part.thought and part.function_call is None]
 
 
 def to_contents(messages: tuple[Message, ...] | list[Message]) -> list[types.Content]:

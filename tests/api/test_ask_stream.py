@@ -149,3 +149,26 @@ def test_a_reader_that_leaves_stops_the_run_after_its_step_in_progress():
             time.sleep(0.05)
         assert run is not None and run.outcome == "failed" and run.error.startswith("RunStopped: the asker stopped the run")
         assert [s.name for s in run_steps(scope, run.id)] == ["agent", "facets", "agent"]  # nothing after the step in progress
+
+
+@pytest.mark.django_db(databases=["default", "owner"], transaction=True)
+def test_a_gemini_answer_streams_as_its_chunks_arrive_before_the_answer_event():
+    """Gemini's streamGenerateContent chunks (tests.fakes.fake_gemini: 16 characters each) become `text`
+    events as they arrive: a one-sentence answer, which sentence splitting would send whole, arrives in
+    several events before `answer`, and the events from the last reset are the stored answer."""
+    from agents.providers.gemini import GeminiProvider  # the Gemini SDK: only this test needs it
+    from tests.fakes.fake_gemini import FakeGemini, calls, text
+
+    tenant = make_tenant("Acme")
+    _, chunks = make_policy_corpus(tenant)
+    scope = whole_tenant(tenant)
+    answer = f"Per the travel policy hotel nights are reimbursed as stated [c:{chunks['travel2'].id}]"
+    with FakeGemini([calls(("search", {"query": "hotel night"}))], when_exhausted=text(answer)) as fake:
+        gemini = GeminiProvider(api_key="test-key", model="gemini-test", base_url=fake.base_url, backoff_s=0)
+        events = read_stream(agent_views.ask_events(scope, "How much is a hotel night?", "agentic",
+                                                    asker=lambda **kwargs: ask(provider=gemini, spend_budget=False, **kwargs)))
+    kinds = [kind for kind, _ in events if kind != "comment"]
+    assert kinds[-2:] == ["answer", "done"], events
+    texts = [data for kind, data in events if kind == "text" and data is not None]
+    last_reset = max(i for i, data in enumerate(texts) if data["reset"])
+    assert len(texts[last_reset:]) >= 2 and streamed_text(events) == events[-2][1]["answer"] == answer

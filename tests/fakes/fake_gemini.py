@@ -11,7 +11,10 @@ A script item is a turn (`text`, `calls`), an error (`status(429)`), a broken bo
 or a callable taking the request body and returning one of those. Misbehaviours: `cut_off(turn)`
 (finish reason MAX_TOKENS), `slow(seconds, turn)`, `never_stops()` (streams text until the
 client goes), `close_connection()` (drops the socket without a reply), `echo` (the last user turn
-back, as a tiny model does). `streamGenerateContent` is served as SSE; `single_slot=True` makes
+back, as a tiny model does). `streamGenerateContent` is served as SSE, one event per chunk as the
+API streams them (`stream_chunks`: text in `chunk_chars` pieces, usage and finish reason on the last),
+`paced(seconds, turn)` spacing them; `fails_mid_stream(turn)` ends with an error event,
+`drops_mid_stream(turn)` with a closed connection, each after some chunks. `single_slot=True` makes
 the server generate one reply at a time, like a self-hosted server with one slot, so a reply
 nobody stopped delays the next request. As in tests.fakes.fake_openai, `drop_system=True` /
 `ignore_tools=True` model a server that loses the system instruction and the function
@@ -103,10 +106,45 @@ def close_connection() -> Turn:
     return {"close": True}
 
 
+def paced(seconds: float, turn: Turn) -> Turn:
+    """The turn's streamed chunks `seconds` apart, as a model generating them."""
+    return {**turn, "interval": seconds}
+
+
+def fails_mid_stream(turn: Turn, *, after: int = 1, code: int = 503) -> Turn:
+    """Streams `after` chunks of the turn, then an error event ({"error": {"code": ...}}), as the API does."""
+    return {**turn, "fail_after": after, "fail_code": code}
+
+
+def drops_mid_stream(turn: Turn, *, after: int = 1) -> Turn:
+    """Streams `after` chunks of the turn, then closes the connection (no finish reason ever sent)."""
+    return {**turn, "drop_after": after}
+
+
+def stream_chunks(turn: Turn, chunk_chars: int) -> list[dict]:
+    """The turn as streamGenerateContent chunks, as the API streams them: text in pieces of `chunk_chars`
+    (0: whole), a function call whole in its own chunk, the finish reason and the full usage on the last
+    chunk (earlier ones report the prompt's tokens only)."""
+    parts: list[dict] = []
+    for part in turn["parts"]:
+        value = part.get("text")
+        if value and chunk_chars > 0 and set(part) == {"text"}:
+            parts += [{"text": value[i:i + chunk_chars]} for i in range(0, len(value), chunk_chars)]
+        else:
+            parts.append(part)
+    prompt, output = turn.get("usage", (0, 0))
+    chunks = [{"candidates": [{"content": {"role": "model", "parts": [p]}, "index": 0}],
+               "usageMetadata": {"promptTokenCount": prompt}, "modelVersion": "fake-gemini"} for p in parts or [{"text": ""}]]
+    chunks[-1]["candidates"][0]["finishReason"] = turn.get("finish", "STOP")
+    chunks[-1]["usageMetadata"] = {"promptTokenCount": prompt, "candidatesTokenCount": output, "totalTokenCount": prompt + output}
+    return chunks
+
+
 class FakeGemini:
     def __init__(self, script: list[ScriptItem], *, when_exhausted: ScriptItem | None = None, single_slot: bool = False,
-                 drop_system: bool = False, ignore_tools: bool = False) -> None:
+                 drop_system: bool = False, ignore_tools: bool = False, chunk_chars: int = 16) -> None:
         self.script = list(script)
+        self.chunk_chars = chunk_chars  # streamed text arrives in pieces of this many characters (0: whole)
         self.single_slot, self.drop_system, self.ignore_tools = single_slot, drop_system, ignore_tools
         self.slot = threading.Lock()
         self.active = 0  # replies being generated right now
@@ -218,8 +256,27 @@ class FakeGemini:
                     "modelVersion": "fake-gemini",
                 }
                 if streamed:
-                    return self._send_sse([payload])
+                    return self._stream(turn, stream_chunks(turn, fake.chunk_chars))
                 return self._send(200, payload)
+
+            def _stream(self, turn: Turn, payloads: list[dict]) -> None:
+                """The chunks as SSE events, one write each, `interval` apart; `fail_after` / `drop_after`
+                end the stream after that many with an error event / a closed connection."""
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()  # no Content-Length: HTTP/1.0, the body ends when the connection closes
+                for i, p in enumerate(payloads):
+                    if turn.get("drop_after") == i:
+                        self.close_connection = True
+                        return
+                    if turn.get("fail_after") == i:
+                        error = {"error": {"code": turn["fail_code"], "message": "fake error mid-stream", "status": "UNAVAILABLE"}}
+                        self.wfile.write(f"data: {json.dumps(error)}\r\n\r\n".encode())
+                        return
+                    if i and turn.get("interval"):
+                        time.sleep(turn["interval"])
+                    self.wfile.write(f"data: {json.dumps(p)}\r\n\r\n".encode())
+                    self.wfile.flush()
 
             def _forever(self, turn: Turn) -> None:
                 self.send_response(200)
@@ -235,14 +292,6 @@ class FakeGemini:
                     with fake._lock:
                         fake.abandoned += 1
                     self.close_connection = True
-
-            def _send_sse(self, payloads: list[dict]) -> None:
-                data = b"".join(f"data: {json.dumps(p)}\r\n\r\n".encode() for p in payloads)
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
 
             def _send(self, code: int, payload: dict) -> None:
                 self._send_bytes(code, json.dumps(payload).encode())

@@ -229,6 +229,9 @@ API_PROBES: dict[str, dict[str, Callable[[CanaryWorld, Side, str], list[Req]]]] 
     "password_reset_done": {"get": probe_static("/password-reset/sent/")},
     "password_reset_confirm": {m: probe_static("/password-reset/MQ/not-a-token/") for m in ("get", "post", "put")},
     "admin_password_reset": {m: probe_static("/admin/password-reset/") for m in ("get", "post", "put")},
+    # Single sign-on (api/oidc.py; 404 unless configured): the provider's code and state name no id of ours.
+    "oidc_authentication_init": {"get": probe_static("/oidc/authenticate/")},
+    "oidc_authentication_callback": {"get": probe_static("/oidc/callback/?code=probe&state=probe")},
     "conversation-list": {"get": probe_list("/api/v1/conversations/", "conversation_ids", lambda s: [{}]),
                           "post": probe_static("/api/v1/conversations/")},
     "conversation-detail": {"get": _path_probe("/api/v1/conversations/{id}/", "conversation_ids"),

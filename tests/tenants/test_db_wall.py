@@ -20,7 +20,7 @@ from tenants import db_wall
 from tenants.models import ApiKey
 from tests.factories import make_chunk, make_corpus, make_membership, make_tenant
 from tests.kb import _transactional  # noqa: F401  (flush transactional tests as owner)
-from tests.kb.test_migrations import _migrate, scratch_alias  # noqa: F401  (fixture)
+from tests.kb.scratch_database import migrate_to, scratch_alias  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.django_db(databases=["default", "owner"])
 
@@ -196,13 +196,13 @@ def test_migration_0007_rewrites_every_policy_and_reverses(scratch_alias):  # no
     latest = _policies(scratch_alias)
     tenant_policies = {k for k, text in latest.items() if "grounded_tenant()" in text}
     assert len(tenant_policies) >= 20 and not any("app.tenant_id" in text for text in latest.values())
-    _migrate(scratch_alias, ("tenants", "0006_guard_user_accounts"))
+    migrate_to(scratch_alias, ("tenants", "0006_guard_user_accounts"))
     legacy = _policies(scratch_alias)
     # The department link tables' policies compared no tenant before tenants 0008 (EXISTS on both ends).
     compared = {k for k in tenant_policies if not k[0].endswith("_departments")}
     assert len(compared) >= 20
     assert all("current_setting('app.tenant_id'" in legacy[k] and "grounded_tenant" not in legacy[k] for k in compared)
-    _migrate(scratch_alias, ("tenants", "0007_database_wall"))
+    migrate_to(scratch_alias, ("tenants", "0007_database_wall"))
     walled = _policies(scratch_alias)
     assert all("grounded_tenant()" in walled[k] and "app.tenant_id" not in walled[k] for k in compared)
     executor = MigrationExecutor(connections[scratch_alias])
@@ -226,7 +226,7 @@ def test_healthz_reports_a_wall_key_the_database_does_not_hold(client):
 
 
 def test_the_key_check_on_a_database_without_the_wall_raises_and_leaves_the_connection_usable(scratch_alias):  # noqa: F811
-    _migrate(scratch_alias, ("tenants", "0002_tenant_user"))  # before any policy: no grounded_tenant()
+    migrate_to(scratch_alias, ("tenants", "0002_tenant_user"))  # before any policy: no grounded_tenant()
     with pytest.raises(DatabaseError):
         db_wall.key_matches(scratch_alias)
     with connections[scratch_alias].cursor() as cur:

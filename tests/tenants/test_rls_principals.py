@@ -17,7 +17,7 @@ from tenants.principals import TenantChoiceRequired, authenticate_key, choose_te
 from tenants.scope import Scope, activate
 from tests.factories import department, departments_of, make_corpus, make_membership, make_staff_user, make_tenant
 from tests.kb import _transactional  # noqa: F401  (flush transactional tests as owner)
-from tests.kb.test_migrations import _migrate, scratch_alias  # noqa: F401  (fixture)
+from tests.kb.scratch_database import migrate_to, scratch_alias  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.django_db(databases=["default", "owner"])
 
@@ -416,27 +416,27 @@ def _rls_objects(alias: str) -> tuple[list, list, list]:
 
 
 def test_migration_0003_reverses_and_reapplies(scratch_alias):  # noqa: F811
-    _migrate(scratch_alias, ("tenants", "0003_row_level_security"))
+    migrate_to(scratch_alias, ("tenants", "0003_row_level_security"))
     tables, functions, triggers = _rls_objects(scratch_alias)
     assert tables == ["tenants_apikey", "tenants_apikey_departments", "tenants_department", "tenants_membership",
                       "tenants_membership_departments", "tenants_tenant", "tenants_tenantuser"]
     assert functions == ["grounded_api_key_tenant", "grounded_guard_user_flags", "grounded_tenant", "grounded_user_tenants"]
     assert triggers == ["auth_user_privilege_flags"]
-    _migrate(scratch_alias, ("tenants", "0002_tenant_user"))
+    migrate_to(scratch_alias, ("tenants", "0002_tenant_user"))
     # The wall's function stays (tenants.rls.WALL_SQL: every enable_rls creates it if missing, none drops it).
     assert _rls_objects(scratch_alias) == ([], ["grounded_tenant"], [])
-    _migrate(scratch_alias, ("tenants", "0003_row_level_security"))
+    migrate_to(scratch_alias, ("tenants", "0003_row_level_security"))
     assert _rls_objects(scratch_alias) == (tables, functions, triggers)
 
 
 def test_migration_0006_reverses_and_reapplies(scratch_alias):  # noqa: F811
-    _migrate(scratch_alias, ("tenants", "0006_guard_user_accounts"))
+    migrate_to(scratch_alias, ("tenants", "0006_guard_user_accounts"))
     tables, functions, triggers = _rls_objects(scratch_alias)
     assert functions == ["grounded_api_key_tenant", "grounded_guard_user_accounts", "grounded_tenant", "grounded_user_tenants"]
     assert triggers == ["auth_user_guard"]
-    _migrate(scratch_alias, ("tenants", "0005_api_key_verbose_name"))
+    migrate_to(scratch_alias, ("tenants", "0005_api_key_verbose_name"))
     assert _rls_objects(scratch_alias) == (tables, ["grounded_api_key_tenant", "grounded_guard_user_flags", "grounded_tenant",
                                                     "grounded_user_tenants"],
                                            ["auth_user_privilege_flags"])
-    _migrate(scratch_alias, ("tenants", "0006_guard_user_accounts"))
+    migrate_to(scratch_alias, ("tenants", "0006_guard_user_accounts"))
     assert _rls_objects(scratch_alias) == (tables, functions, triggers)
