@@ -75,6 +75,7 @@ def test_employee_asks_follows_up_opens_a_source_and_gives_feedback(live_server,
     page.fill("#question", "What does it say about taxi rides?")
     page.click("#send")
     page.wait_for_selector(".turn:nth-child(2) .a")
+    page.wait_for_selector("#send:not([disabled])")  # the page is done with that answer (threads reloaded)
     second = page.locator(".turn").nth(1)
     assert "Understood as: What does Expense Policy say about taxi rides?" in second.inner_text()
     assert "60 EUR" in second.locator(".a").inner_text()
@@ -117,6 +118,7 @@ def test_employee_asks_follows_up_opens_a_source_and_gives_feedback(live_server,
     question.fill("How many parking spaces does the office have for visitors?")
     send.click()
     page.wait_for_selector(".turn:nth-child(3) .a")
+    page.wait_for_selector("#send:not([disabled])")  # the page is done with that answer (threads reloaded)
     assert "Not enough evidence" in page.inner_text(".turn:nth-child(3) .a.not-enough")
     assert overflow(page)["x"] <= 0  # long answers and the feedback bars wrap instead of widening the page
     shot(page, "chat-phone")
@@ -182,6 +184,7 @@ def test_an_answer_streams_in_and_conversations_are_renamed_searched_and_deleted
           .observe(document.getElementById('messages'), {childList: true, subtree: true}); }""")
     page.locator("#starters button", has_text="What does Expense Policy say about meals?").click()
     page.wait_for_selector(".turn:nth-child(1) .a")
+    page.wait_for_selector("#send:not([disabled])")  # the page is done with that answer (threads reloaded)
     assert page.evaluate("window.pieces") >= 2
     first = page.locator(".turn").nth(0)
     assert "40 EUR" in first.locator(".a").inner_text() and first.locator(".a li").count() >= 1  # Markdown list rendered
@@ -196,6 +199,7 @@ def test_an_answer_streams_in_and_conversations_are_renamed_searched_and_deleted
     # Regenerate asks the same message again as the next turn.
     first.get_by_role("button", name="Ask again: What does Expense Policy say about meals?").click()
     page.wait_for_selector(".turn:nth-child(2) .a")
+    page.wait_for_selector("#send:not([disabled])")  # the page is done with that answer (threads reloaded)
     assert page.locator(".turn").nth(1).locator(".q").inner_text() == "What does Expense Policy say about meals?"
 
     # Only sales-only ticked: the same question finds nothing (the policy is in shared).
@@ -204,6 +208,7 @@ def test_an_answer_streams_in_and_conversations_are_renamed_searched_and_deleted
     page.fill("#question", "How much are meals on business trips reimbursed?")
     page.keyboard.press("Enter")
     page.wait_for_selector(".turn:nth-child(3) .a")
+    page.wait_for_selector("#send:not([disabled])")  # the page is done with that answer (threads reloaded)
     assert "Not enough evidence" in page.inner_text(".turn:nth-child(3) .a")
     page.locator("#corpora label", has_text="shared").locator("input").check()
 
@@ -228,6 +233,7 @@ def test_an_answer_streams_in_and_conversations_are_renamed_searched_and_deleted
     assert page.locator("#starters").is_visible()
     page.locator("#starters button").first.click()
     page.wait_for_selector(".turn:nth-child(1) .a")
+    page.wait_for_selector("#send:not([disabled])")  # the page is done with that answer (threads reloaded)
     page.wait_for_function("document.querySelectorAll('#threads li').length === 2")  # the list is read again after the answer
     page.fill("#thread-search", "TRIP COSTS")  # in the title only
     page.wait_for_function("document.querySelectorAll('#threads li').length === 1")
