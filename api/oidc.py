@@ -33,28 +33,20 @@ def back_to_sign_in(request: HttpRequest, message: str | None = None) -> HttpRes
     return HttpResponseRedirect(CHAT_LOGIN_URL + (f"?{urlencode({'next': next_url})}" if next_url else ""))
 
 
-class ProviderSettings:
-    """Both views read the provider's settings from tenants.oidc (discovery included) and answer 404 while
-    single sign-on is not configured."""
-
-    @staticmethod
-    def get_settings(attr: str, *args: Any) -> Any:
-        return oidc.setting(attr, *args)
-
-    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if not oidc.enabled():
-            raise Http404("single sign-on is not configured")
-        return super().dispatch(request, *args, **kwargs)  # type: ignore[misc]
-
-
-class SignInStart(ProviderSettings, OIDCAuthenticationRequestView):
+class SignInStart(OIDCAuthenticationRequestView):
     """To the provider's authorization endpoint, with a fresh state, nonce and PKCE challenge in the session."""
 
     def __init__(self, **kwargs: Any) -> None:
         # Not the base class's: it reads the endpoints (discovery) before get() can answer 404 or a message.
         super(OIDCAuthenticationRequestView, self).__init__(**kwargs)
 
+    @staticmethod
+    def get_settings(attr: str, *args: Any) -> Any:
+        return oidc.setting(attr, *args)
+
     def get(self, request: HttpRequest) -> HttpResponse:
+        if not oidc.enabled():
+            raise Http404("single sign-on is not configured")
         try:
             self.OIDC_OP_AUTH_ENDPOINT = oidc.setting("OIDC_OP_AUTHORIZATION_ENDPOINT")
         except oidc.ProviderUnavailable as exc:
@@ -64,10 +56,16 @@ class SignInStart(ProviderSettings, OIDCAuthenticationRequestView):
         return super().get(request)
 
 
-class SignInCallback(ProviderSettings, OIDCAuthenticationCallbackView):
+class SignInCallback(OIDCAuthenticationCallbackView):
     """The provider's redirect back: the code exchanged and checked by tenants.oidc.CompanySignInBackend."""
 
+    @staticmethod
+    def get_settings(attr: str, *args: Any) -> Any:
+        return oidc.setting(attr, *args)
+
     def get(self, request: HttpRequest) -> HttpResponse:
+        if not oidc.enabled():
+            raise Http404("single sign-on is not configured")
         if "code" in request.GET and "oidc_states" not in request.session:
             return back_to_sign_in(request, "This sign-in was started in another browser or has expired: start it again.")
         return super().get(request)
