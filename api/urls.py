@@ -1,7 +1,7 @@
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from api.views import agents, conversations, document_files, feedback, kb, sources, tenants
+from api.views import agents, conversations, corpus_files, document_files, feedback, kb, sources, tenants
 
 urlpatterns = [
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
@@ -9,6 +9,8 @@ urlpatterns = [
     path("corpora/", kb.CorpusList.as_view(), name="corpus-list"),
     path("corpora/<int:corpus_id>/", kb.CorpusDetail.as_view(), name="corpus-detail"),
     path("corpora/<int:corpus_id>/reembed/", kb.CorpusReembed.as_view(), name="corpus-reembed"),
+    path("corpora/<int:corpus_id>/export/", corpus_files.CorpusExport.as_view(), name="corpus-export"),
+    path("corpora/import/", corpus_files.CorpusImport.as_view(), name="corpus-import"),
     path("documents/", kb.DocumentList.as_view(), name="document-list"),
     path("documents/<int:document_id>/", kb.DocumentDetail.as_view(), name="document-detail"),
     path("documents/<int:document_id>/reingest/", kb.DocumentReingest.as_view(), name="document-reingest"),

@@ -89,3 +89,15 @@ def check_may_create_corpus(scope: Scope, department_id: int | None) -> None:
     check_may_manage_corpora(scope)
     if not scope.may_change_department(department_id):
         raise NotAllowed("a department-limited admin must place the corpus in one of its departments", field="department")
+
+
+def check_may_export_corpus(scope: Scope, corpus: Corpus) -> None:
+    """Export `corpus` (visible to `scope`) to a file (kb.transfer): the role that manages corpora and a
+    corpus the caller may change; a department-limited admin exports only its departments' corpora."""
+    check_may_change(scope, corpus, "corpus")
+
+
+def check_may_import_corpus(scope: Scope, department_id: int | None) -> None:
+    """Import a corpus file (kb.transfer) as a new corpus of the caller's tenant, in `department_id`:
+    as creating a corpus there. The tenant is always the caller's, never the file's."""
+    check_may_create_corpus(scope, department_id)

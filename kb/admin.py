@@ -17,6 +17,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
 from kb import access
+from kb.admin_corpus_files import CorpusFileActions
 from kb.embedding import ModelChoiceError, checked_model_key
 from kb.ingest import UploadRejected, delete_document, reingest_document, start_reembed, upload_document
 from kb.ingest.corpora import DeclarationRejected, check_declarations, save_corpus
@@ -88,7 +89,7 @@ class CorpusForm(forms.ModelForm):
 
 
 @admin.register(Corpus)
-class CorpusAdmin(TenantScopedAdmin):
+class CorpusAdmin(CorpusFileActions, TenantScopedAdmin):
     form = CorpusForm
     list_display = ["name", "department", "embedding_model", "language", "document_count", "chunk_count", "created_at"]
     search_fields = ["name", "description"]
@@ -121,7 +122,10 @@ class CorpusAdmin(TenantScopedAdmin):
     def document_count(self, obj) -> int:
         return obj.n_documents
 
-    actions = ["reembed"]
+    actions = ["reembed", "export_file"]  # export_file and the import page: kb.admin_corpus_files
+
+    def get_urls(self) -> list[URLPattern]:
+        return [*self.import_urls(), *super().get_urls()]
 
     @admin.action(description="Re-embed selected corpora into another model", permissions=["change"])
     def reembed(self, request, queryset):
@@ -149,8 +153,8 @@ class CorpusAdmin(TenantScopedAdmin):
 
 class ReembedForm(forms.Form):
     embedding_model = forms.CharField(max_length=100, initial=DEFAULT_EMBEDDING_MODEL,
-                                      help_text="minilm-l6-v2 (local, 384), gemini-embedding-001 or gemini-embedding-2 "
-                                                "(needs GEMINI_API_KEY)")
+                                      help_text="minilm-l6-v2 (local, 384), multilingual-e5-small-q4 (local, 384, questions in "
+                                                "any language), gemini-embedding-001 or gemini-embedding-2 (needs GEMINI_API_KEY)")
     embedding_dim = forms.IntegerField(min_value=1, initial=DEFAULT_EMBEDDING_DIM)
 
 

@@ -239,9 +239,10 @@ def _vector_sql(plan: SearchPlan, model_key: str, group: list[PlannedCorpus], ve
 
     def exact(where: str) -> str:
         # The distance is computed once per row in a subquery the planner keeps (OFFSET 0); an
-        # ORDER BY outside it cannot use the HNSW index: an exact, filter-first scan.
+        # ORDER BY outside it cannot use the HNSW index: an exact, filter-first scan. Ties (equal
+        # distances) are cut by id, as the keyword side's are: the same rows give the same list.
         return (f"SELECT id, score FROM (SELECT c.id, {dist} AS score FROM kb_chunk c WHERE {where} AND {model_pred} "
-                f"OFFSET 0) e ORDER BY score LIMIT %s")
+                f"OFFSET 0) e ORDER BY score, id LIMIT %s")
 
     if hnsw_ef is None or vplan is None:
         where, params = plan.where("c", corpus_ids=corpus_ids)

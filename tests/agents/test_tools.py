@@ -82,8 +82,9 @@ def test_search_narrowing_cannot_widen_department_scope(acme):
 def test_check_grounding_reports_verdicts(acme):
     tenant, _, chunks = acme
     deps = deps_for(whole_tenant(tenant))
-    call(deps, "search", query="hotel night reimbursed")
+    out = call(deps, "search", query="hotel night reimbursed", mode="keyword")  # only chunks with those words
     hotel = chunks["travel1"]
+    assert hotel.id in out.chunk_ids and chunks["leave1"].id not in out.chunk_ids
     draft = (f'"Hotel stays are reimbursed up to EUR 180 per night" [c:{hotel.id}]. Hotels are free [c:{hotel.id}]. '
              f"Leave is 25 days [c:{chunks['leave1'].id}].")
     report = call(deps, "check_grounding", draft=draft).content
