@@ -32,7 +32,7 @@ from agents.feedback_admin import RunFeedbackFilter
 from agents.loop import STRATEGIES
 from agents.models import Citation, Feedback, Outcome, Run, RunStep, Verdict
 from agents.providers import provider_report
-from agents.review import search_runs
+from agents.review import cache_summary, search_runs
 from agents.services import InvalidQuestion, ask
 from kb.models import Chunk, SourceChange
 from kb.sources.selectors import version_origins
@@ -74,6 +74,19 @@ class PrincipalFilter(admin.SimpleListFilter):
         if principal and "\x00" in principal:  # PostgreSQL text cannot hold NUL: nothing can match
             return queryset.none()
         return queryset.filter(principal=principal) if principal else queryset
+
+
+class CacheFilter(admin.SimpleListFilter):
+    title = "answer cache"
+    parameter_name = "cached"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[Any, str]]:
+        return [("yes", "served from the cache"), ("no", "answered afresh")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        if self.value() in ("yes", "no"):
+            return queryset.filter(cached_from_run_id__isnull=self.value() == "no")
+        return queryset
 
 
 class UnverifiedFilter(admin.SimpleListFilter):
@@ -135,7 +148,7 @@ class RunAdmin(ReadOnlyAuditAdmin):
     list_display = ["id", "created_at", "tenant", "asked_by", "short_question", "strategy", "outcome", "citations_col",
                     "feedback_col", "tokens", "latency"]
     list_filter = [scoped_filter("tenant", Tenant, "tenant"), DepartmentFilter, PrincipalFilter, ("created_at", admin.DateFieldListFilter),
-                   "outcome", "strategy", UnverifiedFilter, RunFeedbackFilter]
+                   "outcome", "strategy", UnverifiedFilter, RunFeedbackFilter, CacheFilter]
     search_fields = ["question", "answer"]
     date_hierarchy = None
 
@@ -191,7 +204,12 @@ class RunAdmin(ReadOnlyAuditAdmin):
 
     @admin.display(description="latency", ordering="latency_ms")
     def latency(self, obj) -> str:
-        return f"{obj.latency_ms:.0f} ms"
+        """The run's latency; a run served from the answer cache links the run it reused below it."""
+        if obj.cached_from_run_id is None:
+            return f"{obj.latency_ms:.0f} ms"
+        url = reverse("admin:agents_run_change", args=[obj.cached_from_run_id])
+        return format_html('{} ms<br><a href="{}" title="served from the answer cache: the run it reused">cache: run {}</a>',
+                           f"{obj.latency_ms:.0f}", url, obj.cached_from_run_id)
 
     def get_urls(self) -> list[URLPattern]:
         wrap = self.admin_site.admin_view
@@ -208,7 +226,11 @@ class RunAdmin(ReadOnlyAuditAdmin):
         extra = {"export_csv": reverse("admin:agents_run_export_csv") + (f"?{query}" if query else ""),
                  "export_jsonl": reverse("admin:agents_run_export_jsonl") + (f"?{query}" if query else ""),
                  "can_playground": admin_role(request) in {"superuser", "admin", "editor"}}
-        return super().changelist_view(request, {**(extra_context or {}), **extra})
+        response = super().changelist_view(request, {**(extra_context or {}), **extra})
+        context = response.context_data if isinstance(response, TemplateResponse) else None
+        if context is not None and context.get("cl") is not None:  # the answer cache over the runs the filters select
+            context["cache_summary"] = cache_summary(context["cl"].queryset)
+        return response
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
         run = self.get_object(request, object_id)

@@ -62,7 +62,8 @@ def _plain(value):
 # Columns added after runs were first chained: hashed only when they hold something, so the runs
 # written before them keep their hashes. "Nothing" is NULL or an empty text or JSON value, never 0:
 # a link changed from NULL to 0 must break the hash like any other change.
-LATER_COLUMNS = frozenset({"model_input", "conversation_id", "turn", "message"})  # the last three: a run's conversation turn
+# "conversation_id", "turn", "message": a run's conversation turn; "cached_from_*": a run served from the answer cache.
+LATER_COLUMNS = frozenset({"model_input", "conversation_id", "turn", "message", "cached_from_run_id", "cached_from_hash"})
 
 
 def _empty(value) -> bool:

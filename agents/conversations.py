@@ -127,8 +127,10 @@ def send_message(*, scope: Scope, conversation_id: object, message: str, strateg
         thread = load_thread(scope, conversation, budgets)
         if not conversation.title and message.strip():
             visible_conversations(scope).filter(pk=conversation.pk, title="").update(title=title_from(message))
+    # A turn with nothing before it is a question like any other: the standard runner, and the answer cache with it.
+    runner = turn_runner(thread) if thread.history or thread.evidence else run_strategy
     return ask(scope=scope, question=message, strategy=strategy, provider=provider, on_step=on_step, budgets=budgets,
-               runner=turn_runner(thread), conversation_id=conversation.pk, spend_budget=False, on_text=on_text,
+               runner=runner, conversation_id=conversation.pk, spend_budget=False, on_text=on_text,
                corpus_ids=chosen, should_stop=should_stop)
 
 

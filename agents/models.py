@@ -108,6 +108,10 @@ class Run(TenantModel):
                                      db_constraint=False)
     turn = models.PositiveIntegerField(null=True, blank=True)
     message = models.TextField(blank=True, default="", help_text="A follow-up as typed, before it was made standalone.")
+    # Served from the answer cache (agents.answer_cache): the run whose answer and citations this one reuses,
+    # by id and hash (plain values, like every id in the audit trail). Left out of the hash while empty.
+    cached_from_run_id = models.BigIntegerField(null=True, blank=True, help_text="Served from the answer cache: the run reused.")
+    cached_from_hash = models.CharField(max_length=64, blank=True, default="", help_text="That run's hash when it was reused.")
     # Not columns: set on fetched runs for display (agents.admin_base name_principals; api.views.agents, or a
     # queryset annotation, counts the citations not verified). Unset until then.
     principal_name: str

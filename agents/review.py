@@ -1,5 +1,5 @@
 """Audit review, shared by the API's runs (api.views.agents) and the admin (agents.admin): text search
-over questions and answers, and principals shown by name ('key:<public id>' is the key's name,
+over questions and answers, the answer cache's hit rate and latencies, and principals shown by name ('key:<public id>' is the key's name,
 'user:<id>' the member's username as the tenant knows it, and the playground's
 '<theirs> via admin:user:<id>' names both)."""
 
@@ -9,7 +9,7 @@ import re
 from collections.abc import Iterable
 
 from django.contrib.postgres.search import SearchQuery, SearchVector
-from django.db.models import Q, QuerySet
+from django.db.models import Aggregate, Count, FloatField, Q, QuerySet
 
 from tenants.models import ApiKey, Membership, Tenant, TenantUser
 from tenants.services import display_name
@@ -23,6 +23,24 @@ def search_runs(qs: QuerySet, q: str) -> QuerySet:
     document = SearchVector("question", "answer", config="english")
     query = SearchQuery(q, config="english", search_type="websearch")
     return qs.annotate(text_match=document).filter(Q(text_match=query) | Q(question__icontains=q) | Q(answer__icontains=q))
+
+
+class Median(Aggregate):
+    """PostgreSQL's continuous median of a column (percentile_cont(0.5))."""
+
+    function = "percentile_cont"
+    template = "%(function)s(0.5) WITHIN GROUP (ORDER BY %(expressions)s)"
+    output_field = FloatField()
+
+
+def cache_summary(runs: QuerySet) -> dict:
+    """Of `runs`: how many there are, how many the answer cache served (agents.answer_cache), and the median
+    latency (ms, None without such runs) of those served from the cache and of those answered afresh."""
+    hit = Q(cached_from_run_id__isnull=False)
+    found = runs.order_by().aggregate(runs=Count("pk"), hits=Count("pk", filter=hit), hit_ms=Median("latency_ms", filter=hit),
+                                      miss_ms=Median("latency_ms", filter=~hit))
+    found["hit_rate"] = found["hits"] / found["runs"] if found["runs"] else None
+    return found
 
 
 def principal_names(tenant_id: int, principals: Iterable[str], *, using: str = "default") -> dict[str, str]:

@@ -16,6 +16,7 @@ from typing import Any
 
 from django.utils import timezone
 
+from agents import answer_cache
 from agents.budgets import Budgets, spend_daily_run
 from agents.chain import GENESIS, allocate_ids, clean_json, lock_chain, run_hash
 from agents.citations import CitationCheck
@@ -59,7 +60,7 @@ def ask(*, scope: Scope, question: str, strategy: str = "auto", provider: Provid
         on_step: Callable[[StepRecord], Any] | None = None, budgets: Budgets | None = None,
         runner: Callable[[RunState, str], LoopResult] = run_strategy, conversation_id: int | None = None,
         spend_budget: bool = True, on_text: TextSink | None = None, corpus_ids: Iterable[int] | None = None,
-        should_stop: Callable[[], bool] | None = None) -> Run:
+        should_stop: Callable[[], bool] | None = None, use_cache: bool = True) -> Run:
     """Answer `question` within `scope` and return the stored Run (outcome, answer, grounded).
 
     `corpus_ids` narrows the question to those of the caller's corpora (check_corpora: InvalidQuestion
@@ -85,6 +86,12 @@ def ask(*, scope: Scope, question: str, strategy: str = "auto", provider: Provid
     outcome "failed", its error and its partial trace. Read steps and citations inside
     `activate(scope)`: run.steps.all(), run.citations.all(). If the run cannot be stored, RunNotRecorded:
     an answer is never handed out without its record.
+
+    The answer cache (agents.answer_cache): a question run by the standard runner (not a conversation's
+    follow-up, whose runner reads its thread) first looks for the answer of an earlier run in the same
+    circumstances; a hit is stored as a run of its own (one "answer_cache" step, the reused run's
+    citations re-verified, `cached_from_*` naming that run). `use_cache=False` neither reads nor fills
+    the cache; a failure of the cache itself (Redis down included) only means no cache.
     """
     question = check_question(question, strategy)
     chosen = check_corpora(scope, corpus_ids)
@@ -103,8 +110,10 @@ def ask(*, scope: Scope, question: str, strategy: str = "auto", provider: Provid
     created_at, started = timezone.now(), time.perf_counter()
     result: LoopResult | None = None
     error = ""
+    # Only the standard runner: a conversation's follow-up (agents.conversations.turn_runner) depends on its thread.
+    key, hit = _cached(scope, question, strategy, model, budgets, chosen) if use_cache and runner is run_strategy else (None, None)
     try:
-        result = runner(state, strategy)
+        result = answer_cache.serve(state, hit, (time.perf_counter() - started) * 1000) if hit else runner(state, strategy)
     except RunStopped as exc:  # the asker went away: stored as failed, saying so (no stack trace: nothing broke)
         log.info("run stopped by its asker for tenant %s", scope.tenant_id)
         error = f"{type(exc).__name__}: {exc}"[:2000]
@@ -112,12 +121,28 @@ def ask(*, scope: Scope, question: str, strategy: str = "auto", provider: Provid
         log.exception("run failed for tenant %s", scope.tenant_id)
         error = f"{type(exc).__name__}: {exc}"[:2000]
     try:
-        return record_run(scope=scope, state=state, result=result, error=error, strategy_requested=strategy,
-                          created_at=created_at, latency_ms=(time.perf_counter() - started) * 1000,
-                          conversation_id=conversation_id, message=question)
+        run = record_run(scope=scope, state=state, result=result, error=error, strategy_requested=strategy,
+                         created_at=created_at, latency_ms=(time.perf_counter() - started) * 1000,
+                         conversation_id=conversation_id, message=question,
+                         reused=hit.run if hit and result is not None else None)
     except Exception as exc:  # the database failed: nothing of this run is stored, and the caller must say so
         log.exception("run could not be recorded for tenant %s", scope.tenant_id)
         raise RunNotRecorded(f"the run was not recorded ({type(exc).__name__}); its answer is not given out") from exc
+    if key is not None and hit is None:
+        answer_cache.remember(key, run)
+    return run
+
+
+def _cached(scope: Scope, question: str, strategy: str, provider: Provider, budgets: Budgets,
+            corpus_ids: tuple[int, ...] | None) -> tuple[answer_cache.AnswerKey | None, answer_cache.CachedAnswer | None]:
+    """The question's answer-cache key and, on a hit, the answer to reuse. A failure of the cache itself is
+    logged and the question runs uncached: the cache never stands between a caller and an answer."""
+    try:
+        return answer_cache.lookup(scope=scope, question=question, strategy=strategy, provider=provider, budgets=budgets,
+                                   corpus_ids=corpus_ids)
+    except Exception:
+        log.exception("answer cache lookup failed for tenant %s; answering uncached", scope.tenant_id)
+        return None, None
 
 
 def check_question(question: str, strategy: str) -> str:
@@ -150,11 +175,13 @@ def check_corpora(scope: Scope, corpus_ids: Iterable[int] | None) -> tuple[int, 
 
 
 def record_run(*, scope: Scope, state: RunState, result: LoopResult | None, error: str, strategy_requested: str,
-               created_at: datetime, latency_ms: float, conversation_id: int | None = None, message: str = "") -> Run:
+               created_at: datetime, latency_ms: float, conversation_id: int | None = None, message: str = "",
+               reused: Run | None = None) -> Run:
     """Write the run, its steps and citations in one transaction and append it to the tenant's chain.
 
     With `conversation_id`, the run is the conversation's next turn (numbered under the chain's lock)
-    and `message` what the caller typed."""
+    and `message` what the caller typed. With `reused`, the run was served from the answer cache: that
+    run's `missing` is kept and its id and hash are recorded (`cached_from_run_id`, `cached_from_hash`)."""
     budgets = state.budgets
     outcome: str
     if result is None:
@@ -165,7 +192,7 @@ def record_run(*, scope: Scope, state: RunState, result: LoopResult | None, erro
             answer, outcome = WITHHELD, Outcome.WITHHELD
     # Read as the answer read them: with their documents' titles (a paragraph's "It" is its title).
     seen = [seen_chunk(c) for c in state.retrieved.values()]
-    missing = open_parts(state.question, seen) if outcome != Outcome.FAILED else []
+    missing = reused.missing if reused is not None else open_parts(state.question, seen) if outcome != Outcome.FAILED else []
     with activate(scope):
         lock_chain(scope.tenant_id)
         last = Run.objects.for_scope(scope).order_by("-seq").values_list("seq", "hash").first()
@@ -181,7 +208,8 @@ def record_run(*, scope: Scope, state: RunState, result: LoopResult | None, erro
             grounded=grounded, strict=budgets.strict_citations, missing=clean_json(missing), error=clean_json(error),
             input_tokens=state.input_tokens, output_tokens=state.output_tokens, tool_calls=state.tool_calls,
             latency_ms=round(latency_ms, 3), created_at=created_at, prev_hash=last[1] if last else GENESIS, hash="",
-            conversation_id=conversation_id, turn=turn, message=clean_json(message) if conversation_id is not None else "")
+            conversation_id=conversation_id, turn=turn, message=clean_json(message) if conversation_id is not None else "",
+            cached_from_run_id=reused.pk if reused is not None else None, cached_from_hash=reused.hash if reused is not None else "")
         steps = [_step_row(pk, scope.tenant_id, run_id, s) for pk, s in zip(step_ids, state.steps, strict=True)]
         citations = [_citation_row(pk, scope.tenant_id, run_id, c) for pk, c in zip(citation_ids, checks, strict=True)]
         run.hash = run_hash(run, steps, citations)

@@ -120,8 +120,9 @@ def read_for(scope: Scope, chunk_id: int, neighbours: int) -> list[dict]:
              "section": r["locator"], "page": r["page"], "ordinal": r["ordinal"], "text": r["text"]} for r in rows]
 
 
-def ask_for(scope: Scope, question: str, strategy: str) -> dict:
-    """Answer as agents.services.ask does, the run's principal marked as coming through MCP."""
+def ask_for(scope: Scope, question: str, strategy: str, cache: bool = True) -> dict:
+    """Answer as agents.services.ask does, the run's principal marked as coming through MCP; `cache=False`
+    answers afresh (agents.answer_cache)."""
     try:
         check_may_ask(scope)
     except NotAllowed as exc:
@@ -130,7 +131,8 @@ def ask_for(scope: Scope, question: str, strategy: str) -> dict:
         raise ToolError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
     via = dataclasses.replace(scope, principal=f"{scope.principal}{VIA}"[:200])
     try:
-        run = ask(scope=via, question=question, strategy=strategy)  # spends the REST API's daily budget, the same counter
+        # Spends the REST API's daily budget, the same counter.
+        run = ask(scope=via, question=question, strategy=strategy, use_cache=bool(cache))
     except InvalidQuestion as exc:
         raise ToolError(str(exc)) from None
     except RetryLater as exc:  # the daily run budget used up, or nothing could count it
@@ -139,7 +141,7 @@ def ask_for(scope: Scope, question: str, strategy: str) -> dict:
         citations = [{"chunk_id": c.chunk_id, "document_id": c.document_id, "quoted_text": c.quoted_text, "verdict": c.verdict}
                      for c in Citation.objects.for_scope(scope).filter(run_id=run.id).order_by("ordinal")]
     return {"run_id": run.id, "answer": run.answer, "outcome": run.outcome, "grounded": run.grounded, "missing": run.missing,
-            "citations": citations}
+            "citations": citations, "cached_from_run_id": run.cached_from_run_id}
 
 
 # --- the server ------------------------------------------------------------------------------------------
@@ -176,11 +178,12 @@ def build_server(raw_key: str | None = None, *, orm_in_request_thread: bool = Fa
         return _json(await scoped(ctx, lambda scope: read_for(scope, chunk_id, neighbours)))
 
     @server.tool()
-    async def ask(question: str, ctx: Context, strategy: str = "auto") -> str:
+    async def ask(question: str, ctx: Context, strategy: str = "auto", cache: bool = True) -> str:
         """Answer a question from the documents this key can see, with citations verified against the retrieved
         text ([c:<chunk id>]); says NOT_ENOUGH_EVIDENCE and what is missing when the documents do not answer.
-        Stored as an audited run (run_id)."""
-        return _json(await scoped(ctx, lambda scope: ask_for(scope, question[:MAX_QUESTION_CHARS + 1], strategy)))
+        Stored as an audited run (run_id). An identical earlier question may be answered from the cache
+        (cached_from_run_id names the run reused); `cache: false` answers afresh."""
+        return _json(await scoped(ctx, lambda scope: ask_for(scope, question[:MAX_QUESTION_CHARS + 1], strategy, cache)))
 
     return server
 

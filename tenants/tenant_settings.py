@@ -8,7 +8,9 @@ Keys (budget keys may also sit under "budgets", which wins over the same key at 
 - `daily_runs`: agent runs per UTC day (0: unlimited; default the DEFAULT_DAILY_RUNS environment
   setting), spent by agents.budgets.spend_daily_run;
 - `evidence_retention_days`: days a run's retrieved text is kept (default EVIDENCE_RETENTION_DAYS),
-  read by agents.citations (evidence retention).
+  read by agents.citations (evidence retention);
+- `answer_cache_ttl_seconds`: seconds a run's answer is reused for the same question (0: off; default
+  the ANSWER_CACHE_TTL_SECONDS environment setting), read by agents.answer_cache.
 
 Reading:
 
@@ -73,12 +75,15 @@ class TenantSettings:
     budgets: Budgets
     daily_runs: int  # agent runs per UTC day; 0 (or less): unlimited
     evidence_retention_days: int
+    answer_cache_ttl_seconds: int = 0  # agents.answer_cache: 0 (or less): no answer is reused
 
 
 TOP_KEYS = {
     "budgets": "an object of budget keys (they win over the same keys at the top level)",
     "daily_runs": "agent runs per UTC day, 0 for unlimited (default: the DEFAULT_DAILY_RUNS environment setting)",
     "evidence_retention_days": "days a run's retrieved text is kept (default: EVIDENCE_RETENTION_DAYS)",
+    "answer_cache_ttl_seconds": "seconds a run's answer is reused for the same question, 0 for off "
+                                "(default: ANSWER_CACHE_TTL_SECONDS)",
     **{name: f.metadata["doc"] for name, f in BUDGET_KEYS.items()},
 }
 
@@ -150,6 +155,8 @@ def _resolve(raw: object, *, strict: bool, overrides: Mapping[str, Any] | None =
         daily_runs=_top_value(raw, "daily_runs", _daily_runs, int(product_settings.DEFAULT_DAILY_RUNS), strict),
         evidence_retention_days=_top_value(raw, "evidence_retention_days", _retention_days,
                                            int(product_settings.EVIDENCE_RETENTION_DAYS), strict),
+        answer_cache_ttl_seconds=_top_value(raw, "answer_cache_ttl_seconds", _seconds, int(product_settings.ANSWER_CACHE_TTL_SECONDS),
+                                            strict),
     )
 
 
@@ -206,4 +213,12 @@ def _retention_days(value: Any, strict: bool) -> int:
         return int(value)  # true reads as 1, as it always did
     if strict:
         raise _Bad("must be a whole number of days, 0 or more")
+    raise _Drop
+
+
+def _seconds(value: Any, strict: bool) -> int:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    if strict:
+        raise _Bad("must be a whole number of seconds, 0 or more (0: off)")
     raise _Drop

@@ -18,6 +18,9 @@ from tests.logs import every_log_record
 os.environ.setdefault("GROUNDED_EMBEDDER", "hash")
 # The word-overlap judge unless a test asks for the cross-encoder (tests/kb/test_relevance.py, tests/api/test_answer_quality.py).
 os.environ.setdefault("GROUNDED_RELEVANCE_MODEL", "none")
+# Every run answers afresh unless a test turns the answer cache on for its tenant (tests/agents/test_answer_cache.py):
+# a test asking one question twice means two runs.
+os.environ.setdefault("ANSWER_CACHE_TTL_SECONDS", "0")
 # Under pytest-xdist each worker gets Redis databases of its own (tests/databases.py); set before any
 # test module reads these URLs at import time. Real-worker subprocesses inherit them.
 if databases.xdist_worker():

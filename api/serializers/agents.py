@@ -21,6 +21,9 @@ class AskRequestSerializer(serializers.Serializer):
     question = serializers.CharField(max_length=MAX_QUESTION_CHARS, trim_whitespace=True)
     strategy = serializers.ChoiceField(choices=list(STRATEGIES), default="auto")
     corpus_ids = corpus_choice_field()
+    cache = serializers.BooleanField(default=True, help_text=(
+        "Reuse the answer of an earlier identical question in the same scope and corpus versions when the tenant keeps "
+        "answers (the run is then marked `cached_from_run_id`); false: always answer afresh."))
 
 
 class RunSerializer(serializers.ModelSerializer):
@@ -36,7 +39,7 @@ class RunSerializer(serializers.ModelSerializer):
         fields = ["id", "seq", "principal", "principal_name", "scope", "question", "strategy_requested", "strategy", "provider", "model",
                   "prompt_version", "budgets", "answer", "outcome", "grounded", "strict", "missing", "error", "input_tokens",
                   "output_tokens", "tool_calls", "latency_ms", "created_at", "prev_hash", "hash", "unverified_citations",
-                  "conversation", "turn", "message"]
+                  "conversation", "turn", "message", "cached_from_run_id", "cached_from_hash"]
         read_only_fields = fields
 
     def get_principal_name(self, obj) -> str:

@@ -144,7 +144,7 @@ class Ask(ScopedAPIView):
         ser = s.AskRequestSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
         run = _ask(scope=self.scope, question=ser.validated_data["question"], strategy=ser.validated_data["strategy"],
-                   corpus_ids=ser.validated_data.get("corpus_ids"))
+                   corpus_ids=ser.validated_data.get("corpus_ids"), use_cache=ser.validated_data["cache"])
         with activate(self.scope):
             return Response(run_detail(self.scope, run))  # the stored run, as ask() returns it
 
@@ -233,7 +233,7 @@ class AskStream(ScopedAPIView):
         chosen = chosen_corpora(self.scope, ser.validated_data.get("corpus_ids"))
         spend_daily_run(self.scope.tenant_id)  # past the budget: 429 (api.errors) now, not an error event after the 200
         events = ask_events(self.scope, ser.validated_data["question"], ser.validated_data["strategy"],
-                            asker=functools.partial(_counted_ask, corpus_ids=chosen))
+                            asker=functools.partial(_counted_ask, corpus_ids=chosen, use_cache=ser.validated_data["cache"]))
         response = StreamingHttpResponse(events, content_type="text/event-stream", status=status.HTTP_200_OK)
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"

@@ -246,6 +246,11 @@ DECLARED: tuple[Setting, ...] = (
             "reset emails per email address per hour (0 disables the limit)", WEB, minimum=0),
     Setting("DEFAULT_DAILY_RUNS", int, 0, "agent runs per tenant per UTC day; `Tenant.settings[\"daily_runs\"]` overrides it", WEB,
             shown="0 (unlimited)", minimum=0, main=True),
+    Setting("ANSWER_CACHE_TTL_SECONDS", int, 3600, "seconds a run's answer is reused for the same question in the same scope, "
+            "corpus versions, strategy, provider and prompts (`Tenant.settings[\"answer_cache_ttl_seconds\"]` overrides; 0: off; "
+            "[agents.md](agents.md#the-answer-cache))", WEB, minimum=0, main=True),
+    Setting("ANSWER_CACHE_REDIS_URL", str, lambda env: get_str("RATE_LIMIT_REDIS_URL", env), "the Redis the answer cache keeps its "
+            "entries in (none: no answer cache; unreachable: runs answer uncached)", WEB, shown="`RATE_LIMIT_REDIS_URL`", secret=True),
     Setting("RETRIEVAL_PARALLEL_WORKERS", int, 2, "side connections per process on which hybrid searches run BM25 beside the vector "
             "query (each holds a database connection; 0: one after the other)", WEB, minimum=0, main=True),
     Setting("LOG_LEVEL", str, "WARNING", "root log level", WEB, choices=LOG_LEVELS, main=True),

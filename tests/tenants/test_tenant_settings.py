@@ -23,6 +23,9 @@ from tenants.tenant_settings import Budgets, TenantSettingsError
     ({"budgets": []}, "budgets"),
     ({"strict_citations": "false"}, "strict_citations"),
     ({"evidence_retention_days": -3}, "evidence_retention_days"),
+    ({"answer_cache_ttl_seconds": -1}, "answer_cache_ttl_seconds"),
+    ({"answer_cache_ttl_seconds": "600"}, "answer_cache_ttl_seconds"),
+    ({"answer_cache_ttl_seconds": True}, "answer_cache_ttl_seconds"),
     ({"max_tool_call": 3}, "max_tool_call"),
 ])
 def test_parse_refuses_a_bad_value_naming_its_key(raw, key):
@@ -57,5 +60,13 @@ def test_read_never_raises_and_keeps_the_old_readings(settings):
 
 
 def test_every_key_is_documented():
-    assert set(tenant_settings.TOP_KEYS) == {"budgets", "daily_runs", "evidence_retention_days", *tenant_settings.BUDGET_KEYS}
+    assert set(tenant_settings.TOP_KEYS) == {"budgets", "daily_runs", "evidence_retention_days", "answer_cache_ttl_seconds",
+                                             *tenant_settings.BUDGET_KEYS}
     assert all(doc for doc in tenant_settings.TOP_KEYS.values())
+
+
+def test_answer_cache_ttl_defaults_to_the_environment_and_a_tenant_may_turn_it_off(settings):
+    settings.ANSWER_CACHE_TTL_SECONDS = 120
+    assert tenant_settings.parse({}).answer_cache_ttl_seconds == 120
+    assert tenant_settings.parse({"answer_cache_ttl_seconds": 0}).answer_cache_ttl_seconds == 0
+    assert tenant_settings.read({"answer_cache_ttl_seconds": "bad"}).answer_cache_ttl_seconds == 120
