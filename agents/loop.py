@@ -21,15 +21,10 @@ from typing import Literal
 
 from agents import judge as judge_model
 from agents.citations import MARKER, CitationCheck, check_citations, is_not_enough_evidence, neutralise_markers
+from agents.document_runs import document_answer
 from agents.judge import CONTEXT_RRF_K, pool_size, reranked
 from agents.lexical import contained_share, shingles, split_question
-from agents.messages import (
-    AssistantMessage,
-    ContextChunk,
-    ProviderError,
-    ToolCall,
-    UserMessage,
-)
+from agents.messages import AssistantMessage, ContextChunk, ProviderError, ToolCall, UserMessage
 from agents.planning import Facets, fuse
 from agents.prompts import (
     answer_prompt,
@@ -126,7 +121,8 @@ def run_agentic(state: RunState) -> str:
 
 def searched(state: RunState) -> bool:
     """A search or read call of this run succeeded (so the model has seen retrieved text)."""
-    return any(s.kind == "tool_call" and s.name in ("search", "read") and not s.error for s in state.steps)
+    return any(s.kind == "tool_call" and s.name in ("search", "read", "search_pages", "summarise_document") and not s.error
+               for s in state.steps)
 
 
 def answer_from_evidence(state: RunState, why: str) -> str:
@@ -428,10 +424,13 @@ def is_multi_part(question: str) -> bool:
 def run_strategy(state: RunState, strategy: str) -> LoopResult:
     """Run the requested strategy. Exceptions propagate (the caller stores a failed run).
 
-    `auto` decides per question: a question with several parts goes straight to the pipeline; any
-    other is searched once, as classic would, and the judge reads that evidence: sufficient, and it
-    is answered from it (classic's cost plus one judge call); not, and the pipeline continues from
-    that search (hops, sub-queries), never searching it twice."""
+    A document request (summarise X, which pages ... X) is answered by agents.document_runs. `auto`
+    decides per question: a question with several parts goes straight to the pipeline; any other is
+    searched once, as classic would, and the judge reads that evidence: sufficient, and it is
+    answered from it (classic's cost plus one judge call); not, and the pipeline continues from that
+    search (hops, sub-queries), never searching it twice."""
+    if (answer := document_answer(state, strategy)) is not None:
+        return finish_run(state, state.strategy, answer)
     if strategy == "auto":
         return run_auto(state)
     if strategy == "agentic" and not state.tools_ok:

@@ -109,6 +109,74 @@ class SubQuery:
         return out or None
 
 
+@dataclass(frozen=True)
+class DocumentRequest:
+    """A question about documents as wholes rather than a fact in them: "summary" (summarise X, the
+    main points of X: answered from summarise_document) or "pages" (which pages or sections talk
+    about X, list all ... about X: answered from search_pages). `subject`: what it is about, the
+    question without the words that ask for a summary or a list."""
+
+    kind: str  # "summary" | "pages"
+    subject: str
+    quoted: bool = False  # the subject is a name the question quotes (a document's title, say)
+
+
+_SUMMARY_ASK = re.compile(r"\b(?:summari[sz]e|summari[sz]ing|summary|sum\s+up|recap|overview|gist|tl;?\s*dr|"
+                          r"(?:main|key)\s+(?:points?|ideas?|takeaways?))\b", re.I)
+_PAGES_ASK = re.compile(r"\b(?:(?:which|what)\s+(?:pages?|sections?|chapters?)|on\s+which\s+pages?|"
+                        r"(?:list|name|show|enumerate)\s+(?:all|every|each)|all\s+(?:the\s+)?(?:pages?|sections?|chapters?))\b", re.I)
+_FRAMING = re.compile(r"\b(?:please|can\s+you|could\s+you|give\s+me|me|a|an|the\s+document|document|of|in|what\s+are|"
+                      r"what\s+is|briefly|short|brief)\b", re.I)
+
+_PAGES_FRAMING = re.compile(r"\b(?:(?:the|its)\s+)?(?:pages?|sections?|chapters?)\b|\b(?:that|which|where)\b|"
+                            r"\b(?:talk|speak|mention|cover|discuss|explain|describe|say|deal|refer)s?(?:\s+(?:about|with|to))?\b",
+                            re.I)
+
+# A name in quotes: opened after a space, closed before one or the end (an apostrophe inside a word, as in
+# "What's", neither opens nor closes it).
+_QUOTED = re.compile(r"(?<!\w)([\"“'‘])(.+?)[\"”'’](?!\w)")
+
+
+def document_request(question: str) -> DocumentRequest | None:
+    """The DocumentRequest a question makes, or None for a question about facts. Wording only: no
+    dataset's titles or terms. A summary asked about one thing is a summary; asking where something
+    is said, or for every mention of it, is a pages request."""
+    quoted = _QUOTED.search(question)
+    # Several parts (outside a quoted name): each is a fact to find (the planner's sub-queries).
+    if len(split_question(_QUOTED.sub(" it ", question))) > 1:
+        return None
+    for kind, pattern in (("summary", _SUMMARY_ASK), ("pages", _PAGES_ASK)):
+        if m := pattern.search(_QUOTED.sub(lambda q: " " * len(q.group(0)), question)):
+            if kind == "summary" and quoted is not None and terms(quoted.group(2)):
+                return DocumentRequest(kind, " ".join(quoted.group(2).split()), quoted=True)
+            rest = question[: m.start()] + " " + question[m.end():]
+            rest = (_FRAMING if kind == "summary" else _PAGES_FRAMING).sub(" ", rest)
+            subject = " ".join(rest.replace("'", " ").replace('"', " ").split()).strip(" ?.!:,;")
+            if terms(subject):
+                return DocumentRequest(kind, subject)
+    return None
+
+
+def pick_document(subject: str, ranked: Sequence[tuple[int, str]]) -> int | None:
+    """The document a request about `subject` means among ranked (document id, title) pairs (a
+    page search's, best first): the one whose title holds the largest share of the subject's words
+    when some title holds at least half of them (of two that hold as many, the one with fewer other
+    words: "Guide > Setup" over "Guide > Setup > Network" for "Guide > Setup"), else the best-ranked."""
+    if not ranked:
+        return None
+    wanted = terms(subject)
+    titles = dict(reversed(ranked))  # first (best-ranked) title per document
+    order = list(dict.fromkeys(doc for doc, _ in ranked))
+    if wanted:
+        def fit(doc: int) -> tuple[float, float]:
+            own = terms(titles[doc])
+            return len(wanted & own) / len(wanted), len(wanted & own) / max(len(own), 1)
+        best = max(order, key=fit)  # max keeps the first of equals: the better-ranked
+        if fit(best)[0] >= 0.5:
+            return best
+    return order[0]
+
+
 class Planner(Protocol):
     def plan(self, question: str, facets: Facets) -> list[SubQuery]:
         """Sub-queries that together cover every part of `question`, narrowed where it names facet values."""

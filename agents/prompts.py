@@ -30,7 +30,7 @@ from agents.citations import NOT_ENOUGH_EVIDENCE, RetrievedChunk, neutralise_mar
 from agents.messages import AssistantMessage, Message, ModelRequest, UserMessage
 from agents.planning import Facets
 
-PROMPT_VERSION = "2026-12-03.2"
+PROMPT_VERSION = "2026-12-06.1"
 CHARS_PER_TOKEN = 4.0  # a token count estimate of what is sent, where a server reports none
 
 DATA_NOTICE = (
@@ -53,8 +53,10 @@ Rules:
 
 AGENT_TOOLS_NOTE = """
 You have read-only tools: search (run several in parallel for a multi-part question; narrow by corpus, document,
-metadata, date or department), read (a chunk with its neighbours, or a document section), list_corpora, facets
-(which metadata values and dates the documents can be narrowed by) and check_grounding (check a draft's citations before answering).
+metadata, date or department), read (a chunk with its neighbours, or a document's section or page), search_pages
+(which pages or sections talk about something: for "which pages/sections" and "list all" questions), summarise_document
+(a document's main sentences with their chunk ids: for "summarise X"), list_corpora, facets (which metadata values and
+dates the documents can be narrowed by) and check_grounding (check a draft's citations before answering).
 Search until every part of the question is covered, then answer. Do not repeat an identical search."""
 
 
@@ -95,6 +97,21 @@ def answer_prompt(question: str, context: str, *, missing_note: str = "") -> str
     note = f"\nBudget note: {missing_note}\n" if missing_note else ""
     return (f"Question: {question}\n{note}\nRetrieved sources:\n{context}\n\n"
             "Answer the question from these sources only, citing chunk ids inline as instructed.")
+
+
+def summary_prompt(question: str, title: str, summary: str) -> str:
+    """The answer call for a summary request: the document's central sentences (summarise_document), each
+    shown with its chunk id, to be restated or quoted with one citation per sentence."""
+    return (f"Question: {question}\n\nThe main sentences of the document \"{_attr(title)}\", in document order, each "
+            f"quoted from the chunk whose id it carries:\n{summary}\n\nSummarise the document from these sentences only: "
+            "one short sentence per point, each quoting or restating one of them and citing its chunk id inline as instructed.")
+
+
+def pages_prompt(question: str, pages: str) -> str:
+    """The answer call for a pages request: the pages or sections search_pages ranked, each with its best chunk."""
+    return (f"Question: {question}\n\nThe pages or sections that match, best first, each with its best-matching chunk:\n"
+            f"{pages}\n\nList the pages or sections that answer the question, with their document and locator, "
+            "each citing its chunk id inline as instructed; leave out those that do not.")
 
 
 _NARROWED_QUERY = ('{"query": "...", "metadata": {"<key>": ["exact value", "..."]}, "date_after": "YYYY-MM-DD", '

@@ -27,11 +27,14 @@ def chunks_around(scope: Scope, chunk_id: int, neighbours: int) -> list[dict]:
     return list(rows)
 
 
-def document_section(scope: Scope, document_id: int, section: str, limit: int) -> list[dict]:
-    """Chunks of a visible document whose locator contains `section` (all chunks if empty), in order."""
+def document_section(scope: Scope, document_id: int, section: str, limit: int, page: int | None = None) -> list[dict]:
+    """Chunks of a visible document whose locator contains `section` and that lie on `page` (all
+    chunks if neither is given), in order."""
     qs = visible_chunks(scope).filter(document_id=document_id)
     if section:
         qs = qs.filter(locator__icontains=section)
+    if page is not None:
+        qs = qs.filter(page=page)
     return list(qs.order_by("ordinal").values(*CHUNK_FIELDS)[:limit])
 
 

@@ -22,6 +22,7 @@ from agents.messages import ToolCall, ToolSpec
 from agents.planning import Facets, without_facets
 from agents.prompts import DATA_NOTICE, chunk_block
 from agents.selectors import chunks_around, corpus_overview, document_section, metadata_facets
+from agents.summaries import document_titled, group_pages, summarise
 from kb import retrieval
 from tenants.scope import Scope, activate
 
@@ -231,23 +232,77 @@ def _sentence_query(deps: ToolDeps, query: str, metadata: dict | None, after: st
 
 
 def read(deps: ToolDeps, *, chunk_id: int | None = None, neighbours: int = 1, document_id: int | None = None,
-         section: str = "") -> ToolOutcome:
-    """A chunk with its neighbours, or the chunks of a document section (by heading text)."""
+         section: str = "", page: int | None = None) -> ToolOutcome:
+    """A chunk with its neighbours, or the chunks of a document, of one section (by heading text) or page."""
     if chunk_id is None and document_id is None:
-        raise ToolArgumentError("give either chunk_id (with optional neighbours) or document_id (with optional section)")
+        raise ToolArgumentError("give either chunk_id (with optional neighbours) or document_id (with optional section or page)")
     with activate(deps.scope):
         if chunk_id is not None:
             rows = chunks_around(deps.scope, chunk_id, min(max(neighbours, 0), 3))
             missing = f"chunk c:{chunk_id} not found"
         else:
-            rows = document_section(deps.scope, int(document_id), section, limit=deps.budgets.max_k)  # type: ignore[arg-type]
-            missing = f"document {document_id} not found" + (f" or it has no section matching {section!r}" if section else "")
+            rows = document_section(deps.scope, int(document_id), section, limit=deps.budgets.max_k, page=page)  # type: ignore[arg-type]
+            missing = f"document {document_id} not found" + (f" or it has no section matching {section!r}" if section else "") + \
+                (f" or it has no page {page}" if page is not None else "")
     if deps.corpus_ids is not None:  # a chunk of a corpus not chosen for this question reads as missing
         rows = [r for r in rows if r["corpus_id"] in deps.corpus_ids]
     if not rows:
         return ToolOutcome.failed(missing)
     outcome = _render_hits(deps, [_row_to_chunk(r) for r in rows], {})
     return dataclasses.replace(outcome, effective_filter={"scope": {k: v for k, v in deps.scope.as_dict().items() if k != "principal"}})
+
+
+def search_pages(deps: ToolDeps, *, query: str, k: int = 5, corpus_ids: list[int] | None = None,
+                 document_ids: list[int] | None = None) -> ToolOutcome:
+    """Pages (PDF) or sections (heading path) of the visible documents ranked for `query`, each with
+    its locator and its best chunk to cite: the scoped search's hits grouped (agents.summaries.group_pages)."""
+    clamped = min(max(int(k), 1), deps.budgets.max_k)
+    corpus_ids = deps.within(corpus_ids)
+    if corpus_ids == []:
+        return _render_hits(deps, [], {"query": query, "pages": []})
+    filters = retrieval.SearchFilters(corpus_ids=tuple(corpus_ids) if corpus_ids else None,
+                                      document_ids=tuple(document_ids) if document_ids else None)
+    result = retrieval.search(deps.scope, query, k=min(retrieval.MAX_K, max(PAGE_CANDIDATES, 4 * clamped)), mode="hybrid",
+                              filters=filters)
+    groups = group_pages(result.hits)[:clamped]
+    pages = [{"document": g.title, "document_id": g.document_id, "page": g.page, "section": g.locator,
+              "score": round(g.score, 4), "matching_chunks": len(g.hits), "cite_as": f"[c:{g.hits[0].chunk_id}]"} for g in groups]
+    outcome = _render_hits(deps, [_hit_to_chunk(g.hits[0]) for g in groups], {"query": query, "pages": pages})
+    return dataclasses.replace(outcome, effective_filter={"scope": {k_: v for k_, v in deps.scope.as_dict().items() if k_ != "principal"},
+                                                          "applied": result.applied_filter, "k": clamped, "path": result.path})
+
+
+def summarise_document(deps: ToolDeps, *, document_id: int | None = None, title: str = "") -> ToolOutcome:
+    """A visible document's summary, by id or exact title: its central sentences in document order, each
+    citable as [c:<id>] of the chunk it is quoted from (agents.summaries). Another tenant's or department's
+    document is "not found"."""
+    if document_id is None and not title:
+        raise ToolArgumentError("give document_id (from search_pages or search) or the document's exact title")
+    if document_id is None:
+        document_id = document_titled(deps.scope, title, deps.corpus_ids)
+        if document_id is None:
+            return ToolOutcome.failed("no document you may see has that exact title: find it with search_pages")  # the title is not echoed
+    summary = summarise(deps.scope, int(document_id), deps.corpus_ids)
+    if summary is None:
+        return ToolOutcome.failed(f"document {document_id} not found")
+    if not summary.sentences:  # a document the caller sees, so saying so reveals nothing
+        return ToolOutcome.failed(f"document {document_id} has no sentence that can be quoted in a summary (its chunks are "
+                                  "empty or flagged as possible instructions to a model): search it instead")
+    by_id = {h.chunk_id: _hit_to_chunk(h) for h in summary.hits}
+    for chunk in by_id.values():  # the model is shown each sentence with its chunk id: it may cite the chunk
+        deps.retrieved.setdefault(chunk.chunk_id, chunk)
+    lines = [{"cite_as": f"[c:{s.chunk_id}]", "section": s.locator,
+              "text": chunk_block(dataclasses.replace(by_id[s.chunk_id], text=s.text), deps.budgets.chunk_chars)}
+             for s in summary.sentences]
+    content = {"notice": DATA_NOTICE, "document": summary.title, "document_id": summary.document_id,
+               "how": "the document's most central sentences, in document order, quoted from its chunks", "summary": lines}
+    cited = list(dict.fromkeys(s.chunk_id for s in summary.sentences))
+    return ToolOutcome(content=content, chunk_ids=tuple(cited), content_hashes=tuple(by_id[c].content_hash for c in cited),
+                       cached=summary.cached,
+                       effective_filter={"scope": {k: v for k, v in deps.scope.as_dict().items() if k != "principal"}})
+
+
+PAGE_CANDIDATES = 30  # hits grouped into pages: enough for several hits per page
 
 
 def list_corpora(deps: ToolDeps) -> ToolOutcome:
@@ -301,9 +356,25 @@ TOOLS: dict[str, Tool] = {t.spec.name: t for t in (
         "type": "object", "properties": {
             "chunk_id": {"type": "integer", "description": "A chunk id from search results."},
             "neighbours": {"type": "integer", "description": "Chunks before and after to include (0-3, default 1)."},
-            "document_id": {"type": "integer", "description": "Read this document instead (with optional section)."},
+            "document_id": {"type": "integer", "description": "Read this document instead (with optional section or page)."},
             "section": {"type": "string", "description": "Heading text of the section to read."},
+            "page": {"type": "integer", "description": "Page number of the document to read (PDF documents)."},
         }}), read),
+    Tool(ToolSpec("search_pages", "Which pages or sections of the documents talk about something: pages (or sections) ranked "
+                  "for a query, each with its document, locator and a chunk id to cite. For 'which pages/sections ...' "
+                  "and 'list all ...' questions; then read a page or section with read.", {
+                      "type": "object", "required": ["query"], "properties": {
+                          "query": {"type": "string", "description": "What the pages should talk about."},
+                          "k": {"type": "integer", "description": "How many pages or sections (1-10, default 5)."},
+                          "corpus_ids": {**_ID_LIST, "description": "Only these corpora."},
+                          "document_ids": {**_ID_LIST, "description": "Only these documents."},
+                      }}), search_pages),
+    Tool(ToolSpec("summarise_document", "A document's summary: its main sentences in order, each with the chunk id to cite "
+                  "as [c:<id>]. For 'summarise X' or 'main points of X': by its exact title, or its id from search_pages.", {
+                      "type": "object", "properties": {
+                          "document_id": {"type": "integer", "description": "The document to summarise."},
+                          "title": {"type": "string", "description": "Or its exact title."}}}),
+         summarise_document),
     Tool(ToolSpec("list_corpora", "List the document collections you can search, with ids.",
                   {"type": "object", "properties": {}}), list_corpora),
     Tool(ToolSpec("facets", "Which metadata values (per key) and which date range the documents you can see have: "

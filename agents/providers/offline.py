@@ -34,7 +34,8 @@ from agents.lexical import (
     terms,
 )
 from agents.messages import AssistantMessage, ModelRequest, ModelTurn, ToolCall, ToolResultMessage, Usage
-from agents.planning import Facets, GeneralPlanner, without_facets
+from agents.planning import Facets, GeneralPlanner, document_request, without_facets
+from agents.providers.offline_documents import compose_document_answer, document_calls
 from agents.sufficiency import (
     ANSWERABLE,
     SUPPORTED,
@@ -99,6 +100,9 @@ class OfflineProvider:
     def _agent(self, request: ModelRequest) -> tuple[str, list[ToolCall]]:
         if not request.tools_enabled:
             return self._answer(request)
+        if (asked_for := document_request(request.question)) is not None:  # summarise X, which pages ... X
+            document_tools = document_calls(request, asked_for)
+            return ("", document_tools) if document_tools else self._answer(request)
         rounds = sum(1 for m in request.messages if isinstance(m, AssistantMessage) and m.tool_calls)
         if rounds == 0:
             return "", [ToolCall("offline-0-0", "facets", {})]
@@ -145,6 +149,12 @@ class OfflineProvider:
         return json.dumps({"question": resolved.question, "retrieve": resolved.retrieve, "how": resolved.how}), []
 
     def _answer(self, request: ModelRequest) -> tuple[str, list[ToolCall]]:
+        if (asked_for := document_request(request.question)) is not None and \
+                (text := compose_document_answer(request, asked_for)) is not None:
+            if request.on_text is not None:  # streamed a line at a time, like the usual composition
+                for i, line in enumerate(text.split("\n")):
+                    request.on_text(line if i == 0 else "\n" + line)
+            return text, []
         facets = _facets_seen(request) if not request.facets else Facets.from_tool({"enumerations": request.facets.get("narrow_by")})
         return compose_answer(request.question, _chunks_from(request), facets.values(), emit=request.on_text), []
 

@@ -27,7 +27,7 @@ from agents.messages import ToolCall
 from agents.tools import TOOLS, ToolDeps, run_tool
 from api.project.celery import app as celery_app
 from kb import tasks as _registered_tasks  # noqa: F401  (registers the Celery tasks: since issue 30 kb.ingest no longer imports them)
-from kb.models import Corpus
+from kb.models import Corpus, Document
 from tenants.scope import Scope, ScopeRequired, activate
 from tests.factories import make_membership, make_staff_user
 from tests.kb import _transactional  # noqa: F401  (flush transactional tests as owner)
@@ -194,6 +194,9 @@ API_PROBES: dict[str, dict[str, Callable[[CanaryWorld, Side, str], list[Req]]]] 
                       "delete": _path_probe("/api/v1/corpora/{id}/", "corpus_ids")},
     "corpus-reembed": {"post": _path_probe("/api/v1/corpora/{id}/reembed/", "corpus_ids",
                                            {"embedding_model": "hash", "embedding_dim": 16})},
+    # A corpus file names no tenant: the import lands in the caller's (tests/kb/test_corpus_export.py imports real files).
+    "corpus-export": {"get": _path_probe("/api/v1/corpora/{id}/export/", "corpus_ids")},
+    "corpus-import": {"post": probe_static("/api/v1/corpora/import/")},
     "document-list": {"get": probe_list("/api/v1/documents/", "document_ids", lambda s: [{}, *({"corpus": c} for c in s.corpus_ids)]),
                       "post": probe_upload},
     "document-detail": {"get": _path_probe("/api/v1/documents/{id}/", "document_ids"),
@@ -435,6 +438,13 @@ def test_sales_key_runs_leave_no_engineering_canary_in_traces(canary_world, inli
 
 # --- Agent tools ----------------------------------------------------------------------------------
 
+def titles_of(side: Side) -> list[str]:
+    """The titles of the side's documents (read as its own tenant): summarise_document takes a title too."""
+    scope = Scope.system(side.tenant_id)
+    with activate(scope):
+        return list(Document.objects.for_scope(scope).filter(pk__in=side.document_ids).values_list("title", flat=True))
+
+
 def tool_probes(side: Side, question: str) -> dict[str, list[dict]]:
     d, c, doc, ch = side.department_ids, side.corpus_ids, side.document_ids, side.chunk_ids
     return {
@@ -443,7 +453,12 @@ def tool_probes(side: Side, question: str) -> dict[str, list[dict]]:
             {"metadata": {"category": "globex-confidential"}}, {"metadata": {"category": "engineering-confidential"}},
             {"corpus_ids": [f"c:{c[0]}"]}, {"document_ids": [str(doc[0])]})],
         "read": [{"chunk_id": x, "neighbours": 3} for x in ch] + [{"document_id": x} for x in doc] +
-                [{"document_id": x, "section": "Details"} for x in doc] + [{"chunk_id": f"c:{ch[0]}"}],
+                [{"document_id": x, "section": "Details"} for x in doc] + [{"document_id": x, "page": 1} for x in doc] +
+                [{"chunk_id": f"c:{ch[0]}"}],
+        "search_pages": [{"query": question, "k": 50, **f} for f in (
+            {}, {"corpus_ids": c}, {"document_ids": doc}, {"corpus_ids": [f"c:{c[0]}"]}, {"document_ids": [str(doc[0])]})],
+        "summarise_document": [{"document_id": x} for x in doc] + [{"document_id": str(doc[0])}] +
+                              [{"title": t} for t in titles_of(side)],
         "list_corpora": [{}],
         "facets": [{}, {"corpus_ids": c}],
         "check_grounding": [{"draft": f"The limit is high [c:{x}]."} for x in ch],

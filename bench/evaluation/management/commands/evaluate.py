@@ -17,6 +17,11 @@ hash of the qid); --limit then samples within it. Rules and thresholds are chose
 reported on report; the report says which half ran.
 --history also runs each agent strategy as history:<strategy>: a question that carries `history`
 asked as the last turn of that conversation (bench.evaluation.history), beside it asked alone.
+--xquad-dir DIR runs XQuAD instead (questions in other languages over English paragraphs,
+bench.evaluation.xquad): evidence recall per embedding model, search mode, language and half.
+--summaries N runs the summarisation set instead ("Summarise the document '<title>'" for N documents
+of each of --sets, default emanual,mtrag; bench.evaluation.summarisation): gold document cited,
+verified statements, coverage.
 """
 
 from __future__ import annotations
@@ -50,7 +55,9 @@ from bench.evaluation.runner import (
     run_one,
 )
 from bench.evaluation.suite import DEFAULT_SET, CorpusProfile, profile_for, select
+from bench.evaluation.summarisation import run_summaries_command
 from bench.evaluation.summary import QuestionResult, summarise
+from bench.evaluation.xquad import run_xquad_command
 from kb.ingest.queue import run_jobs_here_without_a_worker
 
 DEFAULT_STRATEGIES = "classic,pipeline,agentic,auto"
@@ -100,9 +107,29 @@ class Command(BaseCommand):
                             help="run only every N-th question starting at I (0-based); records are written for --merge")
         parser.add_argument("--merge", nargs="+", type=Path, default=None, metavar="DIR",
                             help="do not run: combine the records.jsonl of these shard output dirs into one report in --out")
+        parser.add_argument("--xquad-dir", type=Path, default=None, metavar="DIR",
+                            help="do not run a question set: evidence recall@5/@10 of XQuAD questions (xquad.<lang>.json in DIR) "
+                                 "over its English paragraphs, per --embedding-model (comma-separated keys; default MiniLM and "
+                                 "multilingual-e5-small-q4), written to --out/xquad (bench/evaluation/xquad.py)")
+        parser.add_argument("--summaries", type=int, default=0, metavar="N",
+                            help="do not run a question set: the summarisation set, N documents per set of --sets (default "
+                                 "emanual,mtrag), each asked 'Summarise the document ...' with --strategies, written to "
+                                 "--out/summaries (bench/evaluation/summarisation.py)")
+        parser.add_argument("--xquad-languages", default="en,de,es,ru", metavar="LANG,LANG",
+                            help="XQuAD question languages for --xquad-dir")
+        parser.add_argument("--xquad-modes", default="vector,hybrid", metavar="MODE,MODE",
+                            help="search modes for --xquad-dir (keyword, vector, hybrid)")
 
     def handle(self, *args: Any, **opts: Any) -> None:
         run_jobs_here_without_a_worker()  # no scripts/run beside this command: its jobs run here
+        if opts["xquad_dir"] is not None:
+            return run_xquad_command(self, opts)
+        if opts["summaries"]:
+            try:
+                strategies = [s for s in _strategies(opts) if s in AGENT_STRATEGIES]
+            except (EvaluationError, ValueError) as exc:
+                raise CommandError(str(exc)) from exc
+            return run_summaries_command(self, opts, strategies)
         if opts["merge"]:
             return self._merge(opts)
         if opts["suite"] or opts["sets"]:
