@@ -338,8 +338,13 @@ def _write_sentences(cur: Any, scope: Scope, model_key: str, chunk_ids: dict[int
                      language: str) -> None:
     """The sentence vectors and lexemes of a document's freshly written chunks (chunk ordinal -> id)."""
     flat = [(chunk_ids[i], j, s, e, h) for i, found in enumerate(rows.sentences or []) for j, (s, e, h) in enumerate(found)]
-    if not flat:
-        return
+    if flat:
+        insert_sentences(cur, scope, model_key, language, [(r[0], r[1], r[2], r[3], rows.vectors[r[4]]) for r in flat])
+
+
+def insert_sentences(cur: Any, scope: Scope, model_key: str, language: str, sentences: list[tuple[int, int, int, int, Any]]) -> None:
+    """Write sentence rows (chunk id, ordinal, char start, char end, vector) of written chunks, their lexemes
+    computed from the chunk's text under `language` (ingestion and corpus imports alike)."""
     cur.execute(
         """
         INSERT INTO kb_chunksentence (tenant_id, chunk_id, ordinal, char_start, char_end, embedding, embedding_model, lexemes)
@@ -349,9 +354,9 @@ def _write_sentences(cur: Any, scope: Scope, model_key: str, chunk_ids: dict[int
              AS u(chunk_id, ordinal, char_start, char_end, embedding)
         JOIN kb_chunk c ON c.id = u.chunk_id AND c.tenant_id = %(tenant)s
         """,
-        {"tenant": scope.tenant_id, "model": model_key, "language": language, "chunk": [r[0] for r in flat],
-         "ordinal": [r[1] for r in flat],
-         "start": [r[2] for r in flat], "end": [r[3] for r in flat], "embedding": [rows.vectors[r[4]] for r in flat]},
+        {"tenant": scope.tenant_id, "model": model_key, "language": language, "chunk": [r[0] for r in sentences],
+         "ordinal": [r[1] for r in sentences], "start": [r[2] for r in sentences], "end": [r[3] for r in sentences],
+         "embedding": [r[4] for r in sentences]},
     )
 
 

@@ -34,6 +34,7 @@ from kb import access
 from kb.embedding import LOCAL_MODEL_KEY, MULTILINGUAL_MODEL_KEY, ModelChoiceError, checked_model_key, default_model_key, get_embedder
 from kb.ingest.dates import document_date
 from kb.ingest.documents import content_hash
+from kb.ingest.pipeline import insert_sentences
 from kb.ingest.vectors import ensure_index_outside_transactions, vector_cursor, vectors_for
 from kb.metadata import text_problem
 from kb.models import Corpus, Document, DocumentContent, DocumentStatus
@@ -277,17 +278,6 @@ def _insert_sentences(scope: Scope, corpus: Corpus, chunk_ids: list[int], batch:
         return content_hash(text)
 
     with vector_cursor() as cur:
-        cur.execute(
-            """
-            INSERT INTO kb_chunksentence (tenant_id, chunk_id, ordinal, char_start, char_end, embedding, embedding_model, lexemes)
-            SELECT %(tenant)s, u.chunk_id, u.ordinal, u.char_start, u.char_end, u.embedding, %(model)s,
-                   tsvector_to_array(to_tsvector(%(language)s::regconfig, substr(c.text, u.char_start + 1, u.char_end - u.char_start)))
-            FROM unnest(%(chunk)s::bigint[], %(ordinal)s::int[], %(start)s::int[], %(end)s::int[], %(embedding)b::vector[])
-                 AS u(chunk_id, ordinal, char_start, char_end, embedding)
-            JOIN kb_chunk c ON c.id = u.chunk_id AND c.tenant_id = %(tenant)s
-            """,
-            {"tenant": scope.tenant_id, "model": corpus.model_key, "language": corpus.language,
-             "chunk": [chunk_ids[s["_chunk"]] for s in sentences], "ordinal": [s["ordinal"] for s in sentences],
-             "start": [s["char_start"] for s in sentences], "end": [s["char_end"] for s in sentences],
-             "embedding": [_vector(s, checked, vectors, text_hash(s)) for s in sentences]},
-        )
+        insert_sentences(cur, scope, corpus.model_key, corpus.language,
+                         [(chunk_ids[s["_chunk"]], s["ordinal"], s["char_start"], s["char_end"], _vector(s, checked, vectors, text_hash(s)))
+                          for s in sentences])
