@@ -185,13 +185,13 @@ MIN_FOREIGN_STOP_WORDS = 2
 def _in_other_language(language: str, removed: Mapping[str, int]) -> bool:
     """Whether the query is written in another language than `language` (a text search configuration):
     some language's stop list removes more of its words than that of `language` does, and at least
-    MIN_FOREIGN_STOP_WORDS of them (one word proves nothing: "hotel per night" is not Italian). Its words then
-    match a corpus in `language` only by accident (German "die", "war", "also" in English text), so the
+    MIN_FOREIGN_STOP_WORDS of them (one word proves nothing: "hotel per night" is not Italian). Its
+    words then match a corpus in `language` only by accident (German "die", "war", "also" in English text), so the
     keyword side leaves those corpora to the vector side, which a multilingual model matches across
     languages. A query with no function words (keywords, names) keeps every language; a "simple" corpus
     has no stop list and is never left out. (Chosen on the first half of XQuAD's German, Spanish and
     Russian questions over English paragraphs; no English question of the evaluation sets is taken for
-    another language: docs/evaluation.md.)"""
+    another language: docs/retrieval.md, docs/evaluation.md.)"""
     own = removed.get(language)
     most = max(removed.values(), default=0)
     return own is not None and most > own and most >= MIN_FOREIGN_STOP_WORDS
