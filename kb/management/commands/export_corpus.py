@@ -15,10 +15,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from kb.models import Corpus
+from kb.management.lookups import corpus_named, tenant_scope
 from kb.transfer import ExportRefused, export_corpus
-from tenants.models import Tenant
-from tenants.scope import NotAllowed, Scope, activate
+from tenants.scope import NotAllowed
 
 
 class Command(BaseCommand):
@@ -32,14 +31,8 @@ class Command(BaseCommand):
                             help="leave the documents' original files out (smaller; the imported documents cannot be re-ingested)")
 
     def handle(self, *args: Any, tenant: str, corpus: str, out: Path, without_bytes: bool, **options: Any) -> None:
-        found = Tenant.objects.filter(slug=tenant).first()
-        if found is None:
-            raise CommandError(f"no tenant with slug {tenant!r}")
-        scope = Scope.system(found.id, principal="manage.py export_corpus")
-        with activate(scope):
-            target = Corpus.objects.for_scope(scope).filter(name=corpus).first()
-        if target is None:
-            raise CommandError(f"tenant {tenant!r} has no corpus {corpus!r}")
+        scope = tenant_scope(tenant, "export_corpus")
+        target = corpus_named(scope, tenant, corpus)
         partial = out.with_name(out.name + ".partial")
         started = time.perf_counter()
         try:

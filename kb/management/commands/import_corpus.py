@@ -15,9 +15,10 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from kb.management.lookups import tenant_scope
 from kb.transfer import FileRejected, import_corpus
-from tenants.models import Department, Tenant
-from tenants.scope import NotAllowed, Scope, activate
+from tenants.models import Department
+from tenants.scope import NotAllowed, activate
 
 
 class Command(BaseCommand):
@@ -33,14 +34,11 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, tenant: str, file: Path, name: str | None, department: str | None, reembed: str | None,
                **options: Any) -> None:
-        found = Tenant.objects.filter(slug=tenant).first()
-        if found is None:
-            raise CommandError(f"no tenant with slug {tenant!r}")
-        scope = Scope.system(found.id, principal="manage.py import_corpus")
+        scope = tenant_scope(tenant, "import_corpus")
         department_id = None
         if department is not None:
             with activate(scope):
-                department_id = Department.objects.filter(tenant_id=found.id, name=department).values_list("pk", flat=True).first()
+                department_id = Department.objects.filter(tenant_id=scope.tenant_id, name=department).values_list("pk", flat=True).first()
             if department_id is None:
                 raise CommandError(f"tenant {tenant!r} has no department {department!r}")
         if not file.is_file():

@@ -13,9 +13,9 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from kb.ingest import start_reembed
 from kb.ingest.queue import run_jobs_here_without_a_worker
-from kb.models import Corpus, IngestJob, JobStatus
-from tenants.models import Tenant
-from tenants.scope import Scope, activate
+from kb.management.lookups import corpus_named, tenant_scope
+from kb.models import IngestJob, JobStatus
+from tenants.scope import activate
 
 
 class Command(BaseCommand):
@@ -29,14 +29,8 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, tenant: str, corpus: str, model: str, wait: bool, **options: Any) -> None:
         run_jobs_here_without_a_worker()  # no scripts/run beside this command: its jobs run here
-        found = Tenant.objects.filter(slug=tenant).first()
-        if found is None:
-            raise CommandError(f"no tenant with slug {tenant!r}")
-        scope = Scope.system(found.id, principal="manage.py reembed_corpus")
-        with activate(scope):
-            target = Corpus.objects.for_scope(scope).filter(name=corpus).first()
-        if target is None:
-            raise CommandError(f"tenant {tenant!r} has no corpus {corpus!r}")
+        scope = tenant_scope(tenant, "reembed_corpus")
+        target = corpus_named(scope, tenant, corpus)
         try:
             job = start_reembed(scope=scope, corpus=target, model_key=model)
         except ValueError as exc:
