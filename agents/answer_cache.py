@@ -13,7 +13,7 @@ The key (`answer_key`) is a sha256 over everything an answer depends on:
 - the strategy asked for, the provider (its name, model, endpoint and temperature), the prompts'
   PROMPT_VERSION and the run's budgets (strict citations among them).
 
-Redis holds only `{"run": id, "hash": hash}` under that key, never the tenant's text. A lookup (`find`)
+Redis holds only `{"run": id, "hash": hash}` under that key, never the tenant's text. A lookup (`lookup`)
 reads that run through the caller's scope (agents.access.visible_runs), checks it is what the key says
 (same question, scope, strategy, provider, model, prompt version; answered and grounded) and that every
 chunk it cites is still visible to this caller, unchanged (kb.access.visible_chunks: its content hash,
@@ -128,9 +128,9 @@ def corpus_versions(scope: Scope, corpus_ids: tuple[int, ...] | None) -> list[li
 
 def lookup(*, scope: Scope, question: str, strategy: str, provider: Any, budgets: Budgets,
            corpus_ids: tuple[int, ...] | None) -> tuple[AnswerKey | None, CachedAnswer | None]:
-    """The question's key (None: the cache is off for it) and, on a hit, the answer to serve: `answer_key`
-    and `find` in one activation of the scope (one transaction, fewer round trips); a tenant with the cache
-    off costs one read of its settings."""
+    """The question's key (None: the cache is off for it) and, on a hit, the answer to serve if it may be
+    served to `scope` now (module docstring), in one activation of the scope; a tenant with the cache off
+    costs one read of its settings."""
     tenant = _tenant(scope)
     if tenant is None:
         return None, None
@@ -147,12 +147,6 @@ def answer_key(*, scope: Scope, question: str, strategy: str, provider: Any, bud
         return None
     with activate(scope):
         return _key(scope, tenant, question, strategy, provider, budgets, corpus_ids)
-
-
-def find(scope: Scope, key: AnswerKey, *, strategy: str, provider: Any, corpus_ids: tuple[int, ...] | None) -> CachedAnswer | None:
-    """The cached answer for `key` if it may be served to `scope` now (module docstring), else None."""
-    with activate(scope):
-        return _find(scope, key, strategy, provider, corpus_ids)
 
 
 def _tenant(scope: Scope) -> tuple[int, str] | None:
@@ -253,7 +247,7 @@ def _on_redis(work):
 
 def serve(state: RunState, hit: CachedAnswer, lookup_ms: float) -> LoopResult:
     """The run's result taken from `hit`: one step saying which run was reused (handed to `on_step`), the
-    answer streamed whole to `on_text`, and the reused run's citations, whose chunks `find` re-verified."""
+    answer streamed whole to `on_text`, and the reused run's citations, whose chunks `lookup` re-verified."""
     reused = hit.run
     state.strategy = reused.strategy
     state.record(StepRecord(
