@@ -42,7 +42,7 @@ from agents import sufficiency
 from agents.lexical import looks_like_instructions, sentences, split_question, terms
 from agents.planning import fuse
 from agents.steps import RunState, StepRecord, relevance_cost_since, relevance_cost_snapshot
-from agents.sufficiency import SeenChunk, answer_kind, holds_answer_kind, seen_chunk
+from agents.sufficiency import SeenChunk, answer_kind, holds_answer_kind, passage_holds_answer_kind, seen_chunk
 from kb import relevance
 from tenants.conf import product_settings
 
@@ -195,11 +195,14 @@ def settles(passage: float, found_by_words: bool) -> bool:
 
 def best_passage(question: str, chunks: Sequence[SeenChunk]) -> tuple[list[tuple[int, float]], float]:
     """The pool ranked for `question` (`rerank`) and its best passage's score; for a question of one
-    part asking for a kind of answer, 0 when that passage holds none."""
+    part asking for a kind of answer, 0 when no sentence of that passage holds one
+    (agents.sufficiency.passage_holds_answer_kind: a header's title line and labelled fields about
+    something else name no person, however high the title naming the question's subject lifts the
+    passage's score)."""
     ranked = rerank(question, chunks)
     parts = split_question(question)
     top = next((c for c in chunks if ranked and c.chunk_id == ranked[0][0]), None)
-    fits = top is not None and (len(parts) != 1 or holds_answer_kind(answer_kind(parts[0]), top.text, parts[0]))
+    fits = top is not None and (len(parts) != 1 or passage_holds_answer_kind(answer_kind(parts[0]), top.text, parts[0]))
     return ranked, ranked[0][1] if fits else 0.0
 
 

@@ -183,9 +183,7 @@ def split_question(question: str) -> list[str]:
     and both sides of a comparison. A clause with fewer than two content terms stays attached
     to its neighbour ("travel and expense policy" is one part). At most MAX_PARTS parts."""
     parts: list[str] = []
-    sents = [x for x in _question_sentences(question) if x.strip(" ?!.")]
-    asked = [x for x in sents if not is_statement(x)] if len(sents) > 1 else sents
-    for sentence in asked or sents:
+    for sentence in asked_sentences(question):
         sentence = sentence.strip(" ?!.")
         compared = _choice_parts(sentence) or _comparison_parts(sentence)
         if compared:
@@ -199,6 +197,14 @@ def split_question(question: str) -> list[str]:
     if len(unique) > MAX_PARTS:
         unique = unique[: MAX_PARTS - 1] + [" ".join(unique[MAX_PARTS - 1:])]
     return unique or [question.strip()]
+
+
+def asked_sentences(question: str) -> list[str]:
+    """The sentences of a question that ask something; its statements ("I'm extending a trip to
+    Lisbon.") set the asker's context. All its sentences when it has one, or no asking one."""
+    sents = [x for x in _question_sentences(question) if x.strip(" ?!.")]
+    asked = [x for x in sents if not is_statement(x)] if len(sents) > 1 else sents
+    return asked or sents
 
 
 _QUOTED_SPAN = re.compile(r"[\"“][^\"”\n]{1,200}[\"”]")

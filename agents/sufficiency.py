@@ -144,16 +144,43 @@ def _weights(part: str, values: Iterable[str]) -> dict[str, float]:
     return out
 
 
+# A labelled field ("Owner: Security Team.", "Version: 2", "Responsable : équipe RH"): a label of one
+# to three words, a colon, then its value.
+_FIELD = re.compile(r"^\s*[^\W\d_][\w'’-]*(?:\s+[\w'’-]+){0,2}\s?:\s")
+
+
 def holds_answer_kind(kind: str, sentence: str, part: str) -> bool:
+    """Does `sentence` hold the kind of answer `part` asks for (answer_kind): a year the part does not
+    give, a number, or for a person or a place a capitalised word the part does not use, past the
+    sentence's first word (capitalised because it comes first), in a name that is not only month
+    or day names ("1 March 2026").
+    A labelled field ("Owner: Security Team.") states its label's value: it holds a person or a
+    place for a part only when it shares a term with the part (a field of a document's header
+    about something else answers nothing asked)."""
     if kind == "year":
         return bool(set(_YEAR.findall(sentence)) - set(_YEAR.findall(part)))
     if kind == "number":
         return bool(_NUMBER.search(sentence))
     if kind in ("person", "place"):
+        if _FIELD.match(sentence) and not terms(sentence) & terms(part):
+            return False
         asked = {w.lower() for w in re.findall(r"\w+", part)}
-        return any(w.lower() not in asked for m in _CAPITALISED.finditer(sentence) for w in m.group(0).split()[:1]
-                   if m.start() > 0)
+        spans = (m.group(0).split() for m in _CAPITALISED.finditer(sentence) if m.start() > 0)
+        return any(words[0] not in asked and not set(words) <= NOT_NAMES for words in ([_bare(w) for w in span] for span in spans))
     return True
+
+
+def _bare(word: str) -> str:
+    """A capitalised word as the part's words are compared with it: lowercased, without a full stop,
+    quote or possessive ("Orrin." and "Orrin's" are "orrin")."""
+    return re.sub(r"['’]s$", "", word.strip(".'’-")).lower()
+
+
+def passage_holds_answer_kind(kind: str, text: str, part: str) -> bool:
+    """Does a passage (a chunk's text) hold the kind of answer `part` asks for: one of its sentences
+    does (holds_answer_kind), each read on its own, so that a sentence's first word and a heading
+    (not a sentence) are not taken for a name; a passage without sentences is read whole."""
+    return any(holds_answer_kind(kind, s, part) for s in sentences(text) or [text])
 
 
 _RELATIVE = re.compile(r"^(?P<head>\S.{6,}?)\s+(?:(?:at|in|on|of|for|by|from|with|to|during)\s+)?"

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from agents import judge
+from agents.anchors import cited_chunks, missing_anchors
 from agents.citations import NOT_ENOUGH_EVIDENCE, is_not_enough_evidence
 from agents.conversation_text import resolve_followup
 from agents.lexical import (
@@ -250,15 +251,27 @@ def compose_answer(question: str, chunks: list[SeenChunk], values: Sequence[str]
     values = list(values)
     by_words = compose_by_words(question, chunks, values, emit=emit)
     if not judge.enabled():
-        return by_words
+        return _anchored(question, by_words, chunks, values)
     judged = judge.judge_question(question, chunks)
     found = not is_not_enough_evidence(by_words)
     judge.trace(judged, found)
     if judged.settled(found):
-        return by_words if found else _compose_judged(judged, chunks)
+        return _anchored(question, by_words if found else _compose_judged(judged, chunks), chunks, values)
     if not found:
         return by_words
     return f"{NOT_ENOUGH_EVIDENCE}: the documents you can see do not answer the question (the passages that come closest do not say it)."
+
+
+def _anchored(question: str, answer: str, chunks: list[SeenChunk], values: Sequence[str]) -> str:
+    """`answer`, unless the chunks it cites never mention a name or figure the question pins down
+    (agents.anchors): then the documents speak of something else, and the question is declined."""
+    if is_not_enough_evidence(answer):
+        return answer
+    missing = missing_anchors(question, cited_chunks(answer, chunks), values)
+    if not missing:
+        return answer
+    named = ", ".join(f'"{a}"' for a in missing)
+    return f"{NOT_ENOUGH_EVIDENCE}: the passages that come closest never mention {named}."
 
 
 def compose_by_words(question: str, chunks: list[SeenChunk], values: Sequence[str] = (),

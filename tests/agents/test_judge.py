@@ -45,6 +45,13 @@ def test_a_question_asking_for_a_person_is_not_answered_by_a_passage_without_one
     assert not judged.settled(found_by_words=True)
 
 
+def test_a_header_of_labelled_fields_holds_no_person(packaged):
+    header = SeenChunk(8, "Orrin Mills Handbook\n\nMaintainer: Facilities Desk. Applies to every Orrin site. "
+                          "Effective 1 March 2026.", 0.5, False, "", "Orrin Mills Handbook")
+    judged = judge.judge_question("Who is the treasurer of Orrin Mills?", [header])
+    assert judged.passage == 0.0 and not judged.settled(found_by_words=True)
+
+
 def test_the_calibrated_thresholds_decide(packaged, monkeypatch):
     judged = judge.judge_question("How much is a hotel night in Paris?", CHUNKS)
     assert judged.settled(found_by_words=True) and judged.settled(found_by_words=False)

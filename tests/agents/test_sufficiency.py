@@ -26,6 +26,20 @@ def test_a_part_is_supported_by_a_sentence_that_answers_it_not_by_words_found_an
         parts_support("In what year was Brest harbour founded?", [SeenChunk(5, "Brest harbour was founded in 1631.", 1.0, False)])[0].score
 
 
+def test_a_person_is_a_name_past_a_sentences_first_word_not_a_date_or_a_header_field():
+    from agents.sufficiency import holds_answer_kind, passage_holds_answer_kind
+
+    part = "Who is the treasurer of Orrin Mills"
+    assert holds_answer_kind("person", "The treasurer of Orrin Mills is Tova Brandt.", part)
+    assert not holds_answer_kind("person", "Invoices are paid monthly to Orrin.", part)  # a name the part gives, before a full stop
+    assert not holds_answer_kind("person", "Effective 1 March 2026.", part)  # a month is no one
+    assert not holds_answer_kind("person", "Maintainer: Facilities Desk.", part)  # a field about something else
+    assert holds_answer_kind("person", "Treasurer: Tova Brandt.", part)  # a field the part asks about
+    header = "Orrin Mills Handbook\n\nMaintainer: Facilities Desk. Applies to every Orrin site. Effective 1 March 2026."
+    assert not passage_holds_answer_kind("person", header, part)  # a heading and sentences' first words name no one
+    assert passage_holds_answer_kind("person", header + " Questions go to Tova Brandt.", part)
+
+
 def test_a_text_mentioning_what_a_part_asks_about_in_passing_does_not_answer_it():
     from agents.sufficiency import SeenChunk, parts_support, subject_name
 

@@ -46,10 +46,7 @@ def ask(client: APIClient, question: str) -> dict:
 
 @pytest.mark.parametrize("question", [
     "What is the company's policy on bringing dogs to the office?",
-    pytest.param("Who is the CEO of Kestrel Analytics?", marks=pytest.mark.xfail(strict=True, reason=(
-        "known miss at the calibrated thresholds: the best passage (the security policy's header under a title naming the "
-        "company) scores 0.87 for the question and the word rules quote header lines, so the model does not overrule "
-        "them; a floor on the parts' sentence scores would, but lowered the fit halves' balanced accuracy (docs/evaluation.md)"))),
+    "Who is the CEO of Kestrel Analytics?",  # no sentence names a CEO (agents.anchors, agents.sufficiency)
     "Where can I park in Berlin?",
     "What is the capital of Australia?"])
 def test_questions_the_documents_do_not_answer_are_declined(demo, question):

@@ -1,0 +1,88 @@
+"""An answer's evidence must mention what the question pins down (agents.anchors): its names and
+figures, by stem, by token, or an all-capitals name by the initials of the words it stands for."""
+
+from __future__ import annotations
+
+import pytest
+
+from agents.anchors import cited_chunks, missing_anchors, names, requirements
+from agents.providers.offline import compose_answer
+from agents.sufficiency import SeenChunk
+
+
+def chunk(chunk_id: int, text: str, title: str = "") -> SeenChunk:
+    return SeenChunk(chunk_id, text, 1.0, False, title, title)
+
+
+@pytest.mark.parametrize("question, expected", [
+    ("Who hosted the 16th Annual Young Hollywood Awards?", [("16th",), ("annual", "young", "hollywood", "awards")]),
+    ("Who is the CEO of Kestrel Analytics?", [("ceo",), ("kestrel", "analytics")]),
+    ("Are both Jim McBride and Neil Jordan American?", [("jim", "mcbride"), ("neil", "jordan")]),  # "American" is asked of them
+    ("What British singer hosted it?", []),
+    ("What changed in the HR policy in 2019?", [("hr",), ("2019",)]),
+    ("What changed in Windows 11?", [("windows",), ("11",)]),
+    ("Can I book 2 nights for EUR 4.50 on a 3-day trip?", []),  # quantities the asker supplies, and their currency
+    ("Is a room at 120 EUR allowed?", []),
+    ("The author of The Thing of It Is... is what Nationality?", [("thing",)]),  # "what Nationality" is the kind asked for
+    ("How much does lunch cost in the canteen?", []),
+    ("In March, what did Sygic announce?", [("sygic",)]),  # month names and a sentence's first word are not names
+    ("Combien de jours par semaine peut-on télétravailler ?", []),
+])
+def test_names_are_what_a_question_pins_down(question, expected):
+    assert names(question) == expected
+
+
+def test_a_statement_is_the_askers_case_not_what_is_asked():
+    assert requirements("I'm going to Lisbon next week. What is the hotel limit?") == []
+    assert requirements("I'm going to Lisbon next week. What is the hotel limit in Porto?") == [[[("porto",)]]]
+
+
+def test_either_option_of_a_choice_will_do():
+    assert requirements("Which is drunk before bed, Hot toddy or Kir?") == [[[("hot",)], [("kir",)]]]
+    evidence = [chunk(1, "Hot toddy is traditionally drunk before retiring for the night.", "Hot toddy")]
+    assert missing_anchors("Which is drunk before bed, Hot toddy or Kir?", evidence) == []
+    assert missing_anchors("Which is drunk before bed, Grog or Kir?", evidence) == ["grog"]
+
+
+def test_the_words_of_one_name_must_be_in_one_chunk():
+    evidence = [chunk(1, "Lempster is a town in Sullivan County.", "Lempster"), chunk(2, "East of the river lies a farm.")]
+    assert missing_anchors("Where is East Lempster?", evidence) == ["east lempster"]
+    assert missing_anchors("Where is East Lempster?", [chunk(3, "East Lempster is a village in Lempster.")]) == []
+
+
+def test_a_neighbouring_thing_does_not_hold_the_anchor():
+    fifteenth = [chunk(1, "The 15th Annual Young Hollywood Awards were hosted by Jessie J.", "Young Hollywood Awards")]
+    assert missing_anchors("Who hosted the 16th Annual Young Hollywood Awards?", fifteenth) == ["16th"]
+    sixteenth = [chunk(2, "The 16th Annual Young Hollywood Awards were hosted by Kelly Osbourne.")]
+    assert missing_anchors("Who hosted the 16th Annual Young Hollywood Awards?", sixteenth) == []
+
+
+def test_figures_match_as_whole_tokens():
+    assert missing_anchors("What changed in Windows 3.1?", [chunk(1, "Windows 3.11 changed the limits.")]) == ["3.1"]
+    assert missing_anchors("What changed in Windows 3.1?", [chunk(1, "Windows 3.1 changed the limits.")]) == []
+    assert missing_anchors("What happened in 2019?", [chunk(1, "On 2019-05-01 the office moved.")]) == []
+
+
+def test_names_match_by_stem_and_in_the_title():
+    assert missing_anchors("What does Kestrel offer?", [chunk(1, "It offers training.", "Kestrel's catalogue")]) == []
+    assert missing_anchors("What does Kestrel offer?", [chunk(1, "Falcon offers training.", "Catalogue")]) == ["kestrel"]
+
+
+def test_an_acronym_matches_the_words_it_stands_for():
+    evidence = [chunk(1, "Kestrel Analytics is led by its Chief Executive Officer, Ann Lee.")]
+    assert missing_anchors("Who is the CEO of Kestrel Analytics?", evidence) == []
+    assert missing_anchors("Who is the CFO of Kestrel Analytics?", evidence) == ["cfo"]
+    assert missing_anchors("Who runs HR?", [chunk(1, "Human Resources is run by Bo.")]) == []
+
+
+def test_only_the_cited_chunks_count():
+    chunks = [chunk(1, "Kestrel pays EUR 40 a night."), chunk(2, "Falcon pays EUR 60 a night.")]
+    assert [c.chunk_id for c in cited_chunks('"Falcon pays EUR 60 a night." [c:2]', chunks)] == [2]
+
+
+def test_an_extractive_answer_whose_quotes_miss_an_anchor_is_declined():
+    chunks = [chunk(1, "The 15th Annual Young Hollywood Awards were hosted by Jessie J, a singer.", "Young Hollywood Awards")]
+    answer = compose_answer("Who hosted the 16th Annual Young Hollywood Awards?", chunks)
+    assert answer.startswith("NOT_ENOUGH_EVIDENCE") and '"16th"' in answer, answer
+    answer = compose_answer("Who hosted the 15th Annual Young Hollywood Awards?", chunks)
+    assert "Jessie J" in answer and "[c:1]" in answer, answer
