@@ -181,9 +181,16 @@ _SENTENCES = re.compile(r"(?<=[?!.…])(?<!\b[A-Z][a-z]\.)(?<!\b[A-Z]\.)(?<!\b[A
 def split_question(question: str) -> list[str]:
     """The parts a complete answer must cover: sentences, clauses joined by and/while/or/but,
     and both sides of a comparison. A clause with fewer than two content terms stays attached
-    to its neighbour ("travel and expense policy" is one part). At most MAX_PARTS parts."""
+    to its neighbour ("travel and expense policy" is one part); statements only set context for
+    the sentences that ask, unless those are only tags (`_is_tag`: "The fee is EUR 20. Right?",
+    "... Can you clarify?"): then the whole question is one part. At most MAX_PARTS parts."""
     parts: list[str] = []
-    for sentence in asked_sentences(question):
+    asked = asked_sentences(question)
+    if len(asked) > 1 and all(_is_tag(x) for x in asked if not is_statement(x)):
+        # Only a tag asks ("..., right?", "Can you clarify?"): it asks about the statements before it,
+        # so the whole question is the one part (a tag alone is a part no sentence can answer).
+        return [" ".join(x.strip() for x in asked).strip(" ?!.")]
+    for sentence in asked:
         sentence = sentence.strip(" ?!.")
         compared = _choice_parts(sentence) or _comparison_parts(sentence)
         if compared:
@@ -204,7 +211,18 @@ def asked_sentences(question: str) -> list[str]:
     Lisbon.") set the asker's context. All its sentences when it has one, or no asking one."""
     sents = [x for x in _question_sentences(question) if x.strip(" ?!.")]
     asked = [x for x in sents if not is_statement(x)] if len(sents) > 1 else sents
+    if len(sents) > 1 and asked and all(_is_tag(x) for x in asked):
+        return sents  # only a tag asks ("The fee is EUR 20. Right?"): it asks about the statements
     return asked or sents
+
+
+_WH = re.compile(r"\b(?:what|which|how|when|where|who|whom|whose|why)\b", re.I)
+
+
+def _is_tag(sentence: str) -> bool:
+    """An asking sentence that asks for nothing of its own: no wh-word and fewer than two content
+    terms ("Right?", "Can you clarify?", "Is that so?"); "What is the per diem?" asks for something."""
+    return not _WH.search(sentence) and len(terms(sentence)) < 2
 
 
 _QUOTED_SPAN = re.compile(r"[\"“][^\"”\n]{1,200}[\"”]")

@@ -254,7 +254,10 @@ def compose_answer(question: str, chunks: list[SeenChunk], values: Sequence[str]
         return _anchored(question, by_words, chunks, values)
     judged = judge.judge_question(question, chunks)
     found = not is_not_enough_evidence(by_words)
-    judge.trace(judged, found)
+    if judge.tracing():  # for calibration: would each answer hold the question's anchors (agents.anchors)
+        own = _compose_judged(judged, chunks)
+        judge.trace(judged, found, words_anchored=found and _anchored(question, by_words, chunks, values) == by_words,
+                    judged_anchored=not is_not_enough_evidence(own) and _anchored(question, own, chunks, values) == own)
     if judged.settled(found):
         return _anchored(question, by_words if found else _compose_judged(judged, chunks), chunks, values)
     if not found:

@@ -28,6 +28,10 @@ from agents.tools import TOOL_SPECS
     ("What does the travel and expense policy say about taxis?", ["What does the travel and expense policy say about taxis"]),
     ("What is the difference between annual leave and sick leave?", ["annual leave", "sick leave"]),
     ("I'm flying to Oslo next week. What is the per diem?", ["What is the per diem"]),
+    # Only a tag asks: the statements are what it asks about.
+    ("The hotel limit is EUR 180. Right?", ["The hotel limit is EUR 180. Right"]),
+    ("You said taxis are refunded, but the policy says they are not. Can you clarify?",
+     ["You said taxis are refunded, but the policy says they are not. Can you clarify"]),
     ("How long must passwords be while travelling abroad on business?", ["How long must passwords be", "travelling abroad on business"]),
     ("Rail travel versus air travel for trips under four hours?", ["Rail travel", "air travel for trips under four hours"]),
     ("Is Lisbon cheaper compared to Paris?", ["Is Lisbon cheaper", "Paris"]),
