@@ -2,8 +2,8 @@
 
 A question is answered (agents.judge.Judgement.settled) when the word rules found an answer and
 the best passage for the question scores at least `answers`, or, with none found by words, when
-the best passage scores at least `sure`; in both cases only if the answer's cited chunks hold the
-question's anchors (agents.anchors: its names and identifying figures). Each set's fit half is run with the model and
+the best passage scores at least `sure`; in both cases only if the evidence holds the names the
+question pins down (agents.anchors). Each set's fit half is run with the model and
 `GROUNDED_JUDGE_TRACE` set: the offline provider appends, for every answer it composes, the best
 passage's score and whether the word rules found an answer (agents.judge.trace), e.g.:
 
@@ -49,16 +49,14 @@ def questions_by_text(set_name: str) -> dict[str, tuple[str, bool]]:
     return {q.question: (q.qid, bool(q.gold)) for q in load_questions(chosen.questions, corpus)}
 
 
-def last_judgements(trace: Path) -> dict[str, tuple[float, bool, bool, bool]]:
+def last_judgements(trace: Path) -> dict[str, tuple[float, bool, bool]]:
     """Question text -> (the best passage's score for it, whether the word rules found an answer,
-    whether the words' answer and the model's own would hold the question's anchors), from the last
-    answer decided for it in the trace (agents.judge.trace; a trace written before the anchors
-    counts every answer as holding them)."""
-    out: dict[str, tuple[float, bool, bool, bool]] = {}
+    whether the evidence holds the question's names), from the last answer decided for it in the
+    trace (agents.judge.trace; a line written before the names were traced counts as holding them)."""
+    out: dict[str, tuple[float, bool, bool]] = {}
     for line in trace.read_text(encoding="utf-8").splitlines():
         row = json.loads(line)
-        out[row["question"]] = (float(row["best_passage"]), bool(row["found_by_words"]),
-                                bool(row.get("words_anchored", True)), bool(row.get("judged_anchored", True)))
+        out[row["question"]] = (float(row["best_passage"]), bool(row["found_by_words"]), bool(row.get("anchored", True)))
     return out
 
 
@@ -69,8 +67,8 @@ def rates(data: tuple, answers: float, sure: float) -> tuple[float, float, int, 
     for question, (_qid, answerable) in questions.items():
         if question not in judged:
             continue  # not in the half (or the sample) that was run
-        passage, found, words_anchored, judged_anchored = judged[question]
-        answered = passage >= answers and words_anchored if found else passage >= sure and judged_anchored
+        passage, found, anchored = judged[question]
+        answered = anchored and passage >= (answers if found else sure)
         if answerable:
             answerables += 1
             abstained += not answered

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from agents import judge
-from agents.anchors import cited_chunks, missing_anchors
+from agents.anchors import missing_anchors
 from agents.citations import NOT_ENOUGH_EVIDENCE, is_not_enough_evidence
 from agents.conversation_text import resolve_followup
 from agents.lexical import (
@@ -245,36 +245,33 @@ def compose_answer(question: str, chunks: list[SeenChunk], values: Sequence[str]
     question is answered: an answer the words found stands when every part's best sentence reaches
     the calibrated `answers` threshold, else the question is declined; when the words find none, the
     model's own picks answer it if every part reaches the `sure` threshold (`_compose_judged`).
+    Either way, an answer stands only when some chunk mentions each name the question pins down
+    (agents.anchors).
 
     `emit` receives the words' answer as it is composed, line by line (agents.streaming: the caller
     sends the final text again from a reset when the judge replaces it)."""
     values = list(values)
     by_words = compose_by_words(question, chunks, values, emit=emit)
+    missing = missing_anchors(question, chunks, values)
     if not judge.enabled():
-        return _anchored(question, by_words, chunks, values)
+        return _anchored(by_words, missing)
     judged = judge.judge_question(question, chunks)
     found = not is_not_enough_evidence(by_words)
-    if judge.tracing():  # for calibration: would each answer hold the question's anchors (agents.anchors)
-        own = _compose_judged(judged, chunks)
-        judge.trace(judged, found, words_anchored=found and _anchored(question, by_words, chunks, values) == by_words,
-                    judged_anchored=not is_not_enough_evidence(own) and _anchored(question, own, chunks, values) == own)
+    judge.trace(judged, found, anchored=not missing)
     if judged.settled(found):
-        return _anchored(question, by_words if found else _compose_judged(judged, chunks), chunks, values)
+        return _anchored(by_words if found else _compose_judged(judged, chunks), missing)
     if not found:
         return by_words
     return f"{NOT_ENOUGH_EVIDENCE}: the documents you can see do not answer the question (the passages that come closest do not say it)."
 
 
-def _anchored(question: str, answer: str, chunks: list[SeenChunk], values: Sequence[str]) -> str:
-    """`answer`, unless the chunks it cites never mention a name or figure the question pins down
-    (agents.anchors): then the documents speak of something else, and the question is declined."""
-    if is_not_enough_evidence(answer):
-        return answer
-    missing = missing_anchors(question, cited_chunks(answer, chunks), values)
-    if not missing:
+def _anchored(answer: str, missing: Sequence[str]) -> str:
+    """`answer`, unless no chunk it was composed from mentions a name the question pins down
+    (`missing`, agents.anchors): then the documents speak of something else, and it is declined."""
+    if not missing or is_not_enough_evidence(answer):
         return answer
     named = ", ".join(f'"{a}"' for a in missing)
-    return f"{NOT_ENOUGH_EVIDENCE}: the passages that come closest never mention {named}."
+    return f"{NOT_ENOUGH_EVIDENCE}: none of the passages that come closest mentions {named}."
 
 
 def compose_by_words(question: str, chunks: list[SeenChunk], values: Sequence[str] = (),

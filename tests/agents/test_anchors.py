@@ -1,11 +1,11 @@
-"""An answer's evidence must mention what the question pins down (agents.anchors): its names and
-figures, by stem, by token, or an all-capitals name by the initials of the words it stands for."""
+"""An answer's evidence must mention what the question pins down (agents.anchors): its names, with
+the figures that identify them, each in one chunk, by stem (one letter off in a long word) or by token."""
 
 from __future__ import annotations
 
 import pytest
 
-from agents.anchors import cited_chunks, missing_anchors, names, requirements
+from agents.anchors import missing_anchors, names, requirements
 from agents.providers.offline import compose_answer
 from agents.sufficiency import SeenChunk
 
@@ -15,12 +15,12 @@ def chunk(chunk_id: int, text: str, title: str = "") -> SeenChunk:
 
 
 @pytest.mark.parametrize("question, expected", [
-    ("Who hosted the 16th Annual Young Hollywood Awards?", [("16th",), ("annual", "young", "hollywood", "awards")]),
-    ("Who is the CEO of Kestrel Analytics?", [("ceo",), ("kestrel", "analytics")]),
+    ("Who hosted the 16th Annual Young Hollywood Awards?", [("16th", "annual", "young", "hollywood", "awards")]),
+    ("Who is the CEO of Kestrel Analytics?", [("kestrel", "analytics")]),  # an abbreviation has many forms
     ("Are both Jim McBride and Neil Jordan American?", [("jim", "mcbride"), ("neil", "jordan")]),  # "American" is asked of them
     ("What British singer hosted it?", []),
-    ("What changed in the HR policy in 2019?", [("hr",), ("2019",)]),
-    ("What changed in Windows 11?", [("windows",), ("11",)]),
+    ("What changed in the HR policy in 2019?", [("2019",)]),
+    ("What changed in Windows 11?", [("windows", "11")]),
     ("Can I book 2 nights for EUR 4.50 on a 3-day trip?", []),  # quantities the asker supplies, and their currency
     ("Is a room at 120 EUR allowed?", []),
     ("The author of The Thing of It Is... is what Nationality?", [("thing",)]),  # "what Nationality" is the kind asked for
@@ -52,13 +52,15 @@ def test_the_words_of_one_name_must_be_in_one_chunk():
 
 def test_a_neighbouring_thing_does_not_hold_the_anchor():
     fifteenth = [chunk(1, "The 15th Annual Young Hollywood Awards were hosted by Jessie J.", "Young Hollywood Awards")]
-    assert missing_anchors("Who hosted the 16th Annual Young Hollywood Awards?", fifteenth) == ["16th"]
+    assert missing_anchors("Who hosted the 16th Annual Young Hollywood Awards?", fifteenth) == ["16th annual young hollywood awards"]
+    elsewhere = [*fifteenth, chunk(3, "The 16th century saw the first annual fairs.")]  # a name's words in one chunk
+    assert missing_anchors("Who hosted the 16th Annual Young Hollywood Awards?", elsewhere) == ["16th annual young hollywood awards"]
     sixteenth = [chunk(2, "The 16th Annual Young Hollywood Awards were hosted by Kelly Osbourne.")]
     assert missing_anchors("Who hosted the 16th Annual Young Hollywood Awards?", sixteenth) == []
 
 
 def test_figures_match_as_whole_tokens():
-    assert missing_anchors("What changed in Windows 3.1?", [chunk(1, "Windows 3.11 changed the limits.")]) == ["3.1"]
+    assert missing_anchors("What changed in Windows 3.1?", [chunk(1, "Windows 3.11 changed the limits.")]) == ["windows 3.1"]
     assert missing_anchors("What changed in Windows 3.1?", [chunk(1, "Windows 3.1 changed the limits.")]) == []
     assert missing_anchors("What happened in 2019?", [chunk(1, "On 2019-05-01 the office moved.")]) == []
 
@@ -68,21 +70,16 @@ def test_names_match_by_stem_and_in_the_title():
     assert missing_anchors("What does Kestrel offer?", [chunk(1, "Falcon offers training.", "Catalogue")]) == ["kestrel"]
 
 
-def test_an_acronym_matches_the_words_it_stands_for():
-    evidence = [chunk(1, "Kestrel Analytics is led by its Chief Executive Officer, Ann Lee.")]
-    assert missing_anchors("Who is the CEO of Kestrel Analytics?", evidence) == []
-    assert missing_anchors("Who is the CFO of Kestrel Analytics?", evidence) == ["cfo"]
-    assert missing_anchors("Who runs HR?", [chunk(1, "Human Resources is run by Bo.")]) == []
-
-
-def test_only_the_cited_chunks_count():
-    chunks = [chunk(1, "Kestrel pays EUR 40 a night."), chunk(2, "Falcon pays EUR 60 a night.")]
-    assert [c.chunk_id for c in cited_chunks('"Falcon pays EUR 60 a night." [c:2]', chunks)] == [2]
+def test_a_long_name_misspelt_by_one_letter_is_held():
+    evidence = [chunk(1, "Apratim Majumdar (born 1978) is an Indian classical musician.")]
+    assert missing_anchors("What instrument does Apatim Majumdar play?", evidence) == []
+    assert missing_anchors("What instrument does Aptm Majumdar play?", evidence) == ["aptm majumdar"]
+    assert missing_anchors("Where is Bern?", [chunk(2, "Born in Basel, she moved.")]) == ["bern"]  # too short to be a typo
 
 
 def test_an_extractive_answer_whose_quotes_miss_an_anchor_is_declined():
     chunks = [chunk(1, "The 15th Annual Young Hollywood Awards were hosted by Jessie J, a singer.", "Young Hollywood Awards")]
     answer = compose_answer("Who hosted the 16th Annual Young Hollywood Awards?", chunks)
-    assert answer.startswith("NOT_ENOUGH_EVIDENCE") and '"16th"' in answer, answer
+    assert answer.startswith("NOT_ENOUGH_EVIDENCE") and '"16th annual young hollywood awards"' in answer, answer
     answer = compose_answer("Who hosted the 15th Annual Young Hollywood Awards?", chunks)
     assert "Jessie J" in answer and "[c:1]" in answer, answer
