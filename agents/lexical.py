@@ -183,7 +183,8 @@ def split_question(question: str) -> list[str]:
     and both sides of a comparison. A clause with fewer than two content terms stays attached
     to its neighbour ("travel and expense policy" is one part); statements only set context for
     the sentences that ask, unless those are only tags (`_is_tag`: "The fee is EUR 20. Right?",
-    "... Can you clarify?"): then the whole question is one part. At most MAX_PARTS parts."""
+    "The update failed. How do I fix this?"): then the whole question is one part. At most
+    MAX_PARTS parts."""
     parts: list[str] = []
     asked = asked_sentences(question)
     if len(asked) > 1 and all(_is_tag(x) for x in asked if not is_statement(x)):
@@ -219,10 +220,16 @@ def asked_sentences(question: str) -> list[str]:
 _WH = re.compile(r"\b(?:what|which|how|when|where|who|whom|whose|why)\b", re.I)
 
 
+_REFERS_BACK = re.compile(r"\b(?:this|that|these|those|it|them)\b", re.I)
+
+
 def _is_tag(sentence: str) -> bool:
-    """An asking sentence that asks for nothing of its own: no wh-word and fewer than two content
-    terms ("Right?", "Can you clarify?", "Is that so?"); "What is the per diem?" asks for something."""
-    return not _WH.search(sentence) and len(terms(sentence)) < 2
+    """An asking sentence that asks for nothing of its own, so it asks about the statements before
+    it: fewer than two content terms and no wh-word ("Right?", "Can you clarify?"), a word pointing
+    back ("How can I fix this?", "What does it mean?") or no content term at all ("What should I
+    do?"). "What is the per diem?" and "Where is Lisbon?" ask for something of their own."""
+    held = len(terms(sentence))
+    return held == 0 or (held < 2 and (not _WH.search(sentence) or bool(_REFERS_BACK.search(sentence))))
 
 
 _QUOTED_SPAN = re.compile(r"[\"“][^\"”\n]{1,200}[\"”]")
