@@ -44,7 +44,6 @@ _ASKING = frozenset("what which".split())
 _ORIGIN = re.compile(r"^[A-ZÀ-Þ][a-zà-ÿ]+(?:ian|ean|can|ese|ish)$")  # "Italian", "Korean", "American", "Chinese", "British"
 _IDENTIFYING = re.compile(r"^(?:\d+(?:st|nd|rd|th)|1[0-9]{3}|20[0-9]{2})$", re.I)  # an ordinal or a year
 _ACRONYM = re.compile(r"^[A-Z]{2,6}s?$")
-_WORD = re.compile(r"[^\W\d_]+")
 MIN_TYPO_LETTERS = 6  # shorter names differ by a letter too often ("Bern", "Born")
 
 

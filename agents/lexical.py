@@ -186,8 +186,8 @@ def split_question(question: str) -> list[str]:
     "The update failed. How do I fix this?"): then the whole question is one part. At most
     MAX_PARTS parts."""
     parts: list[str] = []
-    asked = asked_sentences(question)
-    if len(asked) > 1 and all(_is_tag(x) for x in asked if not is_statement(x)):
+    asked, whole = _asking(question)
+    if whole and len(asked) > 1:
         # Only a tag asks ("..., right?", "Can you clarify?"): it asks about the statements before it,
         # so the whole question is the one part (a tag alone is a part no sentence can answer).
         return [" ".join(x.strip() for x in asked).strip(" ?!.")]
@@ -209,12 +209,21 @@ def split_question(question: str) -> list[str]:
 
 def asked_sentences(question: str) -> list[str]:
     """The sentences of a question that ask something; its statements ("I'm extending a trip to
-    Lisbon.") set the asker's context. All its sentences when it has one, or no asking one."""
+    Lisbon.") set the asker's context. All its sentences when it has one, no asking one, or only
+    tags asking (`_is_tag`: "The fee is EUR 20. Right?" asks about the statement)."""
+    return _asking(question)[0]
+
+
+def _asking(question: str) -> tuple[list[str], bool]:
+    """(asked_sentences, whether they are all the question's sentences because none asks for
+    something of its own: only tags ask, or nothing does)."""
     sents = [x for x in _question_sentences(question) if x.strip(" ?!.")]
-    asked = [x for x in sents if not is_statement(x)] if len(sents) > 1 else sents
-    if len(sents) > 1 and asked and all(_is_tag(x) for x in asked):
-        return sents  # only a tag asks ("The fee is EUR 20. Right?"): it asks about the statements
-    return asked or sents
+    if len(sents) < 2:
+        return sents, False
+    asked = [x for x in sents if not is_statement(x)]
+    if all(_is_tag(x) for x in asked):  # vacuously when no sentence asks
+        return sents, True
+    return asked, False
 
 
 _WH = re.compile(r"\b(?:what|which|how|when|where|who|whom|whose|why)\b", re.I)
