@@ -23,6 +23,14 @@ qualifying a noun or closing the question ("British singer", "... American?": as
 naming it); a capitalised word right after "what" or "which" (the kind asked for: "what
 Nationality"). Asked which of two named things fits ("..., A or B?"), one option held is enough.
 
+A question that pins down PINNED_ENOUGH names or more, every one held by the evidence, is answered
+from what the relevance model picks whatever the model's score for the question as a whole
+(`pins_down`, used by agents.providers.offline): a question naming that many things ("Which company,
+reported by TechCrunch and The Verge, has spent billions ... and is accused by Epic Games ...?")
+describes several facts no one passage holds, and the cross-encoder scores it low against each
+passage that holds one (most such answerable questions of MultiHop-RAG's fit half under 0.1);
+every one of its names found is the evidence that the documents speak of what was asked.
+
 A word matches by its stem (agents.lexical.terms) or misspelt by one letter when it has at least
 MIN_TYPO_LETTERS ("Apatim" for "Apratim"), a figure as a whole token. Pure: no database, no model.
 The rule and what it did on each evaluation set: docs/evaluation.md, "Anchors".
@@ -45,6 +53,9 @@ _ORIGIN = re.compile(r"^[A-ZÀ-Þ][a-zà-ÿ]+(?:ian|ean|can|ese|ish)$")  # "Ital
 _IDENTIFYING = re.compile(r"^(?:\d+(?:st|nd|rd|th)|1[0-9]{3}|20[0-9]{2})$", re.I)  # an ordinal or a year
 _ACRONYM = re.compile(r"^[A-Z]{2,6}s?$")
 MIN_TYPO_LETTERS = 6  # shorter names differ by a letter too often ("Bern", "Born")
+# Names a question must pin down for their being held to decide it is answered (chosen on the fit
+# halves: docs/evaluation.md, "Questions that name many things").
+PINNED_ENOUGH = 3
 
 
 def names(text: str, values: Iterable[str] = ()) -> list[Name]:
@@ -109,6 +120,11 @@ def requirements(question: str, values: Iterable[str] = ()) -> list[list[list[Na
 
     a, b = within(option_a), within(option_b)
     return [[a, b], *([[name]] for name in found if name not in a and name not in b)]
+
+
+def pins_down(question: str, values: Iterable[str] = ()) -> int:
+    """How many names the question pins down (its requirements: a choice's two options count once)."""
+    return len(requirements(question, values))
 
 
 def _misspelt(word: str, text_terms: set[str]) -> bool:

@@ -3,7 +3,8 @@
 A question is answered (agents.judge.Judgement.settled) when the word rules found an answer and
 the best passage for the question scores at least `answers`, or, with none found by words, when
 the best passage scores at least `sure`; in both cases only if the evidence holds the names the
-question pins down (agents.anchors). Each set's fit half is run with the model and
+question pins down (agents.anchors); a question pinning down `pinned` names or more, all held, is
+answered whatever its scores (agents.anchors.PINNED_ENOUGH). Each set's fit half is run with the model and
 `GROUNDED_JUDGE_TRACE` set: the offline provider appends, for every answer it composes, the best
 passage's score and whether the word rules found an answer (agents.judge.trace), e.g.:
 
@@ -36,6 +37,7 @@ import django  # noqa: E402
 
 django.setup()
 
+from agents.anchors import PINNED_ENOUGH  # noqa: E402
 from bench.evaluation.dataset import load_corpus, load_questions  # noqa: E402
 from bench.evaluation.suite import select  # noqa: E402
 
@@ -49,26 +51,29 @@ def questions_by_text(set_name: str) -> dict[str, tuple[str, bool]]:
     return {q.question: (q.qid, bool(q.gold)) for q in load_questions(chosen.questions, corpus)}
 
 
-def last_judgements(trace: Path) -> dict[str, tuple[float, bool, bool]]:
+def last_judgements(trace: Path) -> dict[str, tuple[float, bool, bool, int]]:
     """Question text -> (the best passage's score for it, whether the word rules found an answer,
-    whether the evidence holds the question's names), from the last answer decided for it in the
-    trace (agents.judge.trace; a line written before the names were traced counts as holding them)."""
-    out: dict[str, tuple[float, bool, bool]] = {}
+    whether the evidence holds the question's names, how many it pins down), from the last answer
+    decided for it in the trace (agents.judge.trace; a line written before the names were traced
+    counts as holding them, and as pinning none down)."""
+    out: dict[str, tuple[float, bool, bool, int]] = {}
     for line in trace.read_text(encoding="utf-8").splitlines():
         row = json.loads(line)
-        out[row["question"]] = (float(row["best_passage"]), bool(row["found_by_words"]), bool(row.get("anchored", True)))
+        out[row["question"]] = (float(row["best_passage"]), bool(row["found_by_words"]), bool(row.get("anchored", True)),
+                                int(row.get("pinned", 0)))
     return out
 
 
-def rates(data: tuple, answers: float, sure: float) -> tuple[float, float, int, int]:
-    """(nulls declined, answerable abstained, nulls, answerable) for the thresholds."""
+def rates(data: tuple, answers: float, sure: float, pinned: int = PINNED_ENOUGH) -> tuple[float, float, int, int]:
+    """(nulls declined, answerable abstained, nulls, answerable) for the thresholds and the names a
+    question must pin down to be answered on them alone."""
     judged, questions = data
     declined = abstained = nulls = answerables = 0
     for question, (_qid, answerable) in questions.items():
         if question not in judged:
             continue  # not in the half (or the sample) that was run
-        passage, found, anchored = judged[question]
-        answered = anchored and passage >= (answers if found else sure)
+        passage, found, anchored, named = judged[question]
+        answered = anchored and (passage >= (answers if found else sure) or named >= pinned)
         if answerable:
             answerables += 1
             abstained += not answered
@@ -103,6 +108,17 @@ def main() -> None:
         _d, _a, nulls, answerables = rates(one, 0.5, 0.5)
         print(f"{name}: {answerables} answerable and {nulls} unanswerable questions")
     print(f"chosen: answers = {best[1]:.2f}, sure = {best[2]:.2f} (mean balanced accuracy {best[0]:.3f})")
+    # With that pair: how many names a question must pin down, all held, to be answered on them alone.
+    print("\n| names pinned | " + " | ".join(f"{n} declined | {n} abstained" for n, _ in data) + " | mean balanced accuracy |")
+    print("|---|" + "---|---|" * len(data) + "---|")
+    for pinned in (1, 2, 3, 4, 5, 6, 99):
+        cells, balanced = [], []
+        for _name, one in data:
+            declined, abstained, nulls, answerables = rates(one, best[1], best[2], pinned)
+            cells += [f"{declined:.3f}", f"{abstained:.3f}"]
+            shares = [x for x in (declined if nulls else None, 1 - abstained if answerables else None) if x is not None]
+            balanced.append(sum(shares) / len(shares))
+        print(f"| {'never' if pinned == 99 else pinned} | " + " | ".join(cells) + f" | {sum(balanced) / len(balanced):.3f} |")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from agents import judge
-from agents.anchors import missing_anchors
+from agents.anchors import PINNED_ENOUGH, missing_anchors, pins_down
 from agents.citations import NOT_ENOUGH_EVIDENCE, is_not_enough_evidence
 from agents.conversation_text import resolve_followup
 from agents.lexical import (
@@ -244,9 +244,11 @@ def compose_answer(question: str, chunks: list[SeenChunk], values: Sequence[str]
     (`compose_by_words`). With one (agents.judge), the model has the last word on whether the
     question is answered: an answer the words found stands when every part's best sentence reaches
     the calibrated `answers` threshold, else the question is declined; when the words find none, the
-    model's own picks answer it if every part reaches the `sure` threshold (`_compose_judged`).
-    Either way, an answer stands only when some chunk mentions each name the question pins down
-    (agents.anchors).
+    model's own picks answer it if every part reaches the `sure` threshold (`_compose_judged`). A
+    question pinning down PINNED_ENOUGH names, each mentioned by some chunk, is answered either way
+    (its parts found quoted, the others named as not found): its best passage's score is no measure
+    of it (agents.anchors). Any answer stands only when some chunk mentions each name the question
+    pins down.
 
     `emit` receives the words' answer as it is composed, line by line (agents.streaming: the caller
     sends the final text again from a reset when the judge replaces it)."""
@@ -257,8 +259,9 @@ def compose_answer(question: str, chunks: list[SeenChunk], values: Sequence[str]
         return _anchored(by_words, missing)
     judged = judge.judge_question(question, chunks)
     found = not is_not_enough_evidence(by_words)
-    judge.trace(judged, found, anchored=not missing)
-    if judged.settled(found):
+    pinned = pins_down(question, values)
+    judge.trace(judged, found, anchored=not missing, pinned=pinned)
+    if judged.settled(found) or (not missing and pinned >= PINNED_ENOUGH):
         return _anchored(by_words if found else _compose_judged(judged, chunks), missing)
     if not found:
         return by_words

@@ -77,3 +77,24 @@ def test_without_a_model_the_word_rules_decide(monkeypatch):
     monkeypatch.setenv("GROUNDED_RELEVANCE_MODEL", "none")
     assert not judge.enabled()
     assert judge.open_parts("How much is a hotel night in Paris?", CHUNKS) == []
+
+
+MILLER = [
+    SeenChunk(11, "Orrin Mills signed a supply contract with Kestrel Analytics in March, worth 4 million euros.", 0.5, False,
+              "Harbour Post", "Supply deals"),
+    SeenChunk(12, "The regulator in Valdoria opened an inquiry into the pricing of Orrin Mills flour.", 0.5, False,
+              "Valdoria Times", "Flour inquiry"),
+]
+
+
+def test_a_question_pinning_down_enough_names_all_held_is_answered_whatever_its_score(packaged, monkeypatch):
+    monkeypatch.setenv("GROUNDED_RELEVANCE_THRESHOLD", "0.9999")  # no score settles a question
+    three = ("Which miller, reported by the Harbour Post as having signed a supply contract with Kestrel Analytics, "
+             "faces an inquiry by the regulator in Valdoria over its flour pricing?")
+    answer = compose_answer(three, MILLER)
+    assert not answer.startswith("NOT_ENOUGH_EVIDENCE") and "[c:11]" in answer and "[c:12]" in answer
+    # Two names held are not enough; a fourth name no chunk mentions declines it.
+    two = "Which miller signed a supply contract with Kestrel Analytics and faces an inquiry by the regulator in Valdoria?"
+    assert compose_answer(two, MILLER).startswith("NOT_ENOUGH_EVIDENCE")
+    four = three.replace("?", ", and was praised by Mirela Danu?")
+    assert compose_answer(four, MILLER).startswith('NOT_ENOUGH_EVIDENCE: none of the passages that come closest mentions "mirela danu"')
