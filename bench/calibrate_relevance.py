@@ -84,24 +84,31 @@ def rates(data: tuple, answers: float, sure: float, pinned: int = PINNED_ENOUGH)
             nulls, answerables)
 
 
+def row(data: list, answers: float, sure: float, pinned: int = PINNED_ENOUGH) -> tuple[list[str], float]:
+    """One table row's cells (each set's nulls declined and answerable abstained) and the mean, over
+    the sets weighing the same, of each set's balanced accuracy (its two shares averaged)."""
+    cells, balanced = [], []
+    for _name, one in data:
+        declined, abstained, nulls, answerables = rates(one, answers, sure, pinned)
+        cells += [f"{declined:.3f}", f"{abstained:.3f}"]
+        shares = [x for x in (declined if nulls else None, 1 - abstained if answerables else None) if x is not None]
+        balanced.append(sum(shares) / len(shares))
+    return cells, sum(balanced) / len(balanced)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("sets", nargs="+", metavar="SET=TRACE")
     args = parser.parse_args()
     data = [(name, (last_judgements(Path(trace)), questions_by_text(name)))
             for name, trace in (item.split("=", 1) for item in args.sets)]
-    print("| answers | sure | " + " | ".join(f"{n} declined | {n} abstained" for n, _ in data) + " | mean balanced accuracy |")
+    columns = " | ".join(f"{n} declined | {n} abstained" for n, _ in data) + " | mean balanced accuracy |"
+    print("| answers | sure | " + columns)
     print("|---|---|" + "---|---|" * len(data) + "---|")
     best = (-1.0, 0.0, 0.0)
     for answers in GRID:
         for sure in (s for s in GRID if s >= answers):
-            cells, balanced = [], []
-            for _name, one in data:
-                declined, abstained, nulls, answerables = rates(one, answers, sure)
-                cells += [f"{declined:.3f}", f"{abstained:.3f}"]
-                shares = [x for x in (declined if nulls else None, 1 - abstained if answerables else None) if x is not None]
-                balanced.append(sum(shares) / len(shares))
-            mean = sum(balanced) / len(balanced)
+            cells, mean = row(data, answers, sure)
             best = max(best, (mean, answers, sure))
             print(f"| {answers:.2f} | {sure:.2f} | " + " | ".join(cells) + f" | {mean:.3f} |")
     for name, one in data:
@@ -109,16 +116,11 @@ def main() -> None:
         print(f"{name}: {answerables} answerable and {nulls} unanswerable questions")
     print(f"chosen: answers = {best[1]:.2f}, sure = {best[2]:.2f} (mean balanced accuracy {best[0]:.3f})")
     # With that pair: how many names a question must pin down, all held, to be answered on them alone.
-    print("\n| names pinned | " + " | ".join(f"{n} declined | {n} abstained" for n, _ in data) + " | mean balanced accuracy |")
+    print("\n| names pinned | " + columns)
     print("|---|" + "---|---|" * len(data) + "---|")
     for pinned in (1, 2, 3, 4, 5, 6, 99):
-        cells, balanced = [], []
-        for _name, one in data:
-            declined, abstained, nulls, answerables = rates(one, best[1], best[2], pinned)
-            cells += [f"{declined:.3f}", f"{abstained:.3f}"]
-            shares = [x for x in (declined if nulls else None, 1 - abstained if answerables else None) if x is not None]
-            balanced.append(sum(shares) / len(shares))
-        print(f"| {'never' if pinned == 99 else pinned} | " + " | ".join(cells) + f" | {sum(balanced) / len(balanced):.3f} |")
+        cells, mean = row(data, best[1], best[2], pinned)
+        print(f"| {'never' if pinned == 99 else pinned} | " + " | ".join(cells) + f" | {mean:.3f} |")
 
 
 if __name__ == "__main__":
