@@ -25,7 +25,7 @@ Nationality"). Asked which of two named things fits ("..., A or B?"), one option
 
 A question that pins down PINNED_ENOUGH names or more, every one held by the evidence, is answered
 from what the relevance model picks whatever the model's score for the question as a whole
-(`pins_down`, used by agents.providers.offline): a question naming that many things ("Which company,
+(`Anchoring.names_decide`, used by agents.providers.offline): a question naming that many things ("Which company,
 reported by TechCrunch and The Verge, has spent billions ... and is accused by Epic Games ...?")
 describes several facts no one passage holds, and the cross-encoder scores it low against each
 passage that holds one (most such answerable questions of MultiHop-RAG's fit half under 0.1);
@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from agents.lexical import STOPWORDS, asked_sentences, choice_options, terms
 from agents.planning import named_terms
@@ -122,11 +123,6 @@ def requirements(question: str, values: Iterable[str] = ()) -> list[list[list[Na
     return [[a, b], *([[name]] for name in found if name not in a and name not in b)]
 
 
-def pins_down(question: str, values: Iterable[str] = ()) -> int:
-    """How many names the question pins down (its requirements: a choice's two options count once)."""
-    return len(requirements(question, values))
-
-
 def _misspelt(word: str, text_terms: set[str]) -> bool:
     """A name of at least MIN_TYPO_LETTERS letters held with one letter added, dropped or changed
     ("Apatim" for "Apratim"): askers misspell names; a neighbouring thing rarely differs by one letter."""
@@ -159,10 +155,34 @@ def _holds(name: Name, text: str, text_terms: set[str]) -> bool:
     return True
 
 
+@dataclass(frozen=True)
+class Anchoring:
+    """A question's names read against the evidence: those no chunk mentions (`missing_anchors`) and
+    how many it pins down (its requirements: a choice's two options count once)."""
+
+    missing: list[str]
+    pinned: int
+
+    @property
+    def names_decide(self) -> bool:
+        """Does the question pin down PINNED_ENOUGH names, all held, so that it is answered whatever
+        the relevance model's score for it as a whole (this module's docstring)?"""
+        return not self.missing and self.pinned >= PINNED_ENOUGH
+
+
+def anchoring(question: str, evidence: Sequence[SeenChunk], values: Iterable[str] = ()) -> Anchoring:
+    """`question`'s names against `evidence`, its requirements read once."""
+    wanted = requirements(question, values)
+    return Anchoring(_unheld(wanted, evidence), len(wanted))
+
+
 def missing_anchors(question: str, evidence: Sequence[SeenChunk], values: Iterable[str] = ()) -> list[str]:
     """The names of `question` that no single chunk of `evidence` mentions (text or title), for each
     requirement none of whose alternatives is held; [] when the evidence holds them all."""
-    wanted = requirements(question, values)
+    return _unheld(requirements(question, values), evidence)
+
+
+def _unheld(wanted: list[list[list[Name]]], evidence: Sequence[SeenChunk]) -> list[str]:
     if not wanted:
         return []
     texts = [f"{c.title}\n{c.about}\n{c.text}".lower() for c in evidence]

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from agents import judge
-from agents.anchors import PINNED_ENOUGH, missing_anchors, pins_down
+from agents.anchors import anchoring
 from agents.citations import NOT_ENOUGH_EVIDENCE, is_not_enough_evidence
 from agents.conversation_text import resolve_followup
 from agents.lexical import (
@@ -245,7 +245,7 @@ def compose_answer(question: str, chunks: list[SeenChunk], values: Sequence[str]
     question is answered: an answer the words found stands when every part's best sentence reaches
     the calibrated `answers` threshold, else the question is declined; when the words find none, the
     model's own picks answer it if every part reaches the `sure` threshold (`_compose_judged`). A
-    question pinning down PINNED_ENOUGH names, each mentioned by some chunk, is answered either way
+    question pinning down enough names, each mentioned by some chunk, is answered either way
     (its parts found quoted, the others named as not found): its best passage's score is no measure
     of it (agents.anchors). Any answer stands only when some chunk mentions each name the question
     pins down.
@@ -254,15 +254,14 @@ def compose_answer(question: str, chunks: list[SeenChunk], values: Sequence[str]
     sends the final text again from a reset when the judge replaces it)."""
     values = list(values)
     by_words = compose_by_words(question, chunks, values, emit=emit)
-    missing = missing_anchors(question, chunks, values)
+    names = anchoring(question, chunks, values)
     if not judge.enabled():
-        return _anchored(by_words, missing)
+        return _anchored(by_words, names.missing)
     judged = judge.judge_question(question, chunks)
     found = not is_not_enough_evidence(by_words)
-    pinned = pins_down(question, values)
-    judge.trace(judged, found, anchored=not missing, pinned=pinned)
-    if judged.settled(found) or (not missing and pinned >= PINNED_ENOUGH):
-        return _anchored(by_words if found else _compose_judged(judged, chunks), missing)
+    judge.trace(judged, found, anchored=not names.missing, pinned=names.pinned)
+    if judged.settled(found) or names.names_decide:
+        return _anchored(by_words if found else _compose_judged(judged, chunks), names.missing)
     if not found:
         return by_words
     return f"{NOT_ENOUGH_EVIDENCE}: the documents you can see do not answer the question (the passages that come closest do not say it)."
