@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 import re
 import string
+import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -134,8 +135,11 @@ def lenient_correct(prediction: str, gold: str) -> bool:
 
 
 def normalise_answer(text: str) -> str:
-    """SQuAD normalisation: lower case, no punctuation, no articles, single spaces."""
-    text = _ARTICLES.sub(" ", text.lower().translate(_PUNCT))
+    """SQuAD normalisation: lower case, no punctuation, no articles, single spaces. Punctuation outside
+    ASCII that stands between words (a dash: "May 1, 1989—was") separates them like a space
+    (SQuAD's list is ASCII only, which would read "1989—was" as one word); curly quotes go like ASCII ones."""
+    text = "".join(" " if ord(ch) > 127 and unicodedata.category(ch).startswith("P") else ch for ch in text.translate(_PUNCT))
+    text = _ARTICLES.sub(" ", text.lower())
     return " ".join(text.split())
 
 

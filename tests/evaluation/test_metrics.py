@@ -203,3 +203,10 @@ def test_records_written_before_the_new_figures_still_load():
     for key in ("contained", "quotes", "quotes_on_gold"):
         old.pop(key)
     assert QuestionResult.from_dict(old).quotes == 0
+
+
+def test_punctuation_outside_ascii_between_words_separates_them():
+    # "1989" is a word of "May 1, 1989—was": SQuAD's ASCII-only list would join "1989—was" into one.
+    assert answer_contains("The attraction\u2014which debuted on May 1, 1989\u2014was closed.", "1989")
+    assert answer_contains("the \u201cGreat Movie Ride\u201d", "Great Movie Ride")
+    assert not answer_contains("in 19\u201389", "1989")  # a dash inside a figure splits it: not the figure
