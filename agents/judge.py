@@ -15,7 +15,8 @@ Three judgements, one model, one set of calibrated thresholds (kb.relevance.cali
   calibration"), the whole question's best passage separated answerable from unanswerable
   questions better than any combination of the parts' sentence scores: the parts of a long
   question are fragments ("its performance claims") a model cannot judge alone.
-- the same scores pick what an extractive answer quotes (agents.providers.offline).
+- the same scores pick what an extractive answer quotes (agents.providers.offline), and its second
+  hop (`hop_quote`): a sentence of the text a quote names, read after the quote.
 
 A strategy's candidate pool made into a context (the judge's first use): `pool_size` is how many
 candidates a strategy hands over (the context's size, or the rerank's POOL when a model reranks);
@@ -34,6 +35,7 @@ callers keep their word-overlap rules.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -184,6 +186,45 @@ def judge_part(part: str, chunks: Sequence[SeenChunk], leading: Sequence[int]) -
     return PartJudgement(part, quotes)
 
 
+HOP_CANDIDATES = 24  # sentences of the texts a quote links to, scored as its second hop at most
+
+
+def hop_quote(part: str, picked: Sequence[tuple[str, int]], chunks: Sequence[SeenChunk], used: set[str]) -> Quote | None:
+    """The second hop of a part answered through a name: a part asking something of a thing its
+    first quote only names ("... king of the Sasanian Empire" for "an empire that succeeded which
+    empire?") is answered by the text about that thing. `picked`: the part's quotes so far
+    (sentence, chunk id), the first one leading; `used`: sentences quoted for other parts.
+
+    The texts the first quote links to are the chunks of other documents whose title (without its
+    qualifier) it names; their sentences are read after it, as one passage, by the model, and the
+    best is quoted when that reading scores the part at least as high as the first quote alone (what
+    it adds does not lead away from what was asked). None when the first quote holds every word of
+    the part, links to no text, no sentence adds to it, or the best is quoted already."""
+    first, first_chunk_id = picked[0]
+    if not terms(part) - terms(first):
+        return None
+    own = next((c.title for c in chunks if c.chunk_id == first_chunk_id), "")
+    linked = [c for c in chunks if not c.flagged and c.title and c.title != own and _names_title(first, c.title)]
+    want = terms(part)
+    candidates = [(s, c) for c in linked for s in sentences(c.text) if s not in used and s != first and _quotable(s)]
+    candidates.sort(key=lambda x: -len(want & terms(x[0])))
+    candidates = candidates[:HOP_CANDIDATES]
+    if not candidates:
+        return None
+    alone, *joined = relevance.score(part, [first, *(f"{first} {s}" for s, _c in candidates)])
+    best = max(range(len(candidates)), key=lambda i: joined[i])
+    sentence, chunk = candidates[best]
+    if joined[best] < alone or any(sentence == s for s, _cid in picked):
+        return None
+    return Quote(sentence, chunk.chunk_id, joined[best])
+
+
+def _names_title(sentence: str, title: str) -> bool:
+    """Does `sentence` name the thing `title` is about (its title without a qualifier, as whole words)?"""
+    name = sufficiency.plain_title(title)
+    return len(name) > 2 and re.search(rf"(?<!\w){re.escape(name)}(?!\w)", sentence, re.I) is not None
+
+
 def settles(passage: float, found_by_words: bool) -> bool:
     """Is the question answered, the word rules' finding and the model's together: an answer the
     words found stands when the best passage reaches the calibrated `answers` threshold (the model
@@ -213,13 +254,15 @@ def judge_question(question: str, chunks: Sequence[SeenChunk]) -> Judgement:
     return Judgement(question, passage, [judge_part(part, chunks, leading) for part in split_question(question)])
 
 
-def trace(judged: Judgement, found_by_words: bool, *, anchored: bool, pinned: int = 0) -> None:
+def trace(judged: Judgement, found_by_words: bool, *, anchored: bool, pinned: int = 0, converged: bool = False) -> None:
     """With GROUNDED_JUDGE_TRACE set, append the scores an answer was decided on, whether the word
     rules had found one, whether the evidence holds the question's names and how many it pins down
-    (agents.anchors) (JSON lines), for calibrating the thresholds (bench/calibrate_relevance.py)."""
+    (agents.anchors), and whether the answer is the name its parts' sentences converge on
+    (agents.consensus) (JSON lines), for calibrating the thresholds (bench/calibrate_relevance.py)."""
     if path := product_settings.GROUNDED_JUDGE_TRACE:
         line = {"question": judged.question, "best_passage": judged.passage, "found_by_words": found_by_words,
-                "anchored": anchored, "pinned": pinned, "parts": [{"part": j.part, "best": j.best} for j in judged.parts]}
+                "anchored": anchored, "pinned": pinned, "converged": converged,
+                "parts": [{"part": j.part, "best": j.best} for j in judged.parts]}
         with open(path, "a", encoding="utf-8") as f:
             f.write(json.dumps(line) + "\n")
 

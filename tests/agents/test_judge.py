@@ -94,7 +94,30 @@ def test_a_question_pinning_down_enough_names_all_held_is_answered_whatever_its_
     answer = compose_answer(three, MILLER)
     assert not answer.startswith("NOT_ENOUGH_EVIDENCE") and "[c:11]" in answer and "[c:12]" in answer
     # Two names held are not enough; a fourth name no chunk mentions declines it.
-    two = "Which miller signed a supply contract with Kestrel Analytics and faces an inquiry by the regulator in Valdoria?"
+    # (A yes-or-no question: asking which one, the name its parts' sentences share answers it, agents.consensus.)
+    two = "Did a miller sign a supply contract with Kestrel Analytics and face an inquiry by the regulator in Valdoria?"
     assert compose_answer(two, MILLER).startswith("NOT_ENOUGH_EVIDENCE")
     four = three.replace("?", ", and was praised by Mirela Danu?")
     assert compose_answer(four, MILLER).startswith('NOT_ENOUGH_EVIDENCE: none of the passages that come closest mentions "mirela danu"')
+
+
+BRIDGE = [
+    SeenChunk(21, "Harbour Works Ltd is a shipyard in Tromsø. Harbour Works Ltd was founded by Mira Olsen in 1998.",
+              0.9, False, "", "Harbour Works Ltd"),
+    SeenChunk(22, "Mira Olsen is a Norwegian engineer. She was born in Bergen in 1961. She enjoys sailing.",
+              0.6, False, "", "Mira Olsen (engineer)"),
+    SeenChunk(23, "Bergen is a city on the west coast of Norway. Its port handles ferries.", 0.4, False, "", "Bergen"),
+]
+
+
+def test_a_part_asked_of_a_thing_its_quote_only_names_is_answered_by_the_text_about_it(packaged):
+    question = "In what year was the founder of Harbour Works Ltd born?"
+    first = ("Harbour Works Ltd was founded by Mira Olsen in 1998.", 21)
+    hop = judge.hop_quote(question, [first], BRIDGE, set())
+    assert hop is not None and (hop.sentence, hop.chunk_id) == ("She was born in Bergen in 1961.", 22)
+    assert "She was born in Bergen in 1961." in compose_answer(question, BRIDGE)
+    # No second hop when the linked text adds nothing the part asks, or the first quote holds every word of it.
+    unrelated = [BRIDGE[0], SeenChunk(22, "Mira Olsen enjoys sailing. Mira Olsen owns a red boat.", 0.6, False, "", "Mira Olsen")]
+    assert judge.hop_quote(question, [first], unrelated, set()) is None
+    assert judge.hop_quote("Who founded Harbour Works Ltd?", [("Harbour Works Ltd was founded by Mira Olsen in 1998.", 21)],
+                           BRIDGE, set()) is None
