@@ -219,6 +219,16 @@ def hop_quote(part: str, picked: Sequence[tuple[str, int]], chunks: Sequence[See
     return Quote(sentence, chunk.chunk_id, joined[best])
 
 
+def reaches_named_text(picked: Sequence[Quote], chunks: Sequence[SeenChunk]) -> bool:
+    """Does a quote after the first come from the text about a thing the first names (a chunk of
+    another document whose title it names: `hop_quote`'s link)?"""
+    if len(picked) < 2:
+        return False
+    titles = {c.chunk_id: c.title for c in chunks}
+    own = titles.get(picked[0].chunk_id, "")
+    return any((t := titles.get(q.chunk_id, "")) and t != own and _names_title(picked[0].sentence, t) for q in picked[1:])
+
+
 def _names_title(sentence: str, title: str) -> bool:
     """Does `sentence` name the thing `title` is about (its title without a qualifier, as whole words)?"""
     name = sufficiency.plain_title(title)

@@ -262,7 +262,7 @@ def compose_answer(question: str, chunks: list[SeenChunk], values: Sequence[str]
     judged = judge.judge_question(question, chunks)
     found = not is_not_enough_evidence(by_words)
     if judged.settled(found) or names.names_decide:
-        answer = by_words if found else _compose_judged(judged, chunks)
+        answer = by_words if found else _compose_judged(judged, chunks, hops_needed=not names.names_decide)
     else:
         answer = f"{NOT_ENOUGH_EVIDENCE}: the documents you can see do not answer the question (the passages that come " \
                  "closest do not say it)." if found else by_words
@@ -366,12 +366,19 @@ def _extractive(question: str, lines: list[str], chunks: list[SeenChunk], values
     return head + "\n".join(lines)
 
 
-def _compose_judged(judged: judge.Judgement, chunks: list[SeenChunk]) -> str:
+def _compose_judged(judged: judge.Judgement, chunks: list[SeenChunk], *, hops_needed: bool = False) -> str:
     """The answer from the relevance model's picks (agents.judge), for a question it settled: per
     part, the sentences it scores at least the calibrated quote floor and JUDGED_RELATIVE of the
-    part's best (two at most, none quoted twice); the parts without one are named as not found."""
+    part's best (two at most, none quoted twice), and its second hop; the parts without one are
+    named as not found. With `hops_needed` (the answer rests on the model's score alone), a part of
+    a question asking for something (not a yes or no) of a thing it describes by a relative clause
+    ("the county seat of the county where X is located") is answered only when a quote comes from
+    the text about the thing its first quote names: the passage identifying the thing scores high
+    without saying what was asked."""
     used: set[str] = set()
     lines: list[str] = []
+    not_found = list(judged.missing)
+    asks_of_described = hops_needed and not is_yes_no_comparison(judged.question)  # a yes or no asks whether, not what
     for j in judged.parts:
         picked = [q for q in j.quotes if q.sentence not in used and q.score >= JUDGED_RELATIVE * j.best][:SENTENCES_PER_PART] \
             if j.answered else []
@@ -379,12 +386,15 @@ def _compose_judged(judged: judge.Judgement, chunks: list[SeenChunk]) -> str:
             continue
         if hop := judge.hop_quote(j.part, [(q.sentence, q.chunk_id) for q in picked], chunks, used):
             picked.append(hop)
+        if asks_of_described and split_relative(j.part) and not judge.reaches_named_text(picked, chunks):
+            not_found.append(j.part)
+            continue
         used.update(q.sentence for q in picked)
         lines.append(_part_lines(len(lines) + 1, j.part, [(q.sentence, q.chunk_id) for q in picked], chunks))
     if not lines:
         return f"{NOT_ENOUGH_EVIDENCE}: no sentence in the documents you can see answers the question."
-    if judged.missing:
-        lines.append(f"{len(lines) + 1}. Not found in the documents: " + "; ".join(f'"{p}"' for p in judged.missing))
+    if not_found:
+        lines.append(f"{len(lines) + 1}. Not found in the documents: " + "; ".join(f'"{p}"' for p in not_found))
     return _extractive(judged.question, lines, chunks, [])
 
 

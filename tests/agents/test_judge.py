@@ -121,3 +121,14 @@ def test_a_part_asked_of_a_thing_its_quote_only_names_is_answered_by_the_text_ab
     assert judge.hop_quote(question, [first], unrelated, set()) is None
     assert judge.hop_quote("Who founded Harbour Works Ltd?", [("Harbour Works Ltd was founded by Mira Olsen in 1998.", 21)],
                            BRIDGE, set()) is None
+
+
+def test_a_part_asked_of_a_thing_it_describes_needs_the_text_about_that_thing(packaged):
+    question = "What is the county seat of the county where Lempford is located?"
+    village = SeenChunk(31, "Lempford is a village in Brannock County. Its church dates from 1420.", 0.9, False, "", "Lempford")
+    judged = judge.judge_question(question, [village])
+    assert judged.settled(found_by_words=False)  # the passage naming the county reads as an answer to the model
+    assert compose_answer(question, [village]).startswith("NOT_ENOUGH_EVIDENCE")
+    county = SeenChunk(32, "Brannock County is a county in the north. The county seat is Harlow.", 0.5, False, "", "Brannock County")
+    answer = compose_answer(question, [village, county])
+    assert not answer.startswith("NOT_ENOUGH_EVIDENCE") and "The county seat is Harlow." in answer
