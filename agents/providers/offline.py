@@ -20,7 +20,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from agents import consensus, judge
+from agents import judge
 from agents.anchors import anchoring
 from agents.citations import NOT_ENOUGH_EVIDENCE, is_not_enough_evidence
 from agents.conversation_text import resolve_followup
@@ -247,10 +247,9 @@ def compose_answer(question: str, chunks: list[SeenChunk], values: Sequence[str]
     model's own picks answer it if every part reaches the `sure` threshold (`_compose_judged`). A
     question pinning down enough names, each mentioned by some chunk, is answered either way
     (its parts found quoted, the others named as not found): its best passage's score is no measure
-    of it (agents.anchors). A question asking for a thing that none of this answers is answered by
-    the name its parts' closest sentences all give, when there is one (agents.consensus). Any
-    answer stands only when some chunk mentions each name the question pins down; a part answered
-    through a name its quote gives also quotes the text about that name (agents.judge.hop_quote).
+    of it (agents.anchors). Any answer stands only when some chunk mentions each name the question
+    pins down; a part answered through a name its quote gives also quotes the text about that name
+    (agents.judge.hop_quote).
 
     `emit` receives the words' answer as it is composed, line by line (agents.streaming: the caller
     sends the final text again from a reset when the judge replaces it)."""
@@ -261,22 +260,12 @@ def compose_answer(question: str, chunks: list[SeenChunk], values: Sequence[str]
         return _anchored(by_words, names.missing)
     judged = judge.judge_question(question, chunks)
     found = not is_not_enough_evidence(by_words)
+    judge.trace(judged, found, anchored=not names.missing, pinned=names.pinned)
     if judged.settled(found) or names.names_decide:
-        answer = by_words if found else _compose_judged(judged, chunks, hops_needed=not names.names_decide)
-    else:
-        answer = f"{NOT_ENOUGH_EVIDENCE}: the documents you can see do not answer the question (the passages that come " \
-                 "closest do not say it)." if found else by_words
-    converged = consensus.converging_name(judged) if is_not_enough_evidence(answer) else None
-    judge.trace(judged, found, anchored=not names.missing, pinned=names.pinned, converged=converged is not None)
-    return _anchored(_converged(converged, chunks) if converged else answer, names.missing)
-
-
-def _converged(converged: consensus.Convergence, chunks: list[SeenChunk]) -> str:
-    """The answer a question's facts converge on (agents.consensus): the name, then per part the
-    closest sentence naming it, quoted and cited."""
-    lines = [_part_lines(i + 1, part, [(q.sentence, q.chunk_id)], chunks)
-             for i, (part, q) in enumerate(consensus.quotes_once(converged))]
-    return f"{converged.name}: the passages closest to every part of the question name it.\n\n" + "\n".join(lines)
+        return _anchored(by_words if found else _compose_judged(judged, chunks, hops_needed=not names.names_decide), names.missing)
+    if not found:
+        return by_words
+    return f"{NOT_ENOUGH_EVIDENCE}: the documents you can see do not answer the question (the passages that come closest do not say it)."
 
 
 def _anchored(answer: str, missing: Sequence[str]) -> str:

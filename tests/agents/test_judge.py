@@ -94,8 +94,7 @@ def test_a_question_pinning_down_enough_names_all_held_is_answered_whatever_its_
     answer = compose_answer(three, MILLER)
     assert not answer.startswith("NOT_ENOUGH_EVIDENCE") and "[c:11]" in answer and "[c:12]" in answer
     # Two names held are not enough; a fourth name no chunk mentions declines it.
-    # (A yes-or-no question: asking which one, the name its parts' sentences share answers it, agents.consensus.)
-    two = "Did a miller sign a supply contract with Kestrel Analytics and face an inquiry by the regulator in Valdoria?"
+    two = "Which miller signed a supply contract with Kestrel Analytics and faces an inquiry by the regulator in Valdoria?"
     assert compose_answer(two, MILLER).startswith("NOT_ENOUGH_EVIDENCE")
     four = three.replace("?", ", and was praised by Mirela Danu?")
     assert compose_answer(four, MILLER).startswith('NOT_ENOUGH_EVIDENCE: none of the passages that come closest mentions "mirela danu"')
