@@ -201,12 +201,11 @@ def hop_quote(part: str, picked: Sequence[tuple[str, int]], chunks: Sequence[See
     it adds does not lead away from what was asked). None when the first quote holds every word of
     the part, links to no text, no sentence adds to it, or the best is quoted already."""
     first, first_chunk_id = picked[0]
-    if not terms(part) - terms(first):
-        return None
-    own = next((c.title for c in chunks if c.chunk_id == first_chunk_id), "")
-    linked = [c for c in chunks if not c.flagged and c.title and c.title != own and _names_title(first, c.title)]
     want = terms(part)
-    candidates = [(s, c) for c in linked for s in sentences(c.text) if s not in used and s != first and _quotable(s)]
+    if not want - terms(first):
+        return None
+    candidates = [(s, c) for c in _linked(first, first_chunk_id, chunks) for s in sentences(c.text)
+                  if s not in used and s != first and _quotable(s)]
     candidates.sort(key=lambda x: -len(want & terms(x[0])))
     candidates = candidates[:HOP_CANDIDATES]
     if not candidates:
@@ -224,9 +223,14 @@ def reaches_named_text(picked: Sequence[Quote], chunks: Sequence[SeenChunk]) -> 
     another document whose title it names: `hop_quote`'s link)?"""
     if len(picked) < 2:
         return False
-    titles = {c.chunk_id: c.title for c in chunks}
-    own = titles.get(picked[0].chunk_id, "")
-    return any((t := titles.get(q.chunk_id, "")) and t != own and _names_title(picked[0].sentence, t) for q in picked[1:])
+    linked = {c.chunk_id for c in _linked(picked[0].sentence, picked[0].chunk_id, chunks)}
+    return any(q.chunk_id in linked for q in picked[1:])
+
+
+def _linked(sentence: str, chunk_id: int, chunks: Sequence[SeenChunk]) -> list[SeenChunk]:
+    """The texts a quote links to: the chunks of other documents (not flagged) whose title it names."""
+    own = next((c.title for c in chunks if c.chunk_id == chunk_id), "")
+    return [c for c in chunks if not c.flagged and c.title and c.title != own and _names_title(sentence, c.title)]
 
 
 def _names_title(sentence: str, title: str) -> bool:
