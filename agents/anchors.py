@@ -42,9 +42,9 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from agents.lexical import STOPWORDS, asked_sentences, choice_options, terms
+from agents.lexical import STOPWORDS, asked_sentences, choice_kind, choice_options, terms
 from agents.planning import named_terms
-from agents.sufficiency import SeenChunk
+from agents.sufficiency import SeenChunk, is_yes_no_comparison
 
 Name = tuple[str, ...]  # the lowercased words of one name, or one figure
 
@@ -53,6 +53,7 @@ _ASKING = frozenset("what which".split())
 _ORIGIN = re.compile(r"^[A-ZÀ-Þ][a-zà-ÿ]+(?:ian|ean|can|ese|ish)$")  # "Italian", "Korean", "American", "Chinese", "British"
 _IDENTIFYING = re.compile(r"^(?:\d+(?:st|nd|rd|th)|1[0-9]{3}|20[0-9]{2})$", re.I)  # an ordinal or a year
 _ACRONYM = re.compile(r"^[A-Z]{2,6}s?$")
+_SHARED = re.compile(r"\b(?:both|in common|the same)\b", re.I)  # what two things share: "What do A and B have in common?"
 MIN_TYPO_LETTERS = 6  # shorter names differ by a letter too often ("Bern", "Born")
 # Names a question must pin down for their being held to decide it is answered (chosen on the fit
 # halves: docs/evaluation.md, "Questions that name many things").
@@ -197,3 +198,37 @@ def _unheld(wanted: list[list[list[Name]]], evidence: Sequence[SeenChunk]) -> li
         if not any(not u for u in unheld):
             missing.extend(unheld[0])
     return missing
+
+
+def sides_compared(question: str, parts: Sequence[str]) -> str | None:
+    """How `question` (split into `parts`) sets named things side by side, each part one side:
+    "every" when its answer needs what each side has (a yes or no of them: "Are A and B both
+    ...?"; which of two is more, first, older: "Which came first, A or B?"; what they share: "What
+    do A and B have in common?"), "any" when one side can answer it ("Which musician, A or B, is a
+    member of Fuel?": the option shown to be one), None for a question of one part or one that
+    does not compare things."""
+    if len(parts) < 2:
+        return None
+    kind = choice_kind(question)
+    if kind == "property":
+        return "any"
+    return "every" if kind == "comparison" or is_yes_no_comparison(question) or _SHARED.search(question) else None
+
+
+def side_names(question: str, parts: Sequence[str], values: Iterable[str] = ()) -> list[list[Name]]:
+    """For each side of a comparison (`parts`, as `sides_compared` reads them), its own names: the
+    names of `question` whose words the part holds and no other part does (a name two parts hold,
+    as a split can leave "of the Border" on both sides, is no one side's)."""
+    found = names(" ".join(asked_sentences(question)), values)
+    held = [[n for n in found if set(n) <= {w.lower() for w in _TOKEN.findall(part)}] for part in parts]
+    return [[n for n in own if sum(n in other for other in held) == 1] for own in held]
+
+
+def quotes_name(own: Sequence[Name], quoted: Sequence[str]) -> bool:
+    """Do the quotes of one side of a comparison (`quoted`: each quoted sentence with its document's
+    title and what it is about) mention each of the side's own names (`side_names`)? A sentence
+    about another thing is no evidence for the side, however well it reads as an answer ("Maulana
+    Sami ul Haq (born 18 December 1937) ..." for when another man was born; a sentence of the genus
+    Centaurea for the common name of Myrtus)."""
+    read = [(t.lower(), terms(t.lower())) for t in quoted]
+    return all(any(_holds(n, t, tt) for t, tt in read) for n in own)

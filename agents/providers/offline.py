@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from agents import judge
-from agents.anchors import anchoring
+from agents.anchors import anchoring, quotes_name, side_names, sides_compared
 from agents.citations import NOT_ENOUGH_EVIDENCE, is_not_enough_evidence
 from agents.conversation_text import resolve_followup
 from agents.lexical import (
@@ -262,7 +262,7 @@ def compose_answer(question: str, chunks: list[SeenChunk], values: Sequence[str]
     found = not is_not_enough_evidence(by_words)
     judge.trace(judged, found, anchored=not names.missing, pinned=names.pinned)
     if judged.settled(found) or names.names_decide:
-        return _anchored(by_words if found else _compose_judged(judged, chunks, hops_needed=not names.names_decide), names.missing)
+        return _anchored(by_words if found else _compose_judged(judged, chunks, values, hops_needed=not names.names_decide), names.missing)
     if not found:
         return by_words
     return f"{NOT_ENOUGH_EVIDENCE}: the documents you can see do not answer the question (the passages that come closest do not say it)."
@@ -288,7 +288,9 @@ def compose_by_words(question: str, chunks: list[SeenChunk], values: Sequence[st
     a later part; only sentences scoring at least RELATIVE_MIN of their part's best and ANSWERABLE
     are quoted: no padding. A part no sentence answers may be answered by two joined by a name
     (`_linked_pair`), or, in a comparison of two named things, by the text about its side
-    (`subject_support`); asked which of two things has a property, the one a sentence shows answers."""
+    (`subject_support`); asked which of two things has a property, the one a sentence shows answers.
+    In a question comparing named things (agents.anchors.sides_compared), a side is answered only by
+    quotes that name it."""
     values = list(values)
     parts = split_question(question)
     # Comparing two named things (yes or no, or which of them is more, first...): each one's own text is
@@ -296,10 +298,12 @@ def compose_by_words(question: str, chunks: list[SeenChunk], values: Sequence[st
     # say it has it is no answer.
     choice = choice_kind(question)
     compares = len(parts) > 1 and (is_yes_no_comparison(question) or choice == "comparison")
+    sides = sides_compared(question, parts)
+    own_names = side_names(question, parts, values) if sides else []
     used: set[str] = set()
     lines: list[str] = []
     missing: list[str] = []
-    for part in parts:
+    for i, part in enumerate(parts):
         halves = split_relative(part)
         if halves:
             picked = _chained_sentences(*halves, chunks, values, used)
@@ -319,6 +323,8 @@ def compose_by_words(question: str, chunks: list[SeenChunk], values: Sequence[st
                 picked += _hop_sentence(part, ranked[0][1], ranked[0][2], chunks, values, used | {s for s, _ in picked})
         if picked and judge.enabled() and (hop := judge.hop_quote(part, picked, chunks, used)):
             picked.append((hop.sentence, hop.chunk_id))  # the model reads the second hop (agents.judge.hop_quote)
+        if picked and sides and not quotes_name(own_names[i], _quoted(picked, chunks)):
+            picked = []  # quotes about another thing are no evidence for this side (agents.anchors.quotes_name)
         used.update(s for s, _ in picked)
         if picked:
             lines.append(_part_lines(len(lines) + 1, part, picked, chunks))
@@ -332,12 +338,22 @@ def compose_by_words(question: str, chunks: list[SeenChunk], values: Sequence[st
         lines.append(f"{len(lines) + 1}. Not found in the documents: " + "; ".join(f'"{p}"' for p in missing))
         missing = []
     if not lines or missing:
-        # A question with a part nothing answers is not answered; what was found for the other parts is
-        # shown after the statement (quoted and cited like an answer), so the reader sees how far it got.
-        listed = "; ".join(f'"{p}"' for p in missing) or "the question"
-        found = ("\n\nWhat the documents do say:\n" + "\n".join(lines)) if lines else ""
-        return f"{NOT_ENOUGH_EVIDENCE}: no sentence in the documents you can see answers {listed}.{found}"
+        return _declined(missing, lines)
     return _extractive(question, lines, chunks, values)
+
+
+def _declined(missing: Sequence[str], lines: Sequence[str]) -> str:
+    """A question with a part nothing answers is not answered; what was found for the other parts is
+    shown after the statement (quoted and cited like an answer), so the reader sees how far it got."""
+    listed = "; ".join(f'"{p}"' for p in missing) or "the question"
+    found = ("\n\nWhat the documents do say:\n" + "\n".join(lines)) if lines else ""
+    return f"{NOT_ENOUGH_EVIDENCE}: no sentence in the documents you can see answers {listed}.{found}"
+
+
+def _quoted(picked: Sequence[tuple[str, int]], chunks: list[SeenChunk]) -> list[str]:
+    """Each quote as read for the names it mentions: its sentence, its document's title and what it is about."""
+    by_id = {c.chunk_id: c for c in chunks}
+    return [f"{s}\n{by_id[cid].title}\n{by_id[cid].about}" if cid in by_id else s for s, cid in picked]
 
 
 def _part_lines(number: int, part: str, picked: Sequence[tuple[str, int]], chunks: list[SeenChunk]) -> str:
@@ -355,7 +371,8 @@ def _extractive(question: str, lines: list[str], chunks: list[SeenChunk], values
     return head + "\n".join(lines)
 
 
-def _compose_judged(judged: judge.Judgement, chunks: list[SeenChunk], *, hops_needed: bool = False) -> str:
+def _compose_judged(judged: judge.Judgement, chunks: list[SeenChunk], values: Sequence[str] = (), *,
+                    hops_needed: bool = False) -> str:
     """The answer from the relevance model's picks (agents.judge), for a question it settled: per
     part, the sentences it scores at least the calibrated quote floor and JUDGED_RELATIVE of the
     part's best (two at most, none quoted twice), and its second hop; the parts without one are
@@ -363,25 +380,32 @@ def _compose_judged(judged: judge.Judgement, chunks: list[SeenChunk], *, hops_ne
     a question asking for something (not a yes or no) of a thing it describes by a relative clause
     ("the county seat of the county where X is located") is answered only when a quote comes from
     the text about the thing its first quote names: the passage identifying the thing scores high
-    without saying what was asked."""
+    without saying what was asked. In a question comparing named things (agents.anchors.sides_compared),
+    a side is answered only by quotes that name it, and one needing every side is declined when a side is not."""
     used: set[str] = set()
     lines: list[str] = []
     not_found = list(judged.missing)
+    parts = [j.part for j in judged.parts]
+    sides = sides_compared(judged.question, parts)
+    own_names = side_names(judged.question, parts, values) if sides else []
     asks_of_described = hops_needed and not is_yes_no_comparison(judged.question)  # a yes or no asks whether, not what
-    for j in judged.parts:
+    for i, j in enumerate(judged.parts):
         picked = [q for q in j.quotes if q.sentence not in used and q.score >= JUDGED_RELATIVE * j.best][:SENTENCES_PER_PART] \
             if j.answered else []
         if not picked:
             continue
         if hop := judge.hop_quote(j.part, [(q.sentence, q.chunk_id) for q in picked], chunks, used):
             picked.append(hop)
-        if asks_of_described and split_relative(j.part) and not judge.reaches_named_text(picked, chunks):
+        if (asks_of_described and split_relative(j.part) and not judge.reaches_named_text(picked, chunks)) or \
+                (sides and not quotes_name(own_names[i], _quoted([(q.sentence, q.chunk_id) for q in picked], chunks))):
             not_found.append(j.part)
             continue
         used.update(q.sentence for q in picked)
         lines.append(_part_lines(len(lines) + 1, j.part, [(q.sentence, q.chunk_id) for q in picked], chunks))
     if not lines:
         return f"{NOT_ENOUGH_EVIDENCE}: no sentence in the documents you can see answers the question."
+    if not_found and sides == "every":
+        return _declined(not_found, lines)
     if not_found:
         lines.append(f"{len(lines) + 1}. Not found in the documents: " + "; ".join(f'"{p}"' for p in not_found))
     return _extractive(judged.question, lines, chunks, [])

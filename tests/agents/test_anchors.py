@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from agents.anchors import missing_anchors, names, requirements
+from agents.anchors import missing_anchors, names, quotes_name, requirements, side_names, sides_compared
 from agents.providers.offline import compose_answer
 from agents.sufficiency import SeenChunk
 
@@ -83,3 +83,31 @@ def test_an_extractive_answer_whose_quotes_miss_an_anchor_is_declined():
     assert answer.startswith("NOT_ENOUGH_EVIDENCE") and '"16th annual young hollywood awards"' in answer, answer
     answer = compose_answer("Who hosted the 15th Annual Young Hollywood Awards?", chunks)
     assert "Jessie J" in answer and "[c:1]" in answer, answer
+
+
+@pytest.mark.parametrize("question, parts, expected", [
+    ("Are both Velloria and Quassima perennials?", ["Are both Velloria perennials", "Quassima perennials"], "every"),
+    ("Which genus has a longer common name, Velloria or Quassima?", ["Velloria longer name", "Quassima longer name"], "every"),
+    ("What do Velloria and Quassima have in common?", ["What do Velloria", "Quassima have in common"], "every"),
+    ("Which genus, Velloria or Quassima, grows in Chile?", ["Velloria grows chile", "Quassima grows chile"], "any"),
+    ("Who owns the VPN, and which tool resets passwords?", ["Who owns the VPN", "which tool resets passwords"], None),
+    ("Are both Velloria and Quassima perennials?", ["Are both Velloria and Quassima perennials"], None),
+])
+def test_a_question_setting_named_things_side_by_side_says_how_many_sides_it_needs(question, parts, expected):
+    assert sides_compared(question, parts) == expected
+
+
+def test_a_side_is_answered_only_by_quotes_that_name_it():
+    question = "Which genus has a longer common name, Velloria or Quassima?"
+    velloria, quassima = side_names(question, ["Velloria longer common name", "Quassima longer common name"])
+    assert (velloria, quassima) == ([("velloria",)], [("quassima",)])
+    other = "Common names for this genus are starthistle and knapweed.\nCentaurea\nCentaurea"
+    assert not quotes_name(velloria, [other])
+    assert quotes_name(velloria, [other, "Its common name is marsh star.\nVelloria\nVelloria"])
+    assert quotes_name(quassima, ["Quassima is called lisianthus.\n\n"])
+
+
+def test_a_name_both_sides_hold_is_neither_sides_own():
+    question = "Are Buried Country and South of the Border both films?"
+    parts = ["Are Buried Country of the Border both films", "South of the Border both films"]  # a split leaving a name on both
+    assert side_names(question, parts) == [[("buried", "country")], [("south",)]]

@@ -131,3 +131,31 @@ def test_a_part_asked_of_a_thing_it_describes_needs_the_text_about_that_thing(pa
     county = SeenChunk(32, "Brannock County is a county in the north. The county seat is Harlow.", 0.5, False, "", "Brannock County")
     answer = compose_answer(question, [village, county])
     assert not answer.startswith("NOT_ENOUGH_EVIDENCE") and "The county seat is Harlow." in answer
+
+
+def test_a_side_of_a_comparison_is_answered_only_by_quotes_that_name_it(packaged):
+    question = "Who was born first, Ivan Petrovsky or Karl Maren?"
+    sorokin = SeenChunk(1, "Maulana Ivan Sorokin (born 18 December 1837) is a Russian scholar and politician.",
+                        1.0, False, "", "Ivan Sorokin")
+    maren = SeenChunk(2, "Karl Maren (born 3 May 1840) was a German composer. He wrote six symphonies.", 1.0, False, "", "Karl Maren")
+    journal = SeenChunk(3, "Its editors were Anna Petrovsky (Ivan Petrovsky Centre) and Richard Jolly.", 1.0, False, "", "Journal")
+    # The model reads Sorokin's birth as an answer for Petrovsky's side; it names another man.
+    judged = judge.judge_question(question, [sorokin, maren, journal])
+    assert judged.parts[0].answered and judged.parts[0].quotes[0].chunk_id == 1
+    answer = compose_answer(question, [sorokin, maren, journal])
+    assert answer.startswith("NOT_ENOUGH_EVIDENCE") and "Ivan Petrovsky born first" in answer, answer
+    petrovsky = SeenChunk(4, "Ivan Petrovsky (born 2 June 1831) was a Russian painter.", 1.0, False, "", "Ivan Petrovsky")
+    answer = compose_answer(question, [sorokin, maren, journal, petrovsky])
+    assert not answer.startswith("NOT_ENOUGH_EVIDENCE") and "[c:4]" in answer and "[c:2]" in answer, answer
+
+
+def test_a_comparison_needing_both_sides_is_declined_when_one_is_not_found(packaged):
+    question = "Which genus has a longer common name, Velloria or Quassima?"
+    centaurea = SeenChunk(1, "Common names for this genus are starthistle, knapweed and loggerheads.", 1.0, False, "", "Centaurea")
+    quassima = SeenChunk(2, "Lisianthus is a common name for flowers in the genus Quassima.", 1.0, False, "", "Lisianthus")
+    answer = compose_answer(question, [centaurea, quassima])
+    assert answer.startswith("NOT_ENOUGH_EVIDENCE") and '"Velloria genus longer common name"' in answer, answer
+    assert "What the documents do say:" in answer and "[c:2]" in answer  # how far it got
+    velloria = SeenChunk(3, "The common name of the genus Velloria is marsh star.", 1.0, False, "", "Velloria")
+    answer = compose_answer(question, [centaurea, quassima, velloria])
+    assert not answer.startswith("NOT_ENOUGH_EVIDENCE") and "[c:3]" in answer and "[c:2]" in answer, answer
