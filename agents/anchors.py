@@ -53,6 +53,10 @@ _ASKING = frozenset("what which".split())
 _ORIGIN = re.compile(r"^[A-ZÀ-Þ][a-zà-ÿ]+(?:ian|ean|can|ese|ish)$")  # "Italian", "Korean", "American", "Chinese", "British"
 _IDENTIFYING = re.compile(r"^(?:\d+(?:st|nd|rd|th)|1[0-9]{3}|20[0-9]{2})$", re.I)  # an ordinal or a year
 _ACRONYM = re.compile(r"^[A-Z]{2,6}s?$")
+# Two sides ask the same of each thing when their words, without the things' names, overlap this much
+# (Jaccard): chosen on the fit halves, where HotpotQA's side-by-side questions reach 0.5 and above and
+# MultiHop-RAG's claims naming two things mostly stay under 0.3 (docs/evaluation.md, "Sides").
+SAME_QUESTION = 0.5
 _SHARED = re.compile(r"\b(?:both|in common|the same)\b", re.I)  # what two things share: "What do A and B have in common?"
 MIN_TYPO_LETTERS = 6  # shorter names differ by a letter too often ("Bern", "Born")
 # Names a question must pin down for their being held to decide it is answered (chosen on the fit
@@ -200,19 +204,72 @@ def _unheld(wanted: list[list[list[Name]]], evidence: Sequence[SeenChunk]) -> li
     return missing
 
 
-def sides_compared(question: str, parts: Sequence[str]) -> str | None:
+def sides_compared(question: str, parts: Sequence[str], values: Iterable[str] = ()) -> str | None:
     """How `question` (split into `parts`) sets named things side by side, each part one side:
-    "every" when its answer needs what each side has (a yes or no of them: "Are A and B both
-    ...?"; which of two is more, first, older: "Which came first, A or B?"; what they share: "What
-    do A and B have in common?"), "any" when one side can answer it ("Which musician, A or B, is a
-    member of Fuel?": the option shown to be one), None for a question of one part or one that
-    does not compare things."""
+    "every" when its answer needs what each side has (which of two is more, first, older: "Which
+    came first, A or B?"; a yes or no of two names joined by "and": "Are A and B both ...?"; what
+    two such names share: "What do A and B have in common?"), "any" when one side can answer it
+    ("Which musician, A or B, is a member of Fuel?": the option shown to be one), None for a
+    question of one part or one that does not set named things side by side (a yes or no of two
+    claims: "Does the first article say X, while the second says Y?")."""
     if len(parts) < 2:
         return None
     kind = choice_kind(question)
-    if kind == "property":
-        return "any"
-    return "every" if kind == "comparison" or is_yes_no_comparison(question) or _SHARED.search(question) else None
+    if kind is not None:
+        return "any" if kind == "property" else "every"
+    asked = " ".join(asked_sentences(question))
+    if not (is_yes_no_comparison(question) or _SHARED.search(asked)):
+        return None
+    held = [{w.lower() for w in _TOKEN.findall(part)} for part in parts]
+
+    def side(thing: Name) -> int | None:
+        holding = [i for i, words in enumerate(held) if set(thing) <= words]
+        return holding[0] if len(holding) == 1 else None
+
+    for a, b in _joined_by_and(asked, values):
+        i, j = side(a), side(b)
+        if i is not None and j is not None and i != j:
+            # The same thing asked of each ("Are A musicians" / "B both musicians"), not two claims
+            # that happen to name them ("A's report on X" / "B's interview about Y").
+            rest_i, rest_j = terms(parts[i]) - terms(" ".join(a)), terms(parts[j]) - terms(" ".join(b))
+            if len(rest_i & rest_j) >= SAME_QUESTION * len(rest_i | rest_j) > 0:
+                return "every"
+    return None
+
+
+def _joined_by_and(text: str, values: Iterable[str]) -> list[tuple[Name, Name]]:
+    """The pairs of things `text` joins by "and", each a name or a run of capitalised words ("Daryl
+    Hall and Gerry Marsden", "Disney Magazine and The Ring", '"500 Years Later" and "Manson"')."""
+    values = list(values)
+    raw = _TOKEN.findall(text)
+    tokens = [t.lower() for t in raw]
+    ending: dict[int, Name] = {}
+    starting: dict[int, Name] = {}
+    for name in names(text, values):
+        for i in range(len(tokens) - len(name) + 1):
+            if tuple(tokens[i:i + len(name)]) == name:
+                starting[i] = name
+                ending[i + len(name) - 1] = name
+
+    facet_words = [{w.lower() for w in _TOKEN.findall(v)} for v in values]
+
+    def capitalised(i: int, step: int) -> Name | None:
+        """The run of capitalised words ending (step -1) or starting (step 1) at i; not a facet value."""
+        run = []
+        while 0 <= i < len(raw) and raw[i][:1].isupper() and tokens[i] not in STOPWORDS:
+            run.append(tokens[i])
+            i += step
+        return tuple(run[::step]) if run and not any(set(run) <= f for f in facet_words) else None
+
+    out = []
+    for i, word in enumerate(tokens):
+        if word != "and" or i == 0:
+            continue
+        after = i + 2 if i + 2 < len(tokens) and tokens[i + 1] in STOPWORDS else i + 1  # "and The Ring"
+        before_thing, after_thing = ending.get(i - 1) or capitalised(i - 1, -1), starting.get(after) or capitalised(after, 1)
+        if before_thing and after_thing:
+            out.append((before_thing, after_thing))
+    return out
 
 
 def side_names(question: str, parts: Sequence[str], values: Iterable[str] = ()) -> list[list[Name]]:

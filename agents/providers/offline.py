@@ -298,7 +298,7 @@ def compose_by_words(question: str, chunks: list[SeenChunk], values: Sequence[st
     # say it has it is no answer.
     choice = choice_kind(question)
     compares = len(parts) > 1 and (is_yes_no_comparison(question) or choice == "comparison")
-    sides = sides_compared(question, parts)
+    sides = sides_compared(question, parts, values)
     own_names = side_names(question, parts, values) if sides else []
     used: set[str] = set()
     lines: list[str] = []
@@ -386,7 +386,7 @@ def _compose_judged(judged: judge.Judgement, chunks: list[SeenChunk], values: Se
     lines: list[str] = []
     not_found = list(judged.missing)
     parts = [j.part for j in judged.parts]
-    sides = sides_compared(judged.question, parts)
+    sides = sides_compared(judged.question, parts, values)
     own_names = side_names(judged.question, parts, values) if sides else []
     asks_of_described = hops_needed and not is_yes_no_comparison(judged.question)  # a yes or no asks whether, not what
     for i, j in enumerate(judged.parts):

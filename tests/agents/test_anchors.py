@@ -88,10 +88,15 @@ def test_an_extractive_answer_whose_quotes_miss_an_anchor_is_declined():
 @pytest.mark.parametrize("question, parts, expected", [
     ("Are both Velloria and Quassima perennials?", ["Are both Velloria perennials", "Quassima perennials"], "every"),
     ("Which genus has a longer common name, Velloria or Quassima?", ["Velloria longer name", "Quassima longer name"], "every"),
-    ("What do Velloria and Quassima have in common?", ["What do Velloria", "Quassima have in common"], "every"),
+    ("What do Velloria and Quassima have in common?", ["What do Velloria have in common", "Quassima have in common"], "every"),
     ("Which genus, Velloria or Quassima, grows in Chile?", ["Velloria grows chile", "Quassima grows chile"], "any"),
     ("Who owns the VPN, and which tool resets passwords?", ["Who owns the VPN", "which tool resets passwords"], None),
     ("Are both Velloria and Quassima perennials?", ["Are both Velloria and Quassima perennials"], None),
+    # Two claims set side by side are not named things: no two names joined by "and" on two sides.
+    ("Does the Herald say Velloria blooms, while the Courier says it wilts?",
+     ["Does the Herald say Velloria blooms", "the Courier says it wilts"], None),
+    ("Did the Herald report on Velloria and Quassima before the Courier did?",
+     ["Did the Herald report on Velloria and Quassima", "before the Courier reported on Velloria and Quassima"], None),
 ])
 def test_a_question_setting_named_things_side_by_side_says_how_many_sides_it_needs(question, parts, expected):
     assert sides_compared(question, parts) == expected
