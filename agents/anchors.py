@@ -55,7 +55,7 @@ _IDENTIFYING = re.compile(r"^(?:\d+(?:st|nd|rd|th)|1[0-9]{3}|20[0-9]{2})$", re.I
 _ACRONYM = re.compile(r"^[A-Z]{2,6}s?$")
 # Two sides ask the same of each thing when their words, without the things' names, overlap this much
 # (Jaccard): chosen on the fit halves, where HotpotQA's side-by-side questions reach 0.5 and above and
-# MultiHop-RAG's claims naming two things mostly stay under 0.3 (docs/evaluation.md, "Sides").
+# MultiHop-RAG's claims naming two things mostly stay under 0.3 (docs/evaluation.md, "Sides of a comparison, and links back").
 SAME_QUESTION = 0.5
 _SHARED = re.compile(r"\b(?:both|in common|the same)\b", re.I)  # what two things share: "What do A and B have in common?"
 MIN_TYPO_LETTERS = 6  # shorter names differ by a letter too often ("Bern", "Born")

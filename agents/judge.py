@@ -196,17 +196,15 @@ def hop_quote(part: str, picked: Sequence[tuple[str, int]], chunks: Sequence[See
     (sentence, chunk id), the first one leading; `used`: sentences quoted for other parts.
 
     The texts the first quote links to are the chunks of other documents whose title (without its
-    qualifier) it names, and those whose text names its own document's title (the page of the song
-    that stayed behind a single names that single); their sentences are read after it, as one
-    passage, by the model, and the best is quoted when that reading scores the part at least as
-    high as the first quote alone (what it adds does not lead away from what was asked). None when
-    the first quote holds every word of the part, links to no text, no sentence adds to it, or the
-    best is quoted already."""
+    qualifier) it names; their sentences are read after it, as one passage, by the model, and the
+    best is quoted when that reading scores the part at least as high as the first quote alone (what
+    it adds does not lead away from what was asked). None when the first quote holds every word of
+    the part, links to no text, no sentence adds to it, or the best is quoted already."""
     first, first_chunk_id = picked[0]
     want = terms(part)
     if not want - terms(first):
         return None
-    candidates = [(s, c) for c in _linked(first, first_chunk_id, chunks, backlinks=True) for s in sentences(c.text)
+    candidates = [(s, c) for c in _linked(first, first_chunk_id, chunks) for s in sentences(c.text)
                   if s not in used and s != first and _quotable(s)]
     candidates.sort(key=lambda x: -len(want & terms(x[0])))
     candidates = candidates[:HOP_CANDIDATES]
@@ -229,12 +227,10 @@ def reaches_named_text(picked: Sequence[Quote], chunks: Sequence[SeenChunk]) -> 
     return any(q.chunk_id in linked for q in picked[1:])
 
 
-def _linked(sentence: str, chunk_id: int, chunks: Sequence[SeenChunk], *, backlinks: bool = False) -> list[SeenChunk]:
-    """The texts a quote links to: the chunks of other documents (not flagged) whose title it names;
-    with `backlinks`, also those whose text names the title of the quote's own document."""
+def _linked(sentence: str, chunk_id: int, chunks: Sequence[SeenChunk]) -> list[SeenChunk]:
+    """The texts a quote links to: the chunks of other documents (not flagged) whose title it names."""
     own = next((c.title for c in chunks if c.chunk_id == chunk_id), "")
-    return [c for c in chunks if not c.flagged and c.title and c.title != own and
-            (_names_title(sentence, c.title) or (backlinks and own and _names_title(c.text, own)))]
+    return [c for c in chunks if not c.flagged and c.title and c.title != own and _names_title(sentence, c.title)]
 
 
 def _names_title(sentence: str, title: str) -> bool:

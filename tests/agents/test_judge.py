@@ -160,15 +160,3 @@ def test_a_comparison_needing_both_sides_is_declined_when_one_is_not_found(packa
     answer = compose_answer(question, [centaurea, quassima, velloria])
     assert not answer.startswith("NOT_ENOUGH_EVIDENCE") and "[c:3]" in answer and "[c:2]" in answer, answer
 
-
-def test_the_second_hop_reads_a_text_that_names_the_quotes_document(packaged):
-    question = "Who was the captain of the only ship that shelled the coast during the Rain War?"
-    ship = SeenChunk(51, "HMS Vela was the only ship that shelled the coast during the Rain War. She was built in 1940.",
-                     0.9, False, "", "HMS Vela")
-    captain = SeenChunk(52, "Tom Arden is a retired naval officer. He was the captain of HMS Vela from 1968 to 1970.",
-                        0.5, False, "", "Tom Arden")
-    war = SeenChunk(53, "The Rain War lasted from 1965 to 1971.", 0.4, False, "", "Rain War")
-    first = ("HMS Vela was the only ship that shelled the coast during the Rain War.", 51)
-    hop = judge.hop_quote(question, [first], [ship, captain, war], set())
-    # The quote names no captain; the text about the captain names the quote's document.
-    assert hop is not None and (hop.sentence, hop.chunk_id) == ("He was the captain of HMS Vela from 1968 to 1970.", 52)
