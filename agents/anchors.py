@@ -55,8 +55,10 @@ _IDENTIFYING = re.compile(r"^(?:\d+(?:st|nd|rd|th)|1[0-9]{3}|20[0-9]{2})$", re.I
 _ACRONYM = re.compile(r"^[A-Z]{2,6}s?$")
 # Two sides ask the same of each thing when their words, without the things' names, overlap this much
 # (Jaccard): chosen on the fit halves, where HotpotQA's side-by-side questions reach 0.5 and above and
-# MultiHop-RAG's claims naming two things mostly stay under 0.3 (docs/evaluation.md, "Sides of a comparison, and links back").
+# MultiHop-RAG's claims naming two things mostly stay under 0.3 (docs/evaluation.md, "Sides of a
+# comparison, and links back").
 SAME_QUESTION = 0.5
+SUBJECT_WITHIN = 6  # the two things compared open the question: at most this many words before them
 _SHARED = re.compile(r"\b(?:both|in common|the same)\b", re.I)  # what two things share: "What do A and B have in common?"
 MIN_TYPO_LETTERS = 6  # shorter names differ by a letter too often ("Bern", "Born")
 # Names a question must pin down for their being held to decide it is answered (chosen on the fit
@@ -226,7 +228,7 @@ def sides_compared(question: str, parts: Sequence[str], values: Iterable[str] = 
         holding = [i for i, words in enumerate(held) if set(thing) <= words]
         return holding[0] if len(holding) == 1 else None
 
-    for a, b in _joined_by_and(asked, values):
+    for a, b in _joined_by_and(asked, values):  # the question's subject: "Are A and B ...", "What type of film are both A and B"
         i, j = side(a), side(b)
         if i is not None and j is not None and i != j:
             # The same thing asked of each ("Are A musicians" / "B both musicians"), not two claims
@@ -267,9 +269,19 @@ def _joined_by_and(text: str, values: Iterable[str]) -> list[tuple[Name, Name]]:
             continue
         after = i + 2 if i + 2 < len(tokens) and tokens[i + 1] in STOPWORDS else i + 1  # "and The Ring"
         before_thing, after_thing = ending.get(i - 1) or capitalised(i - 1, -1), starting.get(after) or capitalised(after, 1)
-        if before_thing and after_thing:
+        if before_thing and after_thing and _leads(text, tokens, i - len(before_thing)):
             out.append((before_thing, after_thing))
     return out
+
+
+def _leads(text: str, tokens: list[str], start: int) -> bool:
+    """Is the token at `start` the question's subject: within its first SUBJECT_WITHIN words, no
+    comma before it ("Are A and ...", "What type of film are both A and ...", not "..., as
+    reported by both A and B")?"""
+    if start > SUBJECT_WITHIN:
+        return False
+    found = list(_TOKEN.finditer(text))
+    return start < len(found) and "," not in text[:found[start].start()]
 
 
 def side_names(question: str, parts: Sequence[str], values: Iterable[str] = ()) -> list[list[Name]]:
@@ -284,8 +296,8 @@ def side_names(question: str, parts: Sequence[str], values: Iterable[str] = ()) 
 def quotes_name(own: Sequence[Name], quoted: Sequence[str]) -> bool:
     """Do the quotes of one side of a comparison (`quoted`: each quoted sentence with its document's
     title and what it is about) mention each of the side's own names (`side_names`)? A sentence
-    about another thing is no evidence for the side, however well it reads as an answer ("Maulana
-    Sami ul Haq (born 18 December 1937) ..." for when another man was born; a sentence of the genus
-    Centaurea for the common name of Myrtus)."""
+    about another thing is no evidence for the side, however well it reads as an answer (a sentence
+    of the genus Centaurea for the common name of Myrtus; one on the "truth" anti-smoking campaign
+    for what Truth in Science embraces)."""
     read = [(t.lower(), terms(t.lower())) for t in quoted]
     return all(any(_holds(n, t, tt) for t, tt in read) for n in own)

@@ -95,6 +95,9 @@ def test_an_extractive_answer_whose_quotes_miss_an_anchor_is_declined():
     # Two claims set side by side are not named things: no two names joined by "and" on two sides.
     ("Does the Herald say Velloria blooms, while the Courier says it wilts?",
      ["Does the Herald say Velloria blooms", "the Courier says it wilts"], None),
+    # Things joined after the question's subject are not what it compares ("..., as reported by both A and B").
+    ("Which genus, as reported by both Herald and Courier, blooms in May?",
+     ["Which genus, as reported by both Herald blooms in May", "Courier blooms in May"], None),
     ("Did the Herald report on Velloria and Quassima before the Courier did?",
      ["Did the Herald report on Velloria and Quassima", "before the Courier reported on Velloria and Quassima"], None),
 ])
