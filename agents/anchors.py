@@ -241,9 +241,12 @@ def sides_compared(question: str, parts: Sequence[str], values: Iterable[str] = 
 
 def _joined_by_and(text: str, values: Iterable[str]) -> list[tuple[Name, Name]]:
     """The pairs of things `text` joins by "and", each a name or a run of capitalised words ("Daryl
-    Hall and Gerry Marsden", "Disney Magazine and The Ring", '"500 Years Later" and "Manson"')."""
+    Hall and Gerry Marsden", "Disney Magazine and The Ring", '"500 Years Later" and "Manson"'), that
+    open the question: at most SUBJECT_WITHIN words and no comma before them ("What type of film are
+    both A and B", not "..., as reported by both A and B")."""
     values = list(values)
-    raw = _TOKEN.findall(text)
+    found = list(_TOKEN.finditer(text))
+    raw = [m.group(0) for m in found]
     tokens = [t.lower() for t in raw]
     ending: dict[int, Name] = {}
     starting: dict[int, Name] = {}
@@ -269,19 +272,10 @@ def _joined_by_and(text: str, values: Iterable[str]) -> list[tuple[Name, Name]]:
             continue
         after = i + 2 if i + 2 < len(tokens) and tokens[i + 1] in STOPWORDS else i + 1  # "and The Ring"
         before_thing, after_thing = ending.get(i - 1) or capitalised(i - 1, -1), starting.get(after) or capitalised(after, 1)
-        if before_thing and after_thing and _leads(text, tokens, i - len(before_thing)):
+        start = i - len(before_thing) if before_thing else 0
+        if before_thing and after_thing and start <= SUBJECT_WITHIN and "," not in text[:found[start].start()]:
             out.append((before_thing, after_thing))
     return out
-
-
-def _leads(text: str, tokens: list[str], start: int) -> bool:
-    """Is the token at `start` the question's subject: within its first SUBJECT_WITHIN words, no
-    comma before it ("Are A and ...", "What type of film are both A and ...", not "..., as
-    reported by both A and B")?"""
-    if start > SUBJECT_WITHIN:
-        return False
-    found = list(_TOKEN.finditer(text))
-    return start < len(found) and "," not in text[:found[start].start()]
 
 
 def side_names(question: str, parts: Sequence[str], values: Iterable[str] = ()) -> list[list[Name]]:
