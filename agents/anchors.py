@@ -273,6 +273,8 @@ def _joined_by_and(text: str, values: Iterable[str]) -> list[tuple[Name, Name]]:
         after = i + 2 if i + 2 < len(tokens) and tokens[i + 1] in STOPWORDS else i + 1  # "and The Ring"
         before_thing, after_thing = ending.get(i - 1) or capitalised(i - 1, -1), starting.get(after) or capitalised(after, 1)
         start = i - len(before_thing) if before_thing else 0
+        while start > 0 and tokens[start - 1].isdigit():
+            start -= 1  # a number opening the thing's name ("500 Years Later") is part of it, not a word before it
         if before_thing and after_thing and start <= SUBJECT_WITHIN and "," not in text[:found[start].start()]:
             out.append((before_thing, after_thing))
     return out

@@ -92,6 +92,9 @@ def test_an_extractive_answer_whose_quotes_miss_an_anchor_is_declined():
     ("Which genus, Velloria or Quassima, grows in Chile?", ["Velloria grows chile", "Quassima grows chile"], "any"),
     ("Who owns the VPN, and which tool resets passwords?", ["Who owns the VPN", "which tool resets passwords"], None),
     ("Are both Velloria and Quassima perennials?", ["Are both Velloria and Quassima perennials"], None),
+    # A number opening a title is part of the thing, not a word before it: the title still opens the question.
+    ('What type of film are both "500 Velloria Nights" and "Quassima"?',
+     ['What type of film are both "500 Velloria Nights"', '"Quassima" type film 500'], "every"),
     # Two claims set side by side are not named things: no two names joined by "and" on two sides.
     ("Does the Herald say Velloria blooms, while the Courier says it wilts?",
      ["Does the Herald say Velloria blooms", "the Courier says it wilts"], None),
