@@ -268,13 +268,15 @@ def judge_question(question: str, chunks: Sequence[SeenChunk]) -> Judgement:
     return Judgement(question, passage, [judge_part(part, chunks, leading) for part in split_question(question)])
 
 
-def trace(judged: Judgement, found_by_words: bool, *, anchored: bool, pinned: int = 0) -> None:
+def trace(judged: Judgement, found_by_words: bool, *, anchored: bool, pinned: int = 0, converged: bool = False) -> None:
     """With GROUNDED_JUDGE_TRACE set, append the scores an answer was decided on, whether the word
     rules had found one, whether the evidence holds the question's names and how many it pins down
-    (agents.anchors) (JSON lines), for calibrating the thresholds (bench/calibrate_relevance.py)."""
+    (agents.anchors), and whether the answer is the name its parts' sentences converge on
+    (agents.consensus) (JSON lines), for calibrating the thresholds (bench/calibrate_relevance.py)."""
     if path := product_settings.GROUNDED_JUDGE_TRACE:
         line = {"question": judged.question, "best_passage": judged.passage, "found_by_words": found_by_words,
-                "anchored": anchored, "pinned": pinned, "parts": [{"part": j.part, "best": j.best} for j in judged.parts]}
+                "anchored": anchored, "pinned": pinned, "converged": converged,
+                "parts": [{"part": j.part, "best": j.best} for j in judged.parts]}
         with open(path, "a", encoding="utf-8") as f:
             f.write(json.dumps(line) + "\n")
 

@@ -7,7 +7,7 @@ OpenAI-compatible one as JSON strings, the offline provider reads them directly.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -87,6 +87,9 @@ class ModelRequest:
     # Called with each piece of the reply's text as it is produced, by a provider that can
     # (agents.streaming.TextStream.send); None when nobody reads the text before the reply is in.
     on_text: Callable[[str], None] | None = field(default=None, compare=False, repr=False)
+    # names -> the share of the documents the run may read that name each (agents.tools.document_share,
+    # counted in the caller's scope); what it was asked is recorded with the call. None: not offered.
+    document_share: Callable[[Sequence[str]], Mapping[str, float]] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

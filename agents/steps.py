@@ -13,7 +13,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -34,7 +34,7 @@ from agents.messages import (
 from agents.planning import Facets, GeneralPlanner, Planner
 from agents.prompts import CHARS_PER_TOKEN, as_recorded, compact, system_prompt, truncated_note
 from agents.streaming import TextSink, TextStream
-from agents.tools import TOOL_SPECS, ToolDeps, ToolOutcome, run_tool
+from agents.tools import TOOL_SPECS, ToolDeps, ToolOutcome, document_share, run_tool
 from kb import relevance
 
 if TYPE_CHECKING:  # only annotated here: the offline provider imports agents.judge, which imports this module
@@ -203,12 +203,20 @@ def _call_once(state: RunState, task: Task, messages: list[Message], *, tools_en
                retry_of_truncated: bool = False) -> ModelTurn:
     conversational = task in ("agent", "repair")  # continues the tool conversation, so tools stay declared
     stream = TextStream(state.on_text) if state.on_text is not None and task in TEXT_TASKS else None
+    shares: dict[str, float] = {}  # what the provider asked of the documents' names: recorded with the call
+
+    def shares_asked(names: Sequence[str]) -> Mapping[str, float]:
+        found = document_share(state.deps, names)
+        shares.update(found)
+        return found
+
     request = ModelRequest(task=task, system=system_prompt(with_tools=tools_enabled and task == "agent"),
                            messages=tuple(messages), tools=TOOL_SPECS if conversational else (), tools_enabled=tools_enabled,
                            question=state.question, context=context, deadline=state.deadline,
                            facets=facets.summary() if facets is not None else None,
                            max_output_tokens=state.output_cap(task), history=history,
-                           on_text=stream.send if stream is not None else None)
+                           on_text=stream.send if stream is not None else None,
+                           document_share=shares_asked if task in TEXT_TASKS else None)
     started = time.perf_counter()
     step = StepRecord(ordinal=len(state.steps), kind="model_call", name=task,
                       arguments={"provider": state.provider.name, "model": state.provider.model, "tools_enabled": tools_enabled,
@@ -231,6 +239,8 @@ def _call_once(state: RunState, task: Task, messages: list[Message], *, tools_en
             turn = state.provider.generate(request)
             if spent := relevance_cost_since(before):
                 step.arguments["relevance"] = spent  # what the relevance model cost inside this call
+            if shares:
+                step.arguments["document_share"] = {n: round(v, 4) for n, v in shares.items()}
         except Exception as exc:
             step.error = f"{type(exc).__name__}: {exc}"[:2000]
             step.latency_ms = (time.perf_counter() - started) * 1000

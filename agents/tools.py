@@ -12,7 +12,7 @@ import dataclasses
 import json
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +49,13 @@ class ToolDeps:
         if self.corpus_ids is None:
             return corpus_ids or None
         return list(self.corpus_ids) if not corpus_ids else [c for c in corpus_ids if c in self.corpus_ids]
+
+
+def document_share(deps: ToolDeps, names: Sequence[str]) -> dict[str, float]:
+    """For each name, the share of the documents the run may read (the caller's scope, within the
+    chosen corpora) that name it (kb.retrieval.documents_naming). Not a tool a model calls: a count a
+    provider reading the evidence may ask for (agents.messages.ModelRequest.document_share)."""
+    return retrieval.documents_naming(deps.scope, names, deps.corpus_ids)
 
 
 @dataclass(frozen=True)

@@ -16,11 +16,10 @@ that reads like one.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from agents import judge
+from agents import consensus, judge
 from agents.anchors import anchoring, quotes_name, side_names, sides_compared
 from agents.citations import NOT_ENOUGH_EVIDENCE, is_not_enough_evidence
 from agents.conversation_text import resolve_followup
@@ -37,6 +36,7 @@ from agents.lexical import (
 from agents.messages import AssistantMessage, ModelRequest, ModelTurn, ToolCall, ToolResultMessage, Usage
 from agents.planning import Facets, GeneralPlanner, document_request, without_facets
 from agents.providers.offline_documents import compose_document_answer, document_calls
+from agents.providers.quoting import part_lines, unwrap
 from agents.sufficiency import (
     ANSWERABLE,
     SUPPORTED,
@@ -73,15 +73,6 @@ PAIR_CANDIDATES = 5  # a part's best sentences tried as the first of two that an
 PAIR_ANSWERS = 0.7
 JUDGED_RELATIVE = 0.5  # with the relevance model: a quoted sentence scores at least this share of its part's best
 LINKED_BONUS = 0.3  # an answer sentence in a text about the name the identifying sentence gives ranks above others
-
-
-_BLOCK = re.compile(r"^<document_data[^>]*>\n?(.*?)\n?</document_data>$", re.S)
-
-
-def _unwrap(block: str) -> str:
-    m = _BLOCK.match(block.strip())
-    text = m.group(1) if m else block
-    return text.removesuffix(" […truncated]")
 
 
 class OfflineProvider:
@@ -157,7 +148,8 @@ class OfflineProvider:
                     request.on_text(line if i == 0 else "\n" + line)
             return text, []
         facets = _facets_seen(request) if not request.facets else Facets.from_tool({"enumerations": request.facets.get("narrow_by")})
-        return compose_answer(request.question, _chunks_from(request), facets.values(), emit=request.on_text), []
+        return compose_answer(request.question, _chunks_from(request), facets.values(), emit=request.on_text,
+                              document_share=request.document_share), []
 
 
 def _key(query: str, filters: dict | None) -> str:
@@ -205,7 +197,7 @@ def _chunks_from(request: ModelRequest) -> list[SeenChunk]:
             for item in m.content.get("results", []) or []:
                 if isinstance(item, dict) and "chunk_id" in item:
                     seen.setdefault(int(item["chunk_id"]), SeenChunk(
-                        int(item["chunk_id"]), _unwrap(str(item.get("text", ""))), float(item.get("score", 0.0)),
+                        int(item["chunk_id"]), unwrap(str(item.get("text", ""))), float(item.get("score", 0.0)),
                         bool(item.get("flagged")), about_text(str(item.get("document", "")), item.get("metadata")),
                         str(item.get("document", ""))))
     return list(seen.values())
@@ -213,12 +205,6 @@ def _chunks_from(request: ModelRequest) -> list[SeenChunk]:
 
 def _quotable(sentence: str) -> bool:
     return not looks_like_instructions(sentence)
-
-
-def _shown(sentence: str) -> str:
-    """A sentence as quoted: its own double quotes become single ones (quote matching treats every
-    quotation mark alike), so they do not end the quotation."""
-    return sentence.replace('"', "'").replace("“", "'").replace("”", "'")
 
 
 def _ranked_sentences(part: str, chunks: list[SeenChunk], values: Sequence[str], *, own_words: bool = True) -> list[tuple[float, str, int]]:
@@ -239,7 +225,7 @@ def _ranked_sentences(part: str, chunks: list[SeenChunk], values: Sequence[str],
 
 
 def compose_answer(question: str, chunks: list[SeenChunk], values: Sequence[str] = (),
-                   emit: Callable[[str], None] | None = None) -> str:
+                   emit: Callable[[str], None] | None = None, document_share: consensus.DocumentShare | None = None) -> str:
     """The extractive answer. Without a relevance model, the sentences the words rules pick
     (`compose_by_words`). With one (agents.judge), the model has the last word on whether the
     question is answered: an answer the words found stands when every part's best sentence reaches
@@ -247,9 +233,11 @@ def compose_answer(question: str, chunks: list[SeenChunk], values: Sequence[str]
     model's own picks answer it if every part reaches the `sure` threshold (`_compose_judged`). A
     question pinning down enough names, each mentioned by some chunk, is answered either way
     (its parts found quoted, the others named as not found): its best passage's score is no measure
-    of it (agents.anchors). Any answer stands only when some chunk mentions each name the question
-    pins down; a part answered through a name its quote gives also quotes the text about that name
-    (agents.judge.hop_quote).
+    of it (agents.anchors). A question asking for a thing that none of this answers is answered by
+    the name its parts' closest sentences all give, when there is one and few of the caller's
+    documents give it (agents.consensus; `document_share` counts them). Any answer stands only when
+    some chunk mentions each name the question pins down; a part answered through a name its quote
+    gives also quotes the text about that name (agents.judge.hop_quote).
 
     `emit` receives the words' answer as it is composed, line by line (agents.streaming: the caller
     sends the final text again from a reset when the judge replaces it)."""
@@ -260,12 +248,20 @@ def compose_answer(question: str, chunks: list[SeenChunk], values: Sequence[str]
         return _anchored(by_words, names.missing)
     judged = judge.judge_question(question, chunks)
     found = not is_not_enough_evidence(by_words)
-    judge.trace(judged, found, anchored=not names.missing, pinned=names.pinned)
     if judged.settled(found) or names.names_decide:
-        return _anchored(by_words if found else _compose_judged(judged, chunks, values, hops_needed=not names.names_decide), names.missing)
-    if not found:
-        return by_words
-    return f"{NOT_ENOUGH_EVIDENCE}: the documents you can see do not answer the question (the passages that come closest do not say it)."
+        answer = by_words if found else _compose_judged(judged, chunks, values, hops_needed=not names.names_decide)
+    else:
+        answer = by_words if not found else \
+            f"{NOT_ENOUGH_EVIDENCE}: the documents you can see do not answer the question (the passages that come closest do not say it)."
+    converged = consensus.converging_name(judged, document_share) if is_not_enough_evidence(answer) else None
+    judge.trace(judged, found, anchored=not names.missing, pinned=names.pinned, converged=converged is not None)
+    return _anchored(_converged(converged, chunks) if converged else answer, names.missing)
+
+
+def _converged(converged: consensus.Convergence, chunks: list[SeenChunk]) -> str:
+    """The name a question's facts converge on (agents.consensus), then per part the closest sentence naming it."""
+    lines = [part_lines(i + 1, part, [(q.sentence, q.chunk_id)], chunks) for i, (part, q) in enumerate(consensus.quotes_once(converged))]
+    return f"{converged.name}: the passages closest to every part of the question name it.\n\n" + "\n".join(lines)
 
 
 def _anchored(answer: str, missing: Sequence[str]) -> str:
@@ -327,7 +323,7 @@ def compose_by_words(question: str, chunks: list[SeenChunk], values: Sequence[st
             picked = []  # quotes about another thing are no evidence for this side (agents.anchors.quotes_name)
         used.update(s for s, _ in picked)
         if picked:
-            lines.append(_part_lines(len(lines) + 1, part, picked, chunks))
+            lines.append(part_lines(len(lines) + 1, part, picked, chunks))
             if emit is not None:  # the lines joined by "\n" are the answer: each sent with the break before it
                 for i, line in enumerate(lines[-1].split("\n")):
                     emit(line if len(lines) == 1 and i == 0 else "\n" + line)
@@ -354,13 +350,6 @@ def _quoted(picked: Sequence[tuple[str, int]], chunks: list[SeenChunk]) -> list[
     """Each quote as read for the names it mentions: its sentence, its document's title and what it is about."""
     by_id = {c.chunk_id: c for c in chunks}
     return [f"{s}\n{by_id[cid].title}\n{by_id[cid].about}" if cid in by_id else s for s, cid in picked]
-
-
-def _part_lines(number: int, part: str, picked: Sequence[tuple[str, int]], chunks: list[SeenChunk]) -> str:
-    """One numbered part of an extractive answer and its quotes, each cited and followed by its source."""
-    quotes = "\n".join(f'   - "{_shown(s)}" [c:{cid}]{_source_of(cid, chunks)}' for s, cid in picked)
-    heading = part.strip()
-    return f"{number}. {heading[:1].upper()}{heading[1:]}:\n{quotes}"
 
 
 def _extractive(question: str, lines: list[str], chunks: list[SeenChunk], values: Sequence[str]) -> str:
@@ -401,7 +390,7 @@ def _compose_judged(judged: judge.Judgement, chunks: list[SeenChunk], values: Se
             not_found.append(j.part)
             continue
         used.update(q.sentence for q in picked)
-        lines.append(_part_lines(len(lines) + 1, j.part, [(q.sentence, q.chunk_id) for q in picked], chunks))
+        lines.append(part_lines(len(lines) + 1, j.part, [(q.sentence, q.chunk_id) for q in picked], chunks))
     if not lines:
         return f"{NOT_ENOUGH_EVIDENCE}: no sentence in the documents you can see answers the question."
     if not_found and sides == "every":
@@ -439,12 +428,6 @@ def _linked_pair(part: str, candidates: list[tuple[float, str, int]], chunks: li
                 if support(part, [joined], values).score >= PAIR_ANSWERS:
                     return [(first, first_cid), (second, chunk.chunk_id)]
     return None
-
-
-def _source_of(chunk_id: int, chunks: list[SeenChunk]) -> str:
-    """ " (Document title)" after a quote, so a reader sees where it comes from (a paragraph's "It" is its title)."""
-    title = next((c.title for c in chunks if c.chunk_id == chunk_id), "")
-    return f" ({title})" if title else ""
 
 
 def _chained_sentences(asked: str, described: str, chunks: list[SeenChunk], values: Sequence[str],

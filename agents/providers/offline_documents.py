@@ -12,15 +12,13 @@ composition takes over (and says NOT_ENOUGH_EVIDENCE when nothing answers).
 
 from __future__ import annotations
 
-import re
-
 from agents.lexical import looks_like_instructions, sentences, terms
 from agents.messages import AssistantMessage, ModelRequest, ToolCall, ToolResultMessage
 from agents.planning import DocumentRequest, pick_document
+from agents.providers.quoting import shown, unwrap
 
 PAGES_K = 8
 MAX_SUMMARY_LINES = 8
-_BLOCK = re.compile(r"^<document_data[^>]*>\n?(.*?)\n?</document_data>$", re.S)
 
 
 def document_calls(request: ModelRequest, wanted: DocumentRequest) -> list[ToolCall]:
@@ -100,10 +98,9 @@ def _id(cite_as: object) -> int:
 
 
 def _unwrap(block: str) -> str:
-    m = _BLOCK.match(block.strip())
-    return (m.group(1) if m else block).removesuffix(" […truncated]").strip()
+    return unwrap(block).strip()
 
 
 def _shown(sentence: str) -> str:
-    """Quoted with single quotes inside (quote matching treats every quotation mark alike)."""
-    return " ".join(sentence.replace('"', "'").replace("“", "'").replace("”", "'").split())
+    """Quoted on one line (agents.providers.quoting.shown)."""
+    return " ".join(shown(sentence).split())

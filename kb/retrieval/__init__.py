@@ -41,12 +41,16 @@ The package is a pipeline of stages, each a module with one public entry, called
 - `postprocess`: post-processing, `postprocess` (the winners' rows, step 5, MMR);
 - shared without calls: `query` (filters, hits, results, a hit's columns) and `tunables` (read once
   per search by `pipeline`).
+
+Beside the search, one count over the same scope: `names.documents_naming` (the share of the
+documents a caller sees that name a name; counts only, no text leaves it).
 """
 
+from kb.retrieval.names import documents_naming
 from kb.retrieval.pipeline import search
 from kb.retrieval.query import MODES, Mode, SearchFilters, SearchHit, SearchResult, search_mode
 from kb.retrieval.tunables import DEFAULTS, MAX_K
 from kb.retrieval.vector import HnswIndex, VectorPlan, choose_vector_plan, use_hnsw
 
 __all__ = ["DEFAULTS", "MAX_K", "MODES", "HnswIndex", "Mode", "SearchFilters", "SearchHit", "SearchResult", "VectorPlan",
-           "choose_vector_plan", "search", "search_mode", "use_hnsw"]
+           "choose_vector_plan", "documents_naming", "search", "search_mode", "use_hnsw"]

@@ -48,7 +48,9 @@ def ask(client: APIClient, question: str) -> dict:
     "What is the company's policy on bringing dogs to the office?",
     "Who is the CEO of Kestrel Analytics?",  # no sentence names a CEO (agents.anchors, agents.sufficiency)
     "Where can I park in Berlin?",
-    "What is the capital of Australia?"])
+    "What is the capital of Australia?",
+    # Every part's closest passages name the company, as every policy does: its own name is no answer (agents.consensus).
+    "Which team owns the VPN, and which tool do we use for password resets?"])
 def test_questions_the_documents_do_not_answer_are_declined(demo, question):
     _, client = demo
     body = ask(client, question)
@@ -78,3 +80,18 @@ def test_a_french_question_is_answered_with_the_rule(demo):
     assert body["outcome"] == "answered", body["answer"]
     assert "trois jours par semaine" in body["answer"]
     assert "Responsable" not in body["answer"]
+
+
+def test_a_thing_described_by_facts_in_several_documents_is_the_name_they_share(demo):
+    tenant, client = demo
+    add_document(tenant, "Lab history", "Orla Vance set up the Lyon test bench in 2021, with two borrowed oscilloscopes.")
+    add_document(tenant, "Runbooks", "The outage playbook for the billing service was drafted by Orla Vance after the 2023 incident.")
+    add_document(tenant, "Review board", "Chairing the quarterly security review is Orla Vance, elected by the engineers.")
+    body = ask(client, "Who is the engineer that built the Lyon test lab, wrote the billing outage runbook, "
+                       "and leads the security review board?")
+    assert body["outcome"] == "answered", body["answer"]
+    assert body["answer"].startswith("Orla Vance: the passages closest to every part"), body["answer"]
+    # The count the answer rests on is in the trace: the share of the caller's documents naming the name.
+    (answer_step,) = [s for s in body["steps"] if s["name"] == "answer"]
+    shares = answer_step["arguments"]["document_share"]
+    assert 0 < shares["Orla Vance"] <= 0.5, shares
