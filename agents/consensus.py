@@ -24,9 +24,10 @@ judgement it is given: no database, no model call.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from agents.anchors import sides_compared
 from agents.judge import Judgement, Quote
 from agents.lexical import asked_sentences, terms
 from agents.sufficiency import names_in
@@ -76,16 +77,20 @@ def _gives(sentence: str, name: str) -> bool:
     return re.search(rf"(?<!\w){re.escape(name)}(?!\w)", sentence, re.I) is not None
 
 
-def converging_name(judged: Judgement, document_share: DocumentShare | None, *,
+def converging_name(judged: Judgement, document_share: DocumentShare | None, values: Iterable[str] = (), *,
                     min_parts: int = MIN_PARTS) -> Convergence | None:
     """The name the CLOSEST sentences of every part of `judged.question` give, when the question asks
     for a thing and has at least `min_parts` parts; None otherwise, when no name is given for every
     part, or without `document_share` (names -> the share of the caller's documents giving each).
-    A name more than COMMON_SHARE of the documents give does not count. Among several, the one given
-    by the most distinct sentences, then the longest, and then the longest that holds it and
-    converges too ("Sam Bankman-Fried" for "Bankman-Fried")."""
+    Nor for a question setting named things side by side (agents.anchors.sides_compared, `values`
+    the facet values): it asks about the things it names ("Which came first, A or B?", "What type of
+    film are both A and B?"), not for one it describes. A name more than COMMON_SHARE of the
+    documents give does not count. Among several, the one given by the most distinct sentences,
+    then the longest, and then the longest that holds it and converges too ("Sam Bankman-Fried" for
+    "Bankman-Fried")."""
     parts = judged.parts
-    if document_share is None or len(parts) < min_parts or not asks_for_a_thing(judged.question):
+    if document_share is None or len(parts) < min_parts or not asks_for_a_thing(judged.question) or \
+            sides_compared(judged.question, [p.part for p in parts], values):
         return None
     asked = terms(judged.question)
     closest = [p.quotes[:CLOSEST] for p in parts]

@@ -253,7 +253,7 @@ def compose_answer(question: str, chunks: list[SeenChunk], values: Sequence[str]
     else:
         answer = by_words if not found else \
             f"{NOT_ENOUGH_EVIDENCE}: the documents you can see do not answer the question (the passages that come closest do not say it)."
-    converged = consensus.converging_name(judged, document_share) if is_not_enough_evidence(answer) else None
+    converged = consensus.converging_name(judged, document_share, values) if is_not_enough_evidence(answer) else None
     judge.trace(judged, found, anchored=not names.missing, pinned=names.pinned, converged=converged is not None)
     return _anchored(_converged(converged, chunks) if converged else answer, names.missing)
 

@@ -66,3 +66,14 @@ def test_a_name_most_of_the_documents_give_is_their_context_not_an_answer():
     assert at_the_limit is not None and at_the_limit.name == "Vance"
     # Without a way to count the caller's documents nothing converges: the name could be everyone's context.
     assert converging_name(_judged(BUILT, SOLD, ACCUSED), None) is None
+
+
+def test_a_question_setting_named_things_side_by_side_asks_about_them_not_for_a_thing_it_describes():
+    # Both parts' closest sentences name the festival the two films were shown at: no answer to what type they are.
+    shown = "Both were shown at the Harbour Film Festival."
+    first = _part('What type of film are both "500 Velloria Nights"', "'500 Velloria Nights' opened in 2005.", shown)
+    second = _part('"Quassima" type film 500', "Quassima premiered in 2010.", shown)
+    question = 'What type of film are both "500 Velloria Nights" and "Quassima"?'
+    assert converging_name(_judged(first, second, question=question), rare) is None
+    described = "Which festival showed a film that opened in 2005 and one that premiered in 2010?"
+    assert converging_name(_judged(first, second, question=described), rare).name == "Harbour Film Festival"
