@@ -24,12 +24,13 @@ judgement it is given: no database, no model call.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from agents.anchors import sides_compared
 from agents.judge import Judgement, Quote
-from agents.lexical import asked_sentences, terms
+from agents.lexical import asked_sentences, mentions, terms
+from agents.messages import DocumentShare
 from agents.sufficiency import names_in
 
 CLOSEST = 3  # a part's closest sentences (by the model's score) whose names count for it
@@ -38,7 +39,6 @@ MIN_PARTS = 2  # a question of fewer parts has no facts to converge
 # one of Kestrel's policies), not what a question describes. Not fitted: "most documents". On MultiHop-RAG's
 # 609 articles the most common name converged on ("Google") is in 0.18 of them.
 COMMON_SHARE = 0.5
-DocumentShare = Callable[[Sequence[str]], Mapping[str, float]]
 # A wh-word opening a sentence or a clause after a comma ("Who is ...", "Considering X, which ..."), after
 # a preposition or not; not a relative pronoun after a noun ("a charter boat which is expensive").
 _ASKS_FOR_A_THING = re.compile(r"(?:^|,)\s*(?:(?:in|of|at|for|from|by|to|with|on)\s+)?(?:who|whom|which|what)\b", re.I)
@@ -73,10 +73,6 @@ def _names(sentence: str, question_terms: set[str]) -> set[str]:
     return out
 
 
-def _gives(sentence: str, name: str) -> bool:
-    return re.search(rf"(?<!\w){re.escape(name)}(?!\w)", sentence, re.I) is not None
-
-
 def converging_name(judged: Judgement, document_share: DocumentShare | None, values: Iterable[str] = (), *,
                     min_parts: int = MIN_PARTS) -> Convergence | None:
     """The name the CLOSEST sentences of every part of `judged.question` give, when the question asks
@@ -97,8 +93,8 @@ def converging_name(judged: Judgement, document_share: DocumentShare | None, val
     candidates = {n for quotes in closest for q in quotes for n in _names(q.sentence, asked)}
     ranked: list[tuple[int, int, str]] = []
     for name in candidates:
-        if all(any(_gives(q.sentence, name) for q in quotes) for quotes in closest):
-            said = {q.sentence for quotes in closest for q in quotes if _gives(q.sentence, name)}
+        if all(any(mentions(q.sentence, name) for q in quotes) for quotes in closest):
+            said = {q.sentence for quotes in closest for q in quotes if mentions(q.sentence, name)}
             ranked.append((len(said), len(name), name))
     if ranked:
         shares = document_share([n for _s, _l, n in ranked])
@@ -107,8 +103,8 @@ def converging_name(judged: Judgement, document_share: DocumentShare | None, val
         return None
     name = max(ranked)[2]
     # The longest name holding the chosen one that also converges ("Sam Bankman-Fried" for "Bankman-Fried").
-    name = max((n for _s, _l, n in ranked if _gives(n, name)), key=len)
-    return Convergence(name, [(p.part, next(q for q in quotes if _gives(q.sentence, name)))
+    name = max((n for _s, _l, n in ranked if mentions(n, name)), key=len)
+    return Convergence(name, [(p.part, next(q for q in quotes if mentions(q.sentence, name)))
                               for p, quotes in zip(parts, closest, strict=True)])
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from agents.lexical import STOPWORDS, UPPER, terms
+from agents.lexical import STOPWORDS, UPPER, mentions, terms
 from agents.noun_phrases import BE, DO_MODAL, INDEFINITE, PREPOSITIONS, Phrase, content_word, labels_a_figure, noun_phrases
 
 # Words of a request to say the previous answer again differently; a message made only of these
@@ -158,7 +158,7 @@ def _fits(phrase: str, message: str) -> bool:
     not already say it ("does it include Paris" is not about Paris): a name not written in the
     message, a common noun phrase not all of whose words the message has."""
     if phrase[:1].isupper():
-        return not re.search(rf"(?<!\w){re.escape(phrase)}(?!\w)", message, re.I)
+        return not mentions(message, phrase)
     own = terms(phrase)
     return bool(own) and not own <= terms(PRONOUN.sub(" ", message))
 

@@ -35,13 +35,12 @@ callers keep their word-overlap rules.
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from agents import sufficiency
-from agents.lexical import looks_like_instructions, sentences, split_question, terms
+from agents.lexical import looks_like_instructions, mentions, sentences, split_question, terms
 from agents.planning import fuse
 from agents.steps import RunState, StepRecord, relevance_cost_since, relevance_cost_snapshot
 from agents.sufficiency import SeenChunk, answer_kind, holds_answer_kind, passage_holds_answer_kind, seen_chunk
@@ -236,7 +235,7 @@ def _linked(sentence: str, chunk_id: int, chunks: Sequence[SeenChunk]) -> list[S
 def _names_title(sentence: str, title: str) -> bool:
     """Does `sentence` name the thing `title` is about (its title without a qualifier, as whole words)?"""
     name = sufficiency.plain_title(title)
-    return len(name) > 2 and re.search(rf"(?<!\w){re.escape(name)}(?!\w)", sentence, re.I) is not None
+    return len(name) > 2 and mentions(sentence, name)
 
 
 def settles(passage: float, found_by_words: bool) -> bool:

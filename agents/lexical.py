@@ -53,6 +53,11 @@ def stem(word: str) -> str:
     return word
 
 
+def mentions(text: str, phrase: str) -> bool:
+    """Does `text` hold `phrase` as whole words (case-insensitive): "Vance" in "Orla Vance's", not in "Vancey"?"""
+    return re.search(rf"(?<!\w){re.escape(phrase)}(?!\w)", text, re.I) is not None
+
+
 def terms(text: str) -> set[str]:
     """Content terms of `text`: lowercased, stopwords and 1-2 letter words dropped, stemmed (a new
     set each call: callers may change it)."""

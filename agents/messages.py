@@ -66,6 +66,9 @@ class ContextChunk:
     metadata: Mapping | None = None  # the document's metadata (source, dates...)
 
 
+DocumentShare = Callable[[Sequence[str]], Mapping[str, float]]  # names -> the share of the caller's documents naming each
+
+
 @dataclass(frozen=True)
 class ModelRequest:
     task: Task
@@ -89,7 +92,7 @@ class ModelRequest:
     on_text: Callable[[str], None] | None = field(default=None, compare=False, repr=False)
     # names -> the share of the documents the run may read that name each (agents.tools.document_share,
     # counted in the caller's scope); what it was asked is recorded with the call. None: not offered.
-    document_share: Callable[[Sequence[str]], Mapping[str, float]] | None = field(default=None, compare=False, repr=False)
+    document_share: DocumentShare | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from agents.lexical import (
     stem,
     terms,
 )
-from agents.messages import AssistantMessage, ModelRequest, ModelTurn, ToolCall, ToolResultMessage, Usage
+from agents.messages import AssistantMessage, DocumentShare, ModelRequest, ModelTurn, ToolCall, ToolResultMessage, Usage
 from agents.planning import Facets, GeneralPlanner, document_request, without_facets
 from agents.providers.offline_documents import compose_document_answer, document_calls
 from agents.providers.quoting import part_lines, unwrap
@@ -225,7 +225,7 @@ def _ranked_sentences(part: str, chunks: list[SeenChunk], values: Sequence[str],
 
 
 def compose_answer(question: str, chunks: list[SeenChunk], values: Sequence[str] = (),
-                   emit: Callable[[str], None] | None = None, document_share: consensus.DocumentShare | None = None) -> str:
+                   emit: Callable[[str], None] | None = None, document_share: DocumentShare | None = None) -> str:
     """The extractive answer. Without a relevance model, the sentences the words rules pick
     (`compose_by_words`). With one (agents.judge), the model has the last word on whether the
     question is answered: an answer the words found stands when every part's best sentence reaches
