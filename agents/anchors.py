@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 from agents.lexical import STOPWORDS, asked_sentences, choice_kind, choice_options, terms
 from agents.planning import named_terms
-from agents.sufficiency import SeenChunk, is_yes_no_comparison
+from agents.sufficiency import SeenChunk, is_yes_no_comparison, plain_title
 
 Name = tuple[str, ...]  # the lowercased words of one name, or one figure
 
@@ -297,3 +297,19 @@ def quotes_name(own: Sequence[Name], quoted: Sequence[str]) -> bool:
     for what Truth in Science embraces)."""
     read = [(t.lower(), terms(t.lower())) for t in quoted]
     return all(any(_holds(n, t, tt) for t, tt in read) for n in own)
+
+
+def from_own_text(own: Sequence[Name], quoted_from: Sequence[tuple[str, str]]) -> bool:
+    """Does one of a side's quotes come from a text about the side (`quoted_from`: per quote, its
+    document's title and what the document is about, title and metadata)? Its title or metadata names
+    every one of the side's own names, or its title is a name the side gives ("White Zombie (band)"
+    for "Rob Zombie's band White Zombie"). A question needing what each of two things is ("Are A and
+    B both film directors?", "Who was born first, A or B?") reads each thing's own text; a sentence
+    of a text about something else that mentions the name in passing ("a 1958 film directed by
+    Wolfgang Becker") may speak of a namesake, and cannot say what the thing is not."""
+    words = {w for name in own for w in name}
+    for title, about in quoted_from:
+        named = {w.lower() for w in _TOKEN.findall(plain_title(title))}
+        if quotes_name(own, [about]) or (named and named <= words):
+            return True
+    return False

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from agents import consensus, judge
-from agents.anchors import anchoring, quotes_name, side_names, sides_compared
+from agents.anchors import Name, anchoring, from_own_text, quotes_name, side_names, sides_compared
 from agents.citations import NOT_ENOUGH_EVIDENCE, is_not_enough_evidence
 from agents.conversation_text import resolve_followup
 from agents.lexical import (
@@ -319,8 +319,8 @@ def compose_by_words(question: str, chunks: list[SeenChunk], values: Sequence[st
                 picked += _hop_sentence(part, ranked[0][1], ranked[0][2], chunks, values, used | {s for s, _ in picked})
         if picked and judge.enabled() and (hop := judge.hop_quote(part, picked, chunks, used)):
             picked.append((hop.sentence, hop.chunk_id))  # the model reads the second hop (agents.judge.hop_quote)
-        if picked and sides and not quotes_name(own_names[i], _quoted(picked, chunks)):
-            picked = []  # quotes about another thing are no evidence for this side (agents.anchors.quotes_name)
+        if picked and sides and not _side_evidence(sides, own_names[i], picked, chunks):
+            picked = []  # quotes about another thing are no evidence for this side
         used.update(s for s, _ in picked)
         if picked:
             lines.append(part_lines(len(lines) + 1, part, picked, chunks))
@@ -344,6 +344,15 @@ def _declined(missing: Sequence[str], lines: Sequence[str]) -> str:
     listed = "; ".join(f'"{p}"' for p in missing) or "the question"
     found = ("\n\nWhat the documents do say:\n" + "\n".join(lines)) if lines else ""
     return f"{NOT_ENOUGH_EVIDENCE}: no sentence in the documents you can see answers {listed}.{found}"
+
+
+def _side_evidence(sides: str, own: Sequence[Name], picked: Sequence[tuple[str, int]], chunks: list[SeenChunk]) -> bool:
+    """Are a side's quotes evidence for it: they name it (agents.anchors.quotes_name) and, when the
+    question needs every side ("every"), one comes from the side's own text (agents.anchors.from_own_text)."""
+    if not quotes_name(own, _quoted(picked, chunks)):
+        return False
+    by_id = {c.chunk_id: c for c in chunks}
+    return sides != "every" or from_own_text(own, [(by_id[cid].title, by_id[cid].about) for _s, cid in picked if cid in by_id])
 
 
 def _quoted(picked: Sequence[tuple[str, int]], chunks: list[SeenChunk]) -> list[str]:
@@ -386,7 +395,7 @@ def _compose_judged(judged: judge.Judgement, chunks: list[SeenChunk], values: Se
         if hop := judge.hop_quote(j.part, [(q.sentence, q.chunk_id) for q in picked], chunks, used):
             picked.append(hop)
         if (asks_of_described and split_relative(j.part) and not judge.reaches_named_text(picked, chunks)) or \
-                (sides and not quotes_name(own_names[i], _quoted([(q.sentence, q.chunk_id) for q in picked], chunks))):
+                (sides and not _side_evidence(sides, own_names[i], [(q.sentence, q.chunk_id) for q in picked], chunks)):
             not_found.append(j.part)
             continue
         used.update(q.sentence for q in picked)

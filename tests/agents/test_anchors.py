@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from agents.anchors import missing_anchors, names, quotes_name, requirements, side_names, sides_compared
+from agents.anchors import from_own_text, missing_anchors, names, quotes_name, requirements, side_names, sides_compared
 from agents.providers.offline import compose_answer
 from agents.sufficiency import SeenChunk
 
@@ -122,3 +122,14 @@ def test_a_name_both_sides_hold_is_neither_sides_own():
     question = "Are Buried Country and South of the Border both films?"
     parts = ["Are Buried Country of the Border both films", "South of the Border both films"]  # a split leaving a name on both
     assert side_names(question, parts) == [[("buried", "country")], [("south",)]]
+
+
+def test_a_sides_own_text_is_titled_with_it_or_by_a_name_it_gives():
+    question = "Which band has released more albums, Marrow Lane or Ivo Rask's band Grey Fathom?"
+    parts = ["Marrow Lane band released more albums", "Ivo Rask's band Grey Fathom band released more albums"]
+    marrow, fathom = side_names(question, parts)
+    assert from_own_text(marrow, [("Marrow Lane (band)", "Marrow Lane (band) wiki")])
+    assert from_own_text(fathom, [("Ivo Rask", "Ivo Rask wiki")])  # the title is a name the side gives
+    assert from_own_text(fathom, [("Grey Fathom", "Grey Fathom wiki")])
+    assert not from_own_text(marrow, [("Harbour Records", "Harbour Records wiki")])  # a passing mention elsewhere
+    assert not from_own_text(marrow, [])

@@ -152,7 +152,7 @@ def test_a_side_of_a_comparison_is_answered_only_by_quotes_that_name_it(packaged
 def test_a_comparison_needing_both_sides_is_declined_when_one_is_not_found(packaged):
     question = "Which genus has a longer common name, Velloria or Quassima?"
     centaurea = SeenChunk(1, "Common names for this genus are starthistle, knapweed and loggerheads.", 1.0, False, "", "Centaurea")
-    quassima = SeenChunk(2, "Lisianthus is a common name for flowers in the genus Quassima.", 1.0, False, "", "Lisianthus")
+    quassima = SeenChunk(2, "Quassima is a genus of flowers whose common name is lisianthus.", 1.0, False, "", "Quassima (genus)")
     answer = compose_answer(question, [centaurea, quassima])
     assert answer.startswith("NOT_ENOUGH_EVIDENCE") and '"Velloria genus longer common name"' in answer, answer
     assert "What the documents do say:" in answer and "[c:2]" in answer  # how far it got
@@ -160,3 +160,18 @@ def test_a_comparison_needing_both_sides_is_declined_when_one_is_not_found(packa
     answer = compose_answer(question, [centaurea, quassima, velloria])
     assert not answer.startswith("NOT_ENOUGH_EVIDENCE") and "[c:3]" in answer and "[c:2]" in answer, answer
 
+
+
+def test_a_comparison_needing_both_sides_reads_each_sides_own_text(packaged):
+    question = "Are Tomas Verlund and Ines Karrow both film directors?"
+    karrow = SeenChunk(1, "Ines Karrow (born 1961) is a Danish film director and screenwriter.", 1.0, False,
+                       "Ines Karrow wiki", "Ines Karrow")
+    # A film's text naming a director of that name in passing: it may be a namesake, and says nothing of him otherwise.
+    film = SeenChunk(2, "Blue Harbour is a 1958 drama film directed by Tomas Verlund and starring Ada Lind.", 1.0, False,
+                     "Blue Harbour (film) wiki", "Blue Harbour (film)")
+    answer = compose_answer(question, [karrow, film])
+    assert answer.startswith("NOT_ENOUGH_EVIDENCE") and "Tomas Verlund" in answer, answer
+    own = SeenChunk(3, "Tomas Verlund (born 1954) is a Swedish film director.", 1.0, False,
+                    "Tomas Verlund (director) wiki", "Tomas Verlund (director)")
+    answer = compose_answer(question, [karrow, film, own])
+    assert answer.startswith("Yes") and "[c:3]" in answer and "[c:1]" in answer, answer
