@@ -77,6 +77,16 @@ class Facets:
         dates = dates if isinstance(dates, Mapping) else {}
         return cls(clean, bool(dates), dates.get("earliest"), dates.get("latest"))
 
+    @classmethod
+    def from_summary(cls, summary: Mapping | None) -> Facets:
+        """From what `summary` gives a prompt ({"narrow_by": {key: [value, ...]}, "dates": ...}): the
+        values without their counts (0). Anything malformed is left out."""
+        summary = summary or {}
+        narrow_by = summary.get("narrow_by")
+        enums = {k: {v: 0 for v in values if isinstance(v, str)}
+                 for k, values in (narrow_by.items() if isinstance(narrow_by, Mapping) else ()) if isinstance(values, list)}
+        return cls.from_tool({"enumerations": enums, "dates": summary.get("dates")})
+
     def values(self) -> list[str]:
         return [v for values in self.enumerations.values() for v in values]
 

@@ -120,7 +120,7 @@ class OfflineProvider:
         return json.dumps({"queries": queries}), []
 
     def _judge(self, request: ModelRequest) -> tuple[str, list[ToolCall]]:
-        facets = Facets.from_tool({"enumerations": (request.facets or {}).get("narrow_by")})
+        facets = Facets.from_summary(request.facets)
         chunks = _chunks_from(request)
         supports = parts_support(request.question, chunks, facets.values())
         # The model may only find the evidence short (agents.judge.settles): between rounds, a
@@ -147,7 +147,7 @@ class OfflineProvider:
                 for i, line in enumerate(text.split("\n")):
                     request.on_text(line if i == 0 else "\n" + line)
             return text, []
-        facets = _facets_seen(request) if not request.facets else Facets.from_tool({"enumerations": request.facets.get("narrow_by")})
+        facets = _facets_seen(request) if not request.facets else Facets.from_summary(request.facets)
         return compose_answer(request.question, _chunks_from(request), facets.values(), emit=request.on_text,
                               document_share=request.document_share), []
 

@@ -289,6 +289,19 @@ def test_follow_up_queries_keep_only_facet_values_the_facets_listed():
     assert _parsed_queries("not a list", facets) == []
 
 
+def test_the_facets_a_prompt_is_given_read_back_with_their_values():
+    """The judge and answer steps receive `Facets.summary()`; the offline provider reads the values back
+    from it (they were dropped when read as the tool's {value: count} shape)."""
+    from agents.planning import Facets
+
+    facets = Facets({"source": {"Daily Ledger": 3, "Harbour Post": 1}, "empty": {}}, True, "2024-01-01", "2024-06-30")
+    back = Facets.from_summary(facets.summary())
+    assert back.values() == ["Daily Ledger", "Harbour Post"]
+    assert (back.dated, back.earliest, back.latest) == (True, "2024-01-01", "2024-06-30")
+    assert Facets.from_summary({"narrow_by": {"source": "Daily Ledger", "k": [1, "ok"]}}).values() == ["ok"]
+    assert Facets.from_summary(None).values() == []
+
+
 STORY = ("The harbour authority approved the new bridge on Tuesday after a two-year review, citing lower traffic "
          "on the ferry routes and a budget that came in under the estimate presented to the council last spring.")
 
