@@ -136,6 +136,12 @@ def test_hops_look_up_a_name_no_document_is_about_and_read_the_named_documents_n
                       about="Brask Prize", title="Brask Prize")
     assert hop_queries("The author of Quiet Rooms is of what nationality?", [prize, novel])[0].startswith("Ada Quell")
 
+    # Of the names no text is about, the one a relative clause follows is what it describes: looked up first.
+    team = SeenChunk(4, "Coached by Ada Berg, the Norland Hawks reached the Final Eight.", 1.0, False,
+                     about="2019 Norland Hawks team", title="2019 Norland Hawks team")
+    question = "The 2019 Norland Hawks team, coached by Ada Berg, represented Velmont State University which was founded in what year?"
+    assert hop_queries(question, [team])[0] == "Velmont State University founded year"
+
 
 def test_a_relative_clause_holding_the_question_word_is_what_is_asked():
     from agents.sufficiency import split_relative
