@@ -397,7 +397,9 @@ def hop_queries(question: str, chunks: list[SeenChunk], values: Iterable[str] = 
         # A name the part gives that no retrieved document is about is looked up first.
         unseen = [n for n in names_in(s.part) if (" " in n or n in s.part.split('"')[1::2])
                   and not any(n.casefold() in t or (t and t in n.casefold()) for t in titles)]
-        if halves:  # the name a relative clause follows is the one it describes ("... represented N which was founded ...")
+        # The name closing the described half comes first: after a relative clause holding the question it
+        # is the name the clause follows, the thing asked about ("... represented N | which was founded in what year").
+        if halves:
             unseen.sort(key=lambda n: not halves[1].rstrip(" ,\"'").endswith(n))
         for name in [*unseen[:1], *bridge_names(described, chunks, values)][:MAX_HOPS]:
             own = terms(name)
