@@ -400,7 +400,8 @@ def hop_queries(question: str, chunks: list[SeenChunk], values: Iterable[str] = 
         # The name closing the described half comes first: after a relative clause holding the question it
         # is the name the clause follows, the thing asked about ("... represented N | which was founded in what year").
         if halves:
-            unseen.sort(key=lambda n: not halves[1].rstrip(" ,\"'").endswith(n))
+            closing = halves[1].rstrip(" ,\"'")
+            unseen.sort(key=lambda n: not closing.endswith(n))
         for name in [*unseen[:1], *bridge_names(described, chunks, values)][:MAX_HOPS]:
             own = terms(name)
             out.setdefault(" ".join([name, *[w for w in lacking if stem(w) not in own][:6]]), None)

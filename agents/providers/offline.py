@@ -347,18 +347,14 @@ def _declined(missing: Sequence[str], lines: Sequence[str]) -> str:
 
 
 def _side_evidence(sides: str, own: Sequence[Name], picked: Sequence[tuple[str, int]], chunks: list[SeenChunk]) -> bool:
-    """Are a side's quotes evidence for it: they name it (agents.anchors.quotes_name) and, when the
-    question needs every side ("every"), one comes from the side's own text (agents.anchors.from_own_text)."""
-    if not quotes_name(own, _quoted(picked, chunks)):
+    """Are a side's quotes evidence for it: they name it (agents.anchors.quotes_name: each quote read
+    with its document's title and what it is about) and, when the question needs every side
+    ("every"), one comes from the side's own text (agents.anchors.from_own_text)."""
+    by_id = {c.chunk_id: c for c in chunks}
+    sources = [(s, by_id.get(cid)) for s, cid in picked]
+    if not quotes_name(own, [f"{s}\n{c.title}\n{c.about}" if c else s for s, c in sources]):
         return False
-    by_id = {c.chunk_id: c for c in chunks}
-    return sides != "every" or from_own_text(own, [(by_id[cid].title, by_id[cid].about) for _s, cid in picked if cid in by_id])
-
-
-def _quoted(picked: Sequence[tuple[str, int]], chunks: list[SeenChunk]) -> list[str]:
-    """Each quote as read for the names it mentions: its sentence, its document's title and what it is about."""
-    by_id = {c.chunk_id: c for c in chunks}
-    return [f"{s}\n{by_id[cid].title}\n{by_id[cid].about}" if cid in by_id else s for s, cid in picked]
+    return sides != "every" or from_own_text(own, [(c.title, c.about) for _s, c in sources if c])
 
 
 def _extractive(question: str, lines: list[str], chunks: list[SeenChunk], values: Sequence[str]) -> str:
