@@ -36,6 +36,19 @@ def test_a_pair_is_scored_once_per_process(packaged):
     assert relevance.cost().scored - before[0] == 2 and relevance.cost().cached - before[1] == 1
 
 
+def test_a_pairs_score_does_not_depend_on_the_passages_beside_it(packaged):
+    # The model's int8 graph quantizes activations per tensor: scored in one batch, a pair's logit
+    # moved with its neighbours' lengths and values. The model object is called directly (no cache).
+    question = "When was the warranty extended?"
+    passage = "The warranty was extended to three years in 2019 for every laptop sold in the EU."
+    neighbours = ["Lunch costs EUR 4.50 in the canteen on weekdays.",
+                  " ".join(["Employees must connect through the VPN when working remotely."] * 12),
+                  "Dogs are welcome on Fridays."]
+    alone = packaged.logits(question, [passage])[0]
+    for batch in ([passage, neighbours[0]], [neighbours[1], passage], [neighbours[2], passage, *neighbours[:2]]):
+        assert packaged.logits(question, batch)[batch.index(passage)] == alone
+
+
 def test_none_means_no_model_and_scoring_refuses(monkeypatch):
     monkeypatch.setenv("GROUNDED_RELEVANCE_MODEL", "none")
     assert relevance.model() is None and not relevance.enabled()
