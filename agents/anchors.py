@@ -43,6 +43,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from agents.lexical import STOPWORDS, asked_sentences, choice_kind, choice_options, terms
+from agents.noun_phrases import BE, DO_MODAL
 from agents.planning import named_terms
 from agents.sufficiency import SeenChunk, is_yes_no_comparison, plain_title
 
@@ -228,22 +229,35 @@ def sides_compared(question: str, parts: Sequence[str], values: Iterable[str] = 
         holding = [i for i, words in enumerate(held) if set(thing) <= words]
         return holding[0] if len(holding) == 1 else None
 
-    for a, b in _joined_by_and(asked, values):  # the question's subject: "Are A and B ...", "What type of film are both A and B"
+    for a, b, lead in _joined_by_and(asked, values):  # the question's subject: "Are A and B ...", "What type of film are both A and B"
         i, j = side(a), side(b)
         if i is not None and j is not None and i != j:
             # The same thing asked of each ("Are A musicians" / "B both musicians"), not two claims
-            # that happen to name them ("A's report on X" / "B's interview about Y").
-            rest_i, rest_j = terms(parts[i]) - terms(" ".join(a)), terms(parts[j]) - terms(" ".join(b))
+            # that happen to name them ("A's report on X" / "B's interview about Y"). When the things
+            # are the subject of the question's verb ("What type of structure does A and B have in
+            # common"), what it says before them is asked of both, though a split leaves it with the
+            # first side only; not when they are its object ("Who is associated with A and B").
+            asked_of_both = terms(lead) if _before_subject(lead) else set()
+            rest_i = (terms(parts[i]) - terms(" ".join(a))) | asked_of_both
+            rest_j = (terms(parts[j]) - terms(" ".join(b))) | asked_of_both
             if len(rest_i & rest_j) >= SAME_QUESTION * len(rest_i | rest_j) > 0:
                 return "every"
     return None
 
 
-def _joined_by_and(text: str, values: Iterable[str]) -> list[tuple[Name, Name]]:
+def _before_subject(lead: str) -> bool:
+    """Whether `lead` ends with the verb a question asks of the subject after it ("What profession
+    does", "What type of film are both", "Were")."""
+    words = [w for w in _TOKEN.findall(lead.lower()) if w not in ("both", "the", "either")]
+    return bool(words) and words[-1] in DO_MODAL | BE
+
+
+def _joined_by_and(text: str, values: Iterable[str]) -> list[tuple[Name, Name, str]]:
     """The pairs of things `text` joins by "and", each a name or a run of capitalised words ("Daryl
-    Hall and Gerry Marsden", "Disney Magazine and The Ring", '"500 Years Later" and "Manson"'), that
-    open the question: at most SUBJECT_WITHIN words and no comma before them ("What type of film are
-    both A and B", not "..., as reported by both A and B")."""
+    Hall and Gerry Marsden", "Disney Magazine and The Ring", '"500 Years Later" and "Manson"', "277
+    Park Avenue and 126 Madison Avenue": a number opening a thing's name is part of it), that open the
+    question: at most SUBJECT_WITHIN words and no comma before them ("What type of film are both A and
+    B", not "..., as reported by both A and B"). Each pair comes with the text before its first thing."""
     values = list(values)
     found = list(_TOKEN.finditer(text))
     raw = [m.group(0) for m in found]
@@ -266,17 +280,25 @@ def _joined_by_and(text: str, values: Iterable[str]) -> list[tuple[Name, Name]]:
             i += step
         return tuple(run[::step]) if run and not any(set(run) <= f for f in facet_words) else None
 
+    def numbered(name: Name | None, number_from: int, number_to: int) -> Name | None:
+        return tuple(tokens[number_from:number_to]) + name if name else None
+
     out = []
     for i, word in enumerate(tokens):
         if word != "and" or i == 0:
             continue
         after = i + 2 if i + 2 < len(tokens) and tokens[i + 1] in STOPWORDS else i + 1  # "and The Ring"
-        before_thing, after_thing = ending.get(i - 1) or capitalised(i - 1, -1), starting.get(after) or capitalised(after, 1)
+        number_end = after
+        while number_end < len(tokens) and tokens[number_end].isdigit():
+            number_end += 1  # "and 126 Madison Avenue"
+        after_thing = numbered(starting.get(number_end) or capitalised(number_end, 1), after, number_end)
+        before_thing = ending.get(i - 1) or capitalised(i - 1, -1)
         start = i - len(before_thing) if before_thing else 0
         while start > 0 and tokens[start - 1].isdigit():
             start -= 1  # a number opening the thing's name ("500 Years Later") is part of it, not a word before it
+        before_thing = numbered(before_thing, start, i - len(before_thing)) if before_thing else None
         if before_thing and after_thing and start <= SUBJECT_WITHIN and "," not in text[:found[start].start()]:
-            out.append((before_thing, after_thing))
+            out.append((before_thing, after_thing, text[:found[start].start()]))
     return out
 
 

@@ -373,7 +373,8 @@ def _clauses(sentence: str) -> list[str]:
 UPPER = "A-ZÀ-ÖØ-ÞΑ-ΩА-Я"  # capitals of the Latin, Greek and Cyrillic scripts, for regex classes
 _CAPITAL_WORD = re.compile(rf"(?<![\w'’])[{UPPER}][\w'’-]*")
 _NAME_WORD = rf"(?:[\"“'‘][^\"”'’]+[\"”'’]|[{UPPER}][\w.'’-]*)"
-_LEADING_NAME = re.compile(rf"^\s*(?:(?i:both|the|either)\s+)?({_NAME_WORD}(?:\s+(?:(?:of|de|la|von|van|du|del)\s+)?{_NAME_WORD})*)"
+_LEADING_NAME = re.compile(rf"^\s*(?:(?i:both|the|either)\s+)?"
+                           rf"((?:\d+\s+)?{_NAME_WORD}(?:\s+(?:(?:of|de|la|von|van|du|del)\s+)?{_NAME_WORD})*)"  # "126 Madison Avenue"
                            r"\s+(?:both\s+)?(.+)$")
 _ENDS_WITH_NAME = re.compile(rf"(?:[{UPPER}][\w.'’-]*|[\"”'’])\s*$")
 # A capitalised word read as an adjective of origin after a name ("James Norman Hall Argentinian").

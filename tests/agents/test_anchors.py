@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from agents.anchors import from_own_text, missing_anchors, names, quotes_name, requirements, side_names, sides_compared
+from agents.lexical import split_question
 from agents.providers.offline import compose_answer
 from agents.sufficiency import SeenChunk
 
@@ -95,6 +96,12 @@ def test_an_extractive_answer_whose_quotes_miss_an_anchor_is_declined():
     # A number opening a title is part of the thing, not a word before it: the title still opens the question.
     ('What type of film are both "500 Velloria Nights" and "Quassima"?',
      ['What type of film are both "500 Velloria Nights"', '"Quassima" type film 500'], "every"),
+    # A name opening with a number after "and"; what the question says before its subject is asked of both sides.
+    ("What type of building does 12 Velloria Street and 40 Quassima Lane have in common?",
+     split_question("What type of building does 12 Velloria Street and 40 Quassima Lane have in common?"), "every"),
+    # ... not when the things are the object of its verb: one person associated with both, no sides.
+    ("Who is the founder associated with Velloria Labs and Quassima Research?",
+     ["Who is the founder associated with Velloria Labs", "Quassima Research"], None),
     # Two claims set side by side are not named things: no two names joined by "and" on two sides.
     ("Does the Herald say Velloria blooms, while the Courier says it wilts?",
      ["Does the Herald say Velloria blooms", "the Courier says it wilts"], None),
