@@ -305,10 +305,27 @@ def _joined_by_and(text: str, values: Iterable[str]) -> list[tuple[Name, Name, s
 def side_names(question: str, parts: Sequence[str], values: Iterable[str] = ()) -> list[list[Name]]:
     """For each side of a comparison (`parts`, as `sides_compared` reads them), its own names: the
     names of `question` whose words the part holds and no other part does (a name two parts hold,
-    as a split can leave "of the Border" on both sides, is no one side's)."""
-    found = names(" ".join(asked_sentences(question)), values)
+    as a split can leave "of the Border" on both sides, is no one side's). A number written just before
+    a name opens it here ("277 Park Avenue" is not the Park Avenue of another text's title)."""
+    asked = " ".join(asked_sentences(question))
+    found = [_with_its_number(asked, n) for n in names(asked, values)]
     held = [[n for n in found if set(n) <= {w.lower() for w in _TOKEN.findall(part)}] for part in parts]
     return [[n for n in own if sum(n in other for other in held) == 1] for own in held]
+
+
+def _with_its_number(text: str, name: Name) -> Name:
+    """`name` opened by the number written right before its first occurrence in `text`, when one is
+    ("277" of "does 277 Park Avenue"; not "4" of "GPT-4 Turbo")."""
+    found = list(_TOKEN.finditer(text))
+    tokens = [m.group(0).lower() for m in found]
+    for k in range(1, len(tokens) - len(name) + 1):
+        if tuple(tokens[k:k + len(name)]) == name:
+            number = found[k - 1]
+            if number.group(0).isdigit() and not text[number.end():found[k].start()].strip() \
+                    and (number.start() == 0 or text[number.start() - 1].isspace()):
+                return (number.group(0), *name)
+            return name
+    return name
 
 
 def quotes_name(own: Sequence[Name], quoted: Sequence[str]) -> bool:

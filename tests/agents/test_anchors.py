@@ -131,6 +131,17 @@ def test_a_name_both_sides_hold_is_neither_sides_own():
     assert side_names(question, parts) == [[("buried", "country")], [("south",)]]
 
 
+def test_a_number_written_before_a_sides_name_opens_it():
+    question = "What type of building does 12 Velloria Street and 40 Quassima Lane have in common?"
+    velloria, quassima = side_names(question, split_question(question))
+    assert (velloria, quassima) == ([("12", "velloria", "street")], [("40", "quassima", "lane")])
+    assert not from_own_text(quassima, [("383 Quassima Lane", "383 Quassima Lane wiki")])  # another house on the lane
+    assert from_own_text(quassima, [("40 Quassima Lane", "40 Quassima Lane wiki")])
+    # A number glued to the word before it belongs to that word ("Model-4 Velloria Street"), not to the name.
+    assert side_names("Is Model-4 Velloria Street older than Quassima Lane?",
+                      ["Model-4 Velloria Street older", "Quassima Lane older"])[0] == [("model",), ("velloria", "street")]
+
+
 def test_a_sides_own_text_is_titled_with_it_or_by_a_name_it_gives():
     question = "Which band has released more albums, Marrow Lane or Ivo Rask's band Grey Fathom?"
     parts = ["Marrow Lane band released more albums", "Ivo Rask's band Grey Fathom band released more albums"]
