@@ -296,7 +296,7 @@ def _joined_by_and(text: str, values: Iterable[str]) -> list[tuple[Name, Name, s
         start = i - len(before_thing) if before_thing else 0
         while start > 0 and tokens[start - 1].isdigit():
             start -= 1  # a number opening the thing's name ("500 Years Later") is part of it, not a word before it
-        before_thing = numbered(before_thing, start, i - len(before_thing)) if before_thing else None
+        before_thing = numbered(before_thing, start, i - len(before_thing or ()))
         if before_thing and after_thing and start <= SUBJECT_WITHIN and "," not in text[:found[start].start()]:
             out.append((before_thing, after_thing, text[:found[start].start()]))
     return out
@@ -308,15 +308,15 @@ def side_names(question: str, parts: Sequence[str], values: Iterable[str] = ()) 
     as a split can leave "of the Border" on both sides, is no one side's). A number written just before
     a name opens it here ("277 Park Avenue" is not the Park Avenue of another text's title)."""
     asked = " ".join(asked_sentences(question))
-    found = [_with_its_number(asked, n) for n in names(asked, values)]
+    tokens = list(_TOKEN.finditer(asked))
+    found = [_with_its_number(asked, tokens, n) for n in names(asked, values)]
     held = [[n for n in found if set(n) <= {w.lower() for w in _TOKEN.findall(part)}] for part in parts]
     return [[n for n in own if sum(n in other for other in held) == 1] for own in held]
 
 
-def _with_its_number(text: str, name: Name) -> Name:
-    """`name` opened by the number written right before its first occurrence in `text`, when one is
-    ("277" of "does 277 Park Avenue"; not "4" of "GPT-4 Turbo")."""
-    found = list(_TOKEN.finditer(text))
+def _with_its_number(text: str, found: list[re.Match[str]], name: Name) -> Name:
+    """`name` opened by the number written right before its first occurrence in `text` (`found`: its
+    tokens), when one is ("277" of "does 277 Park Avenue"; not "4" of "GPT-4 Turbo")."""
     tokens = [m.group(0).lower() for m in found]
     for k in range(1, len(tokens) - len(name) + 1):
         if tuple(tokens[k:k + len(name)]) == name:
