@@ -7,9 +7,15 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from agents.lexical import sentences
 from agents.sufficiency import SeenChunk
 
-__all__ = ["part_lines", "shown", "source_of", "unwrap"]
+__all__ = ["part_lines", "shown", "source_of", "unwrap", "with_antecedents"]
+
+# A sentence opening with a third-person pronoun ("He was born in Karaj", "Its headquarters are ...")
+# says who or what it speaks of only through the sentences before it (English pronouns, as
+# agents.conversation_text reads them in follow-ups).
+_OPENS_WITH_PRONOUN = re.compile(r"^[\"'“‘(]?(?:he|she|it|they|his|her|its|their)\b", re.I)
 
 _BLOCK = re.compile(r"^<document_data[^>]*>\n?(.*?)\n?</document_data>$", re.S)
 
@@ -33,8 +39,40 @@ def source_of(chunk_id: int, chunks: Sequence[SeenChunk]) -> str:
     return f" ({title})" if title else ""
 
 
+def with_antecedents(picked: Sequence[tuple[str, int]], chunks: Sequence[SeenChunk]) -> list[tuple[str, int]]:
+    """The quotes (sentence, chunk id), each one opening with a third-person pronoun preceded by the
+    sentence of its chunk that names what the pronoun stands for: the nearest sentence before it that
+    does not itself open with one ("Helen Elizabeth Hunt (born June 15, 1963) is an American actress."
+    before "She starred in ..."). A quote read alone must say whom it is about; the document's title
+    beside it names the document, not the person or thing a sentence in its middle speaks of. Nothing
+    is added for a quote opening its chunk, or when that sentence is quoted already; order is kept."""
+    texts = {c.chunk_id: c.text for c in chunks}
+    quoted = {s for s, _cid in picked}
+    out: list[tuple[str, int]] = []
+    for sentence, chunk_id in picked:
+        if _OPENS_WITH_PRONOUN.match(sentence) and chunk_id in texts:
+            before = _antecedent(sentence, sentences(texts[chunk_id]))
+            if before is not None and before not in quoted:
+                quoted.add(before)
+                out.append((before, chunk_id))
+        out.append((sentence, chunk_id))
+    return out
+
+
+def _antecedent(sentence: str, chunk_sentences: list[str]) -> str | None:
+    """The nearest sentence before `sentence` in its chunk not opening with a pronoun (None: none)."""
+    if sentence not in chunk_sentences:
+        return None
+    for earlier in reversed(chunk_sentences[:chunk_sentences.index(sentence)]):
+        if not _OPENS_WITH_PRONOUN.match(earlier):
+            return earlier
+    return None
+
+
 def part_lines(number: int, part: str, picked: Sequence[tuple[str, int]], chunks: Sequence[SeenChunk]) -> str:
-    """One numbered part of an extractive answer and its quotes, each cited and followed by its source."""
-    quotes = "\n".join(f'   - "{shown(s)}" [c:{cid}]{source_of(cid, chunks)}' for s, cid in picked)
+    """One numbered part of an extractive answer and its quotes, each cited and followed by its
+    source; a quote opening with a pronoun comes after the sentence saying what it stands for
+    (`with_antecedents`)."""
+    quotes = "\n".join(f'   - "{shown(s)}" [c:{cid}]{source_of(cid, chunks)}' for s, cid in with_antecedents(picked, chunks))
     heading = part.strip()
     return f"{number}. {heading[:1].upper()}{heading[1:]}:\n{quotes}"
