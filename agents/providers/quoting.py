@@ -7,15 +7,16 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from agents.conversation_text import PRONOUN
 from agents.lexical import sentences
 from agents.sufficiency import SeenChunk
 
 __all__ = ["part_lines", "shown", "source_of", "unwrap", "with_antecedents"]
 
 # A sentence opening with a third-person pronoun ("He was born in Karaj", "Its headquarters are ...")
-# says who or what it speaks of only through the sentences before it (English pronouns, as
-# agents.conversation_text reads them in follow-ups).
-_OPENS_WITH_PRONOUN = re.compile(r"^[\"'“‘(]?(?:he|she|it|they|his|her|its|their)\b", re.I)
+# says who or what it speaks of only through the sentences before it (the English pronouns
+# agents.conversation_text resolves in follow-ups).
+_OPENS_WITH_PRONOUN = re.compile(r"^[\"'“‘(]?" + PRONOUN.pattern, re.I)
 
 _BLOCK = re.compile(r"^<document_data[^>]*>\n?(.*?)\n?</document_data>$", re.S)
 
