@@ -345,10 +345,19 @@ def from_own_text(own: Sequence[Name], quoted_from: Sequence[tuple[str, str]]) -
     for "Rob Zombie's band White Zombie"). A question needing what each of two things is ("Are A and
     B both film directors?", "Who was born first, A or B?") reads each thing's own text; a sentence
     of a text about something else that mentions the name in passing ("a 1958 film directed by
-    Wolfgang Becker") may speak of a namesake, and cannot say what the thing is not."""
-    words = {w for name in own for w in name}
+    Wolfgang Becker") may speak of a namesake, and cannot say what the thing is not. A title giving
+    part of a name gives all of its figures: "Park Avenue" is the street, not the text about "277
+    Park Avenue"."""
     for title, about in quoted_from:
         named = {w.lower() for w in _TOKEN.findall(plain_title(title))}
-        if quotes_name(own, [about]) or (named and named <= words):
+        if quotes_name(own, [about]) or (named and _names_given(named, own)):
             return True
     return False
+
+
+def _names_given(title_words: set[str], own: Sequence[Name]) -> bool:
+    """Are a title's words all words of the side's names, with every figure of each name it shares a
+    word with ("Park Avenue" gives part of "277 Park Avenue" without its number: another thing)?"""
+    words = {w for name in own for w in name}
+    figures = {w for name in own if title_words & set(name) for w in name if any(ch.isdigit() for ch in w)}
+    return title_words <= words and figures <= title_words

@@ -137,6 +137,7 @@ def test_a_number_written_before_a_sides_name_opens_it():
     assert (velloria, quassima) == ([("12", "velloria", "street")], [("40", "quassima", "lane")])
     assert not from_own_text(quassima, [("383 Quassima Lane", "383 Quassima Lane wiki")])  # another house on the lane
     assert from_own_text(quassima, [("40 Quassima Lane", "40 Quassima Lane wiki")])
+    assert not from_own_text(quassima, [("Quassima Lane", "Quassima Lane wiki")])  # the street, not the house at 40
     # A number glued to the word before it belongs to that word ("Model-4 Velloria Street"), not to the name.
     assert side_names("Is Model-4 Velloria Street older than Quassima Lane?",
                       ["Model-4 Velloria Street older", "Quassima Lane older"])[0] == [("model",), ("velloria", "street")]
