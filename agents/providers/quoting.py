@@ -8,7 +8,7 @@ import re
 from collections.abc import Sequence
 
 from agents.conversation_text import PRONOUN
-from agents.lexical import sentences
+from agents.lexical import looks_like_instructions, sentences
 from agents.sufficiency import SeenChunk
 
 __all__ = ["part_lines", "shown", "source_of", "unwrap", "with_antecedents"]
@@ -61,12 +61,13 @@ def with_antecedents(picked: Sequence[tuple[str, int]], chunks: Sequence[SeenChu
 
 
 def _antecedent(sentence: str, chunk_sentences: list[str]) -> str | None:
-    """The nearest sentence before `sentence` in its chunk not opening with a pronoun (None: none)."""
+    """The nearest sentence before `sentence` in its chunk not opening with a pronoun (None: none, or
+    it reads like instructions to a model: such a sentence is never quoted)."""
     if sentence not in chunk_sentences:
         return None
     for earlier in reversed(chunk_sentences[:chunk_sentences.index(sentence)]):
         if not _OPENS_WITH_PRONOUN.match(earlier):
-            return earlier
+            return None if looks_like_instructions(earlier) else earlier
     return None
 
 
