@@ -90,7 +90,7 @@ def names(text: str, values: Iterable[str] = ()) -> list[Name]:
         if _ACRONYM.match(token):
             close(i)  # an abbreviation has many written forms ("USA", "United States", "U.S."): no anchor
             continue
-        if any(ch.isdigit() for ch in token):
+        if _is_figure(token):
             # "16th Annual ...", "1956", "Windows 11"; not "3 nights", nor an amount ("EUR 4.50", "16 GB")
             if _IDENTIFYING.match(token) or run:
                 run.append(token)
@@ -155,7 +155,7 @@ def _holds(name: Name, text: str, text_terms: set[str]) -> bool:
     a word too short to be a term, as the token itself (not inside another: "3.1" is not in
     "3.11"); another word by its stem, or misspelt by one letter (`_misspelt`)."""
     for word in name:
-        if any(ch.isdigit() for ch in word) or not terms(word):
+        if _is_figure(word) or not terms(word):
             if not re.search(rf"(?<![\w.,]){re.escape(word)}(?![\w]|[.,]\d)", text):
                 return False
         elif not (terms(word) <= text_terms or _misspelt(word, text_terms)):
@@ -359,5 +359,10 @@ def _names_given(title_words: set[str], own: Sequence[Name]) -> bool:
     """Are a title's words all words of the side's names, with every figure of each name it shares a
     word with ("Park Avenue" gives part of "277 Park Avenue" without its number: another thing)?"""
     words = {w for name in own for w in name}
-    figures = {w for name in own if title_words & set(name) for w in name if any(ch.isdigit() for ch in w)}
+    figures = {w for name in own if title_words & set(name) for w in name if _is_figure(w)}
     return title_words <= words and figures <= title_words
+
+
+def _is_figure(word: str) -> bool:
+    """A word holding a digit ("277", "16th", "3.1"): a figure, read as written, never by its stem."""
+    return any(ch.isdigit() for ch in word)

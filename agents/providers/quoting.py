@@ -63,9 +63,8 @@ def with_antecedents(picked: Sequence[tuple[str, int]], chunks: Sequence[SeenChu
 def _antecedent(sentence: str, chunk_sentences: list[str]) -> str | None:
     """The nearest sentence before `sentence` in its chunk not opening with a pronoun (None: none, or
     it reads like instructions to a model: such a sentence is never quoted)."""
-    if sentence not in chunk_sentences:
-        return None
-    for earlier in reversed(chunk_sentences[:chunk_sentences.index(sentence)]):
+    at = chunk_sentences.index(sentence) if sentence in chunk_sentences else 0
+    for earlier in reversed(chunk_sentences[:at]):
         if not _OPENS_WITH_PRONOUN.match(earlier):
             return None if looks_like_instructions(earlier) else earlier
     return None
