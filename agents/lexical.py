@@ -350,7 +350,11 @@ def _clauses(sentence: str) -> list[str]:
         short = lambda p: len(terms(p)) < 2 and not _names(p)  # noqa: E731
         # "the lawyer, lobbyist and political consultant who...": the last items of a list, not a new clause.
         listed = merged and re.fullmatch(r"\s+(?:and|or)\s+", tokens[i - 1], re.I) and _LIST_TAIL.search(merged[-1])
-        if merged and (short(piece) or short(merged[-1]) or listed):
+        # "articles from both The Verge | Fortune, was involved in ...": two names the subject is described
+        # by, set off by a comma before the predicate; the predicate is asked of one thing, not per name.
+        paired = merged and re.fullmatch(r"\s+and\s+", tokens[i - 1], re.I) and _BOTH_TAIL.search(merged[-1]) \
+            and _NAME_THEN_COMMA.match(piece)
+        if merged and (short(piece) or short(merged[-1]) or listed or paired):
             merged[-1] = f"{merged[-1]}{tokens[i - 1]}{piece}"
         else:
             merged.append(piece)
@@ -373,6 +377,8 @@ def _clauses(sentence: str) -> list[str]:
 UPPER = "A-ZÀ-ÖØ-ÞΑ-ΩА-Я"  # capitals of the Latin, Greek and Cyrillic scripts, for regex classes
 _CAPITAL_WORD = re.compile(rf"(?<![\w'’])[{UPPER}][\w'’-]*")
 _NAME_WORD = rf"(?:[\"“'‘][^\"”'’]+[\"”'’]|[{UPPER}][\w.'’-]*)"
+_BOTH_TAIL = re.compile(rf"\bboth\s+(?:the\s+)?{_NAME_WORD}(?:\s+{_NAME_WORD})*\s*$")
+_NAME_THEN_COMMA = re.compile(rf"(?:the\s+)?{_NAME_WORD}(?:\s+{_NAME_WORD})*\s*,")
 _LEADING_NAME = re.compile(rf"^\s*(?:(?i:both|the|either)\s+)?"
                            rf"((?:\d+\s+)?{_NAME_WORD}(?:\s+(?:(?:of|de|la|von|van|du|del)\s+)?{_NAME_WORD})*)"  # "126 Madison Avenue"
                            r"\s+(?:both\s+)?(.+)$")

@@ -59,6 +59,12 @@ from agents.tools import TOOL_SPECS
     # The last items of a list are not a new clause.
     ("When was the lawyer, lobbyist and political consultant who advised Ada Quell born?",
      ["When was the lawyer, lobbyist and political consultant who advised Ada Quell born"]),
+    # Two names that describe the subject, set off by commas before what is asked of it: one part.
+    ("Which vendor, audited by both Arden Labs and Kestrel Analytics, was fined in 2021 and then left the market?",
+     ["Which vendor, audited by both Arden Labs and Kestrel Analytics, was fined in 2021", "left the market"]),
+    # Names that end the sentence are still its sides.
+    ("Were both Arden Labs and Kestrel Analytics founded in Oslo?",
+     ["Were both Arden Labs founded in Oslo", "Kestrel Analytics founded in Oslo"]),
 ])
 def test_split_question(question, parts):
     assert split_question(question) == parts
