@@ -377,8 +377,9 @@ def _clauses(sentence: str) -> list[str]:
 UPPER = "A-ZÀ-ÖØ-ÞΑ-ΩА-Я"  # capitals of the Latin, Greek and Cyrillic scripts, for regex classes
 _CAPITAL_WORD = re.compile(rf"(?<![\w'’])[{UPPER}][\w'’-]*")
 _NAME_WORD = rf"(?:[\"“'‘][^\"”'’]+[\"”'’]|[{UPPER}][\w.'’-]*)"
-_BOTH_TAIL = re.compile(rf"\bboth\s+(?:the\s+)?{_NAME_WORD}(?:\s+{_NAME_WORD})*\s*$")
-_NAME_THEN_COMMA = re.compile(rf"(?:the\s+)?{_NAME_WORD}(?:\s+{_NAME_WORD})*\s*,")
+_NAME_RUN = rf"{_NAME_WORD}(?:\s+{_NAME_WORD})*"  # "The Verge", "'The Age'", "Sam Bankman-Fried"
+_BOTH_TAIL = re.compile(rf"\bboth\s+(?:the\s+)?{_NAME_RUN}\s*$")
+_NAME_THEN_COMMA = re.compile(rf"(?:the\s+)?{_NAME_RUN}\s*,")
 _LEADING_NAME = re.compile(rf"^\s*(?:(?i:both|the|either)\s+)?"
                            rf"((?:\d+\s+)?{_NAME_WORD}(?:\s+(?:(?:of|de|la|von|van|du|del)\s+)?{_NAME_WORD})*)"  # "126 Madison Avenue"
                            r"\s+(?:both\s+)?(.+)$")
