@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from bench.evaluation.environment import describe
 from bench.evaluation.summary import ALL
 
 # The paper's Table 5 (Tang & Yang 2024), best rows, for context in the Markdown report.
@@ -50,7 +51,8 @@ def markdown(report: dict, *, title: str = "# Evaluation report", level: int = 2
         *([f"- tenant `{meta['tenant']}`, corpus `{meta['corpus_name']}`, profile {_profile(meta.get('corpus_profile'))}"]
           if meta.get("tenant") else []),
         *([_half_line(meta["half"])] if meta.get("half") else []),
-        f"- run at {meta['finished_at']} in {meta['elapsed_s']:.0f} s", "",
+        f"- run at {meta['finished_at']} in {meta['elapsed_s']:.0f} s",
+        *([f"- ran on: {describe(meta['environment'])}"] if meta.get("environment") else []), "",
         f"{h} Retrieval (answerable questions; official MultiHop-RAG matching)", "",
         "| strategy | " + " | ".join(label for _, label in RETRIEVAL_COLUMNS) + " | null → not enough evidence |",
         "|---" * (len(RETRIEVAL_COLUMNS) + 2) + "|",
@@ -150,7 +152,8 @@ def suite_markdown(suite: dict) -> str:
     lines = ["# Evaluation suite report" + _half_heading(meta.get("half")), "", f"- command: `{meta['command']}`",
              f"- sets: {', '.join(meta['sets'])}; strategies: {', '.join(meta['strategies'])}; {sample}",
              *([_half_line(meta["half"])] if meta.get("half") else []),
-             f"- run at {meta['finished_at']} in {meta['elapsed_s']:.0f} s"]
+             f"- run at {meta['finished_at']} in {meta['elapsed_s']:.0f} s",
+             *([f"- ran on: {describe(meta['environment'])}"] if meta.get("environment") else [])]
     if meta.get("skipped"):
         lines += [f"- skipped: {name} ({why})" for name, why in meta["skipped"].items()]
     lines += ["", "## Summary", "", "| set | strategy | questions | " + " | ".join(label for _, label, _ in SUITE_COLUMNS) + " |",

@@ -39,6 +39,7 @@ from agents.lexical import ordered_terms, sentences, terms
 from agents.models import Citation
 from agents.services import ask
 from bench.evaluation.dataset import CorpusDoc, half_of, load_corpus
+from bench.evaluation.environment import run_environment
 from bench.evaluation.runner import EvalCorpus, EvaluationError, ensure_corpus
 from bench.evaluation.suite import EvalSet, select
 from kb.models import Chunk
@@ -170,7 +171,7 @@ def run_summaries_command(command: BaseCommand, opts: dict, strategies: list[str
     except (EvaluationError, ValueError) as exc:
         raise CommandError(str(exc)) from exc
     report["meta"].update({"command": "manage.py " + " ".join(sys.argv[1:]), "elapsed_s": round(time.perf_counter() - started, 1),
-                           "finished_at": datetime.now(UTC).isoformat(timespec="seconds")})
+                           "finished_at": datetime.now(UTC).isoformat(timespec="seconds"), "environment": run_environment()})
     out: Path = opts["out"] / "summaries"
     out.mkdir(parents=True, exist_ok=True)
     table = markdown_table(report["figures"])

@@ -26,6 +26,7 @@ from typing import Any, cast
 from django.core.management.base import BaseCommand, CommandError
 
 from bench.evaluation.dataset import CorpusDoc
+from bench.evaluation.environment import run_environment
 from bench.evaluation.runner import EvalCorpus, EvaluationError, ensure_corpus
 from kb.embedding import embed_windowed, get_embedder
 from kb.retrieval import search
@@ -215,7 +216,7 @@ def run_xquad_command(command: BaseCommand, opts: dict) -> None:
             raise CommandError(str(exc)) from exc
     report["meta"].update({"command": "manage.py " + " ".join(sys.argv[1:]), "xquad_dir": str(folder),
                            "elapsed_s": round(time.perf_counter() - started, 1),
-                           "finished_at": datetime.now(UTC).isoformat(timespec="seconds")})
+                           "finished_at": datetime.now(UTC).isoformat(timespec="seconds"), "environment": run_environment()})
     table = markdown_table(report)
     (out / "report.json").write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     (out / "report.md").write_text(f"# XQuAD evidence recall\n\n`{report['meta']['command']}`\n\n{table}", encoding="utf-8")

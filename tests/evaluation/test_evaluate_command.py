@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import platform
 
+import numpy as np
 import pytest
 from django.core.management import CommandError, call_command
 
 from bench.evaluation.dataset import load_corpus
+from bench.evaluation.environment import NUMERICAL_PACKAGES
 from bench.evaluation.runner import EvaluationError, ensure_corpus
 from kb.models import Chunk, Corpus, Document
 from tenants.scope import activate
@@ -54,7 +57,12 @@ def test_evaluate_writes_report_json_markdown_and_charts(files, tmp_path):
     assert summary["classic"]["lookup"]["hits_at_10"] == 1.0  # a three-document corpus: everything is in the top 10
     assert summary["classic"]["all"]["model_calls"] >= 3 and summary["classic"]["all"]["tool_calls"] >= 3
     assert report["meta"]["provider"].startswith("offline")
+    # What it ran on: the code's commit, the numerical libraries, the CPU (figures can move between machines).
+    environment = report["meta"]["environment"]
+    assert environment["numpy"] == np.__version__ and environment["python"] == platform.python_version()
+    assert environment["commit"] and environment["cpu"] and set(NUMERICAL_PACKAGES) <= set(environment)
     markdown = (out / "report.md").read_text()
+    assert f"- ran on: commit {environment['commit']}, Python {environment['python']}, torch " in markdown
     assert "| classic |" in markdown and "Hits@10" in markdown
     assert {p.name for p in out.glob("*.png")} == {"evidence_recall_by_type.png", "hits_at_10_by_type.png", "recall_vs_cost.png"}
     records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
@@ -111,6 +119,15 @@ def test_shards_merge_into_the_report_of_one_run(files, tmp_path):
     call_command("evaluate", merge=[tmp_path / "keyword", tmp_path / "classic"], out=tmp_path / "by-strategy", no_charts=True)
     meta = json.loads((tmp_path / "whole" / "report.json").read_text())["meta"]
     assert json.loads((tmp_path / "by-strategy" / "report.json").read_text())["meta"]["questions"] == meta["questions"]
+    # Shards of one machine keep its environment; a shard run elsewhere makes the merge say so.
+    assert json.loads((tmp_path / "merged" / "report.json").read_text())["meta"]["environment"] == meta["environment"]
+    elsewhere = tmp_path / "s1" / "report.json"
+    shard = json.loads(elsewhere.read_text())
+    shard["meta"]["environment"] = {**shard["meta"]["environment"], "cpu": "another CPU (avx2)"}
+    elsewhere.write_text(json.dumps(shard))
+    call_command("evaluate", merge=[tmp_path / "s0", tmp_path / "s1"], out=tmp_path / "mixed", no_charts=True)
+    mixed = json.loads((tmp_path / "mixed" / "report.json").read_text())["meta"]
+    assert mixed["environment"] is None and [e["cpu"] for e in mixed["shard_environments"]][1] == "another CPU (avx2)"
 
 
 def test_embedding_model_is_set_for_a_new_corpus_and_checked_on_reuse(files):

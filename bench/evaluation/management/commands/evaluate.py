@@ -41,6 +41,7 @@ from tqdm import tqdm
 from agents.providers import get_provider
 from bench.evaluation.conversation import conversation_figures, split_question
 from bench.evaluation.dataset import HALVES, DatasetError, load_corpus, load_questions, sample_questions, select_half
+from bench.evaluation.environment import run_environment
 from bench.evaluation.history import history_figures
 from bench.evaluation.metrics import K_CONTEXT
 from bench.evaluation.report import write_report, write_suite_report
@@ -175,7 +176,7 @@ class Command(BaseCommand):
         suite = {"meta": {"command": _command_line(), "sets": list(reports), "skipped": skipped, "strategies": strategies,
                           "limit": opts["limit"], "seed": opts["seed"], "half": opts["half"],
                           "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
-                          "elapsed_s": round(time.perf_counter() - started, 1)},
+                          "elapsed_s": round(time.perf_counter() - started, 1), "environment": run_environment()},
                  "sets": reports}
         paths = write_suite_report(suite, opts["out"])
         self.stdout.write((opts["out"] / "report.md").read_text(encoding="utf-8"))
@@ -241,6 +242,7 @@ class Command(BaseCommand):
             "context_chunks": K_CONTEXT, "seed": opts["seed"], "limit": opts["limit"], "shard": opts["shard"],
             "half": opts["half"], "with_history": sum(bool(q.history) for q in questions),
             "finished_at": datetime.now(UTC).isoformat(timespec="seconds"), "elapsed_s": round(time.perf_counter() - started, 1),
+            "environment": run_environment(),
         }
         if turns:
             meta["conversation"] = conversation_figures(results)
@@ -267,6 +269,11 @@ class Command(BaseCommand):
                 "questions": len({r.qid for r in results}), "answerable": len({r.qid for r in results if r.answerable}),
                 "elapsed_s": max(m["elapsed_s"] for m in metas), "shard_commands": [m["command"] for m in metas],
                 "finished_at": datetime.now(UTC).isoformat(timespec="seconds")}
+        environments = [m.get("environment") for m in metas]
+        if any(e != environments[0] for e in environments):  # shards run on other code or machines: not one run's figures
+            meta["environment"] = None
+            meta["shard_environments"] = environments
+            self.stderr.write("warning: the shards ran on different code, libraries or CPUs (report.json: shard_environments)")
         self._write(opts, meta, results, records=opts["records"])
 
     def _write(self, opts: dict, meta: dict, results: list[QuestionResult], *, records: bool) -> None:
