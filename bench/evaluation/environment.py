@@ -28,10 +28,15 @@ _SIMD_LEVELS = ("avx512_vnni", "avx512f", "avx2", "avx", "sse4_2", "asimd", "neo
 _REPO = Path(__file__).resolve().parents[2]
 
 
-@lru_cache(maxsize=1)
 def run_environment() -> dict[str, str]:
     """{"commit", "python", "<package>" for each of NUMERICAL_PACKAGES, "cpu"}: "unknown" (commit),
-    "not installed" (a package) or "" (cpu) when a fact cannot be read."""
+    "not installed" (a package) or "" (cpu) when a fact cannot be read. Read once per process; each
+    caller gets its own copy to put in a report."""
+    return dict(_read_environment())
+
+
+@lru_cache(maxsize=1)
+def _read_environment() -> dict[str, str]:
     env = {"commit": _commit(), "python": platform.python_version()}
     for name in NUMERICAL_PACKAGES:
         try:

@@ -51,8 +51,7 @@ def markdown(report: dict, *, title: str = "# Evaluation report", level: int = 2
         *([f"- tenant `{meta['tenant']}`, corpus `{meta['corpus_name']}`, profile {_profile(meta.get('corpus_profile'))}"]
           if meta.get("tenant") else []),
         *([_half_line(meta["half"])] if meta.get("half") else []),
-        f"- run at {meta['finished_at']} in {meta['elapsed_s']:.0f} s",
-        *([f"- ran on: {describe(meta['environment'])}"] if meta.get("environment") else []), "",
+        f"- run at {meta['finished_at']} in {meta['elapsed_s']:.0f} s", *_ran_on(meta), "",
         f"{h} Retrieval (answerable questions; official MultiHop-RAG matching)", "",
         "| strategy | " + " | ".join(label for _, label in RETRIEVAL_COLUMNS) + " | null → not enough evidence |",
         "|---" * (len(RETRIEVAL_COLUMNS) + 2) + "|",
@@ -130,6 +129,11 @@ def _half_line(half: str) -> str:
             "are chosen on `fit`, figures reported on `report`")
 
 
+def _ran_on(meta: dict) -> list[str]:
+    """The report's "ran on:" line (bench.evaluation.environment), none when the run did not record one."""
+    return [f"- ran on: {describe(meta['environment'])}"] if meta.get("environment") else []
+
+
 def _profile(profile: dict | None) -> str:
     if not profile:
         return "as stored"
@@ -152,8 +156,7 @@ def suite_markdown(suite: dict) -> str:
     lines = ["# Evaluation suite report" + _half_heading(meta.get("half")), "", f"- command: `{meta['command']}`",
              f"- sets: {', '.join(meta['sets'])}; strategies: {', '.join(meta['strategies'])}; {sample}",
              *([_half_line(meta["half"])] if meta.get("half") else []),
-             f"- run at {meta['finished_at']} in {meta['elapsed_s']:.0f} s",
-             *([f"- ran on: {describe(meta['environment'])}"] if meta.get("environment") else [])]
+             f"- run at {meta['finished_at']} in {meta['elapsed_s']:.0f} s", *_ran_on(meta)]
     if meta.get("skipped"):
         lines += [f"- skipped: {name} ({why})" for name, why in meta["skipped"].items()]
     lines += ["", "## Summary", "", "| set | strategy | questions | " + " | ".join(label for _, label, _ in SUITE_COLUMNS) + " |",
