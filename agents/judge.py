@@ -267,14 +267,24 @@ def judge_question(question: str, chunks: Sequence[SeenChunk]) -> Judgement:
     return Judgement(question, passage, [judge_part(part, chunks, leading) for part in split_question(question)])
 
 
-def trace(judged: Judgement, found_by_words: bool, *, anchored: bool, pinned: int = 0, converged: bool = False) -> None:
+def tracing() -> bool:
+    """Is GROUNDED_JUDGE_TRACE set (the offline provider then also works out, for the trace, what it
+    would answer under other thresholds)?"""
+    return bool(product_settings.GROUNDED_JUDGE_TRACE)
+
+
+def trace(judged: Judgement, found_by_words: bool, *, anchored: bool, pinned: int = 0, converged: bool = False,
+          own_declines: bool = False) -> None:
     """With GROUNDED_JUDGE_TRACE set, append the scores an answer was decided on, whether the word
     rules had found one, whether the evidence holds the question's names and how many it pins down
-    (agents.anchors), and whether the answer is the name its parts' sentences converge on
-    (agents.consensus) (JSON lines), for calibrating the thresholds (bench/calibrate_relevance.py)."""
+    (agents.anchors), whether the parts' sentences converge on a name (agents.consensus) and whether
+    the model's own picks, composed, decline (`own_declines`: no part quoted, a side unanswered,
+    a described thing never reached) (JSON lines), for calibrating the thresholds
+    (bench/calibrate_relevance.py). The last two are worked out whatever the thresholds decided, so
+    that a replay under other thresholds makes the decision the provider would."""
     if path := product_settings.GROUNDED_JUDGE_TRACE:
         line = {"question": judged.question, "best_passage": judged.passage, "found_by_words": found_by_words,
-                "anchored": anchored, "pinned": pinned, "converged": converged,
+                "anchored": anchored, "pinned": pinned, "converged": converged, "own_declines": own_declines,
                 "parts": [{"part": j.part, "best": j.best} for j in judged.parts]}
         with open(path, "a", encoding="utf-8") as f:
             f.write(json.dumps(line) + "\n")

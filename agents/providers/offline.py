@@ -248,14 +248,22 @@ def compose_answer(question: str, chunks: list[SeenChunk], values: Sequence[str]
         return _anchored(by_words, names.missing)
     judged = judge.judge_question(question, chunks)
     found = not is_not_enough_evidence(by_words)
-    if judged.settled(found) or names.names_decide:
-        answer = by_words if found else _compose_judged(judged, chunks, values, hops_needed=not names.names_decide)
+    settled = judged.settled(found) or names.names_decide
+    # The model's own picks are composed when the question is settled without the words' answer; under
+    # a judge trace also when not, and the converging name sought whatever the answer: what a replay
+    # under other thresholds needs (judge.trace). Neither changes the answer.
+    own = _compose_judged(judged, chunks, values, hops_needed=not names.names_decide) \
+        if not found and (settled or judge.tracing()) else None
+    if settled:
+        answer = own if own is not None else by_words  # own is None only when the words found the answer
     else:
         answer = by_words if not found else \
             f"{NOT_ENOUGH_EVIDENCE}: the documents you can see do not answer the question (the passages that come closest do not say it)."
-    converged = consensus.converging_name(judged, document_share, values) if is_not_enough_evidence(answer) else None
-    judge.trace(judged, found, anchored=not names.missing, pinned=names.pinned, converged=converged is not None)
-    return _anchored(_converged(converged, chunks) if converged else answer, names.missing)
+    declined = is_not_enough_evidence(answer)
+    converged = consensus.converging_name(judged, document_share, values) if declined or judge.tracing() else None
+    judge.trace(judged, found, anchored=not names.missing, pinned=names.pinned, converged=converged is not None,
+                own_declines=own is not None and is_not_enough_evidence(own))
+    return _anchored(_converged(converged, chunks) if converged and declined else answer, names.missing)
 
 
 def _converged(converged: consensus.Convergence, chunks: list[SeenChunk]) -> str:

@@ -4,6 +4,8 @@ and the word-overlap rules when the model is `none`."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from agents import judge
@@ -175,3 +177,20 @@ def test_a_comparison_needing_both_sides_reads_each_sides_own_text(packaged):
                     "Tomas Verlund (director) wiki", "Tomas Verlund (director)")
     answer = compose_answer(question, [karrow, film, own])
     assert answer.startswith("Yes") and "[c:3]" in answer and "[c:1]" in answer, answer
+
+
+def test_the_judge_trace_records_what_a_replay_needs_and_never_changes_the_answer(packaged, monkeypatch, tmp_path):
+    """Under GROUNDED_JUDGE_TRACE the provider also composes the model's own picks and seeks a converging
+    name when the thresholds did not need them (bench/calibrate_relevance.py replays both); the answers
+    are the ones given without the trace."""
+    question = "What is the county seat of the county where Lempford is located?"
+    village = SeenChunk(31, "Lempford is a village in Brannock County. Its church dates from 1420.", 0.9, False, "", "Lempford")
+    cases = [(question, [village]), ("How much is a hotel night in Paris?", CHUNKS)]
+    untraced = [compose_answer(q, chunks) for q, chunks in cases]
+    trace = tmp_path / "trace.jsonl"
+    monkeypatch.setenv("GROUNDED_JUDGE_TRACE", str(trace))
+    assert [compose_answer(q, chunks) for q, chunks in cases] == untraced
+    described, hotel = [json.loads(line) for line in trace.read_text(encoding="utf-8").splitlines()]
+    # the model settles the described thing, its own picks decline it (no text about Brannock County)
+    assert described["best_passage"] >= 0.7 and not described["found_by_words"] and described["own_declines"]
+    assert hotel["found_by_words"] and not hotel["own_declines"] and hotel["converged"] is False

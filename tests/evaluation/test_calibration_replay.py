@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import json
 
-from bench.calibrate_relevance import last_judgements, rates
+from bench.calibrate_relevance import answered as answered_at
+from bench.calibrate_relevance import last_judgements, no_set_worse, rates
 
 
 def test_the_replay_declines_an_answer_whose_evidence_misses_a_name(tmp_path):
@@ -39,3 +40,34 @@ def test_the_replay_answers_a_question_pinning_down_enough_names_all_held(tmp_pa
     judged = last_judgements(trace)
     assert rates((judged, questions), 0.5, 0.7, pinned=3)[1] == 2 / 3
     assert rates((judged, questions), 0.5, 0.7, pinned=99)[1] == 1.0
+
+
+def test_the_replay_follows_the_providers_decision_beyond_the_thresholds(tmp_path):
+    """A settled question the words found nothing for is answered with the model's own picks unless
+    they decline; one left unanswered is answered by the name its parts converge on (the consensus
+    rule), but never when its evidence misses a name."""
+    trace = tmp_path / "trace.jsonl"
+    rows = [
+        {"question": "the model's picks decline", "best_passage": 0.99, "found_by_words": False, "anchored": True,
+         "own_declines": True},
+        {"question": "the words' answer stands whatever the model's picks", "best_passage": 0.99, "found_by_words": True,
+         "anchored": True, "own_declines": True},
+        {"question": "low, but the parts converge", "best_passage": 0.01, "found_by_words": False, "anchored": True,
+         "converged": True},
+        {"question": "converging, a name missing", "best_passage": 0.01, "found_by_words": False, "anchored": False,
+         "converged": True},
+    ]
+    trace.write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
+    questions = {q["question"]: (str(i), True) for i, q in enumerate(rows)}
+    judged = last_judgements(trace)
+    answered = [answered_at(judged[q["question"]], 0.5, 0.7) for q in rows]
+    assert answered == [False, True, True, False]
+    assert rates((judged, questions), 0.5, 0.7)[1] == 2 / 4
+
+
+def test_a_pair_that_makes_any_set_worse_is_not_kept():
+    in_use = [0.9, 0.1, 0.8, 0.2]  # set A declined, abstained; set B declined, abstained
+    assert no_set_worse([0.9, 0.05, 0.8, 0.2], in_use)  # A abstains less, B the same
+    assert not no_set_worse([1.0, 0.0, 0.8, 0.25], in_use)  # A much better, B abstains more
+    assert not no_set_worse([0.85, 0.0, 0.9, 0.1], in_use)  # A declines fewer nulls
+    assert no_set_worse([float("nan"), 0.1, 0.8, 0.2], in_use)  # A without nulls in this run
