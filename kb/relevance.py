@@ -70,7 +70,8 @@ CALIBRATIONS: dict[str, Calibration] = {
     PACKAGED_NAME: Calibration(answers=0.5, sure=0.7, quote=0.1, chosen_on=(
         "answers and sure: the best mean balanced accuracy (nulls declined, answerable answered) over the fit halves of "
         "MultiHop-RAG dev (150 sampled), HotpotQA dev, emanual and mtrag, every set weighing the same "
-        "(bench/calibrate_relevance.py); quote: not calibrated, a floor under which a sentence is not quoted")),
+        "(bench/calibrate_relevance.py); kept on 8 Dec 2026: the pair the replay preferred then was worse on two "
+        "report halves; quote: not calibrated, a floor under which a sentence is not quoted")),
 }
 UNCALIBRATED = Calibration(answers=0.5, sure=0.9, quote=0.1, chosen_on="none: set GROUNDED_RELEVANCE_THRESHOLD")
 
