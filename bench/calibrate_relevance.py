@@ -22,7 +22,7 @@ set weighing the same); it chooses the pair with the best mean among those that 
 than the pair in use (`--current`, default the packaged model's): a threshold that helps one set
 by hurting another is not kept, however the mean moves.
 At the thresholds the trace was made with, the replay makes every question's decision the run made
-(answered or declined; checked per question against the run's records). The research before the
+(answered or declined; `--check SET=RECORDS` compares it per question with the run's records). The research before the
 answer does not depend on the thresholds' values beyond `answers` (between rounds the model can
 only find the evidence short), so under other values the replay is close to a run; the report
 halves are measured afterwards, with the chosen values, by `manage.py evaluate --half report`.
@@ -138,17 +138,42 @@ def _cells(figures: list[float]) -> str:
     return " | ".join(f"{x:.3f}" for x in figures)
 
 
+def disagreements(judged: dict[str, Judged], questions: dict[str, tuple[str, bool]], records: Path,
+                  answers: float, sure: float) -> list[str]:
+    """The qids whose `auto` run (a `manage.py evaluate --records` records.jsonl of the traced run)
+    was answered or declined otherwise than the replay at (answers, sure) decides: none, when the
+    trace was made at that pair and the replay follows the provider."""
+    text_of = {qid: text for text, (qid, _answerable) in questions.items()}
+    out = []
+    for line in records.read_text(encoding="utf-8").splitlines():
+        record = json.loads(line)
+        text = text_of.get(record["qid"])
+        if record["strategy"] != "auto" or text is None:
+            continue
+        run_answered = record["outcome"] != "not_enough_evidence"
+        if text not in judged or answered(judged[text], answers, sure) != run_answered:
+            out.append(record["qid"])
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("sets", nargs="+", metavar="SET=TRACE")
     configured = CALIBRATIONS[PACKAGED_NAME]
     parser.add_argument("--current", default=f"{configured.answers},{configured.sure}", metavar="ANSWERS,SURE",
                         help="the pair in use, which a new one must not make any set worse than (default: the packaged model's)")
+    parser.add_argument("--check", action="append", default=[], metavar="SET=RECORDS",
+                        help="a traced run's records.jsonl (evaluate --records): list the questions whose run decided "
+                             "otherwise than the replay at the pair in use (the trace's pair)")
     args = parser.parse_args()
     answers_in_use, sure_in_use = (float(x) for x in args.current.split(","))
-    current = (answers_in_use, sure_in_use)
     data = [(name, (last_judgements(Path(trace)), questions_by_text(name)))
             for name, trace in (item.split("=", 1) for item in args.sets)]
+    for name, records in (item.split("=", 1) for item in args.check):
+        judged, questions = dict(data)[name]
+        differ = disagreements(judged, questions, Path(records), answers_in_use, sure_in_use)
+        print(f"{name}: the replay at ({answers_in_use:.2f}, {sure_in_use:.2f}) decides {len(differ)} question(s) "
+              f"otherwise than the run{': ' + ', '.join(differ) if differ else ''}")
     columns = " | ".join(f"{n} declined | {n} abstained" for n, _ in data) + " | mean balanced accuracy |"
     print("| answers | sure | " + columns)
     print("|---|---|" + "---|---|" * len(data) + "---|")
@@ -165,7 +190,7 @@ def main() -> None:
     for name, one in data:
         _d, _a, nulls, answerables = rates(one, 0.5, 0.5)
         print(f"{name}: {answerables} answerable and {nulls} unanswerable questions")
-    print(f"in use: answers = {current[0]:.2f}, sure = {current[1]:.2f} (mean balanced accuracy {in_use_mean:.3f})")
+    print(f"in use: answers = {answers_in_use:.2f}, sure = {sure_in_use:.2f} (mean balanced accuracy {in_use_mean:.3f})")
     print(f"best mean: answers = {best[1]:.2f}, sure = {best[2]:.2f} (mean balanced accuracy {best[0]:.3f})")
     print(f"chosen, no set worse than in use: answers = {kept[1]:.2f}, sure = {kept[2]:.2f} (mean balanced accuracy {kept[0]:.3f})")
     # With that pair: how many names a question must pin down, all held, to be answered on them alone.

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from bench.calibrate_relevance import answered as answered_at
-from bench.calibrate_relevance import last_judgements, no_set_worse, rates
+from bench.calibrate_relevance import disagreements, last_judgements, no_set_worse, rates
 
 
 def test_the_replay_declines_an_answer_whose_evidence_misses_a_name(tmp_path):
@@ -71,3 +71,18 @@ def test_a_pair_that_makes_any_set_worse_is_not_kept():
     assert not no_set_worse([1.0, 0.0, 0.8, 0.25], in_use)  # A much better, B abstains more
     assert not no_set_worse([0.85, 0.0, 0.9, 0.1], in_use)  # A declines fewer nulls
     assert no_set_worse([float("nan"), 0.1, 0.8, 0.2], in_use)  # A without nulls in this run
+
+
+def test_the_check_lists_the_questions_a_run_decided_otherwise(tmp_path):
+    trace = tmp_path / "trace.jsonl"
+    rows = [
+        {"question": "picks decline", "best_passage": 0.99, "found_by_words": False, "anchored": True, "own_declines": True},
+        {"question": "an old line, picks not traced", "best_passage": 0.99, "found_by_words": False, "anchored": True},
+    ]
+    trace.write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
+    questions = {"picks decline": ("q1", True), "an old line, picks not traced": ("q2", True), "not run": ("q3", True)}
+    records = tmp_path / "records.jsonl"
+    records.write_text("\n".join(json.dumps({"qid": qid, "strategy": "auto", "outcome": "not_enough_evidence"})
+                                 for qid in ("q1", "q2")) + "\n", encoding="utf-8")
+    # both runs declined; the old line replays as answered (the model's picks were not traced)
+    assert disagreements(last_judgements(trace), questions, records, 0.5, 0.7) == ["q2"]
