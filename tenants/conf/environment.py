@@ -192,7 +192,9 @@ DECLARED: tuple[Setting, ...] = (
     Setting("GROUNDED_RELEVANCE_THRESHOLD", float, 0.0, "probability at which a passage answers a part of a question", MODELS,
             shown="0: the model's calibrated threshold"),
     Setting("GROUNDED_JUDGE_TRACE", str, "", "a file each relevance judgement's scores are appended to (JSON lines), for "
-            "calibrating the thresholds on a question set (`bench/calibrate_relevance.py`)", MODELS, shown="none"),
+            "calibrating the thresholds on a question set (`bench/calibrate_relevance.py`); a traced run also works out "
+            "what it would answer under other thresholds (more work per question, the same answers): measure cost without it",
+            MODELS, shown="none"),
     Setting("GROUNDED_EMBED_BATCH", int, 64, "texts per embedding batch at ingest", MODELS, minimum=1),
     Setting("GROUNDED_INGEST_GROUP", int, 32, "queued documents one ingest job takes along and embeds together", MODELS, minimum=1),
     # --- Web server and HTTP -------------------------------------------------------------------------
