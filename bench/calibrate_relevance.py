@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -129,9 +130,12 @@ def row(data: list, answers: float, sure: float, pinned: int = PINNED_ENOUGH) ->
 def no_set_worse(figures: list[float], than: list[float]) -> bool:
     """Does no set decline fewer nulls or abstain on more answerable questions than under `than`?
     (A threshold that helps one set by hurting another is not kept, however the mean moves.)"""
-    worse = [a < b - 1e-9 if i % 2 == 0 else a > b + 1e-9 for i, (a, b) in enumerate(zip(figures, than, strict=True))
-             if a == a and b == b]  # nan: a set without questions of that kind
-    return not any(worse)
+    for i, (now, before) in enumerate(zip(figures, than, strict=True)):  # row()'s order: declined, abstained, per set
+        if math.isnan(now) or math.isnan(before):
+            continue  # a set without questions of that kind
+        if (now < before - 1e-9) if i % 2 == 0 else (now > before + 1e-9):
+            return False
+    return True
 
 
 def _cells(figures: list[float]) -> str:

@@ -249,18 +249,19 @@ def compose_answer(question: str, chunks: list[SeenChunk], values: Sequence[str]
     judged = judge.judge_question(question, chunks)
     found = not is_not_enough_evidence(by_words)
     settled = judged.settled(found) or names.names_decide
+    tracing = judge.tracing()
     # The model's own picks are composed when the question is settled without the words' answer; under
     # a judge trace also when not, and the converging name sought whatever the answer: what a replay
     # under other thresholds needs (judge.trace). Neither changes the answer.
     own = _compose_judged(judged, chunks, values, hops_needed=not names.names_decide) \
-        if not found and (settled or judge.tracing()) else None
+        if not found and (settled or tracing) else None
     if settled:
         answer = own if own is not None else by_words  # own is None only when the words found the answer
     else:
         answer = by_words if not found else \
             f"{NOT_ENOUGH_EVIDENCE}: the documents you can see do not answer the question (the passages that come closest do not say it)."
     declined = is_not_enough_evidence(answer)
-    converged = consensus.converging_name(judged, document_share, values) if declined or judge.tracing() else None
+    converged = consensus.converging_name(judged, document_share, values) if declined or tracing else None
     judge.trace(judged, found, anchored=not names.missing, pinned=names.pinned, converged=converged is not None,
                 own_declines=own is not None and is_not_enough_evidence(own))
     return _anchored(_converged(converged, chunks) if converged and declined else answer, names.missing)
